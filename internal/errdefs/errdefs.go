@@ -1,0 +1,26 @@
+// Package errdefs holds the error classes that Hutch's core packages return
+// when they want a caller to take a particular action. Core code wraps them
+// with %w; each edge (CLI, HTTP, Connect) maps them once to its own codes.
+package errdefs
+
+import "errors"
+
+var (
+	// ErrNotFound means the named object (sandbox, template, user) does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrInvalidArgument means the request can never succeed as written.
+	ErrInvalidArgument = errors.New("invalid argument")
+	// ErrAlreadyExists means an object with the same identity exists already.
+	ErrAlreadyExists = errors.New("already exists")
+	// ErrUnavailable means a resource the request needs is missing or exhausted
+	// on this host (no free uid range, no template built yet, ...).
+	ErrUnavailable = errors.New("unavailable")
+	// ErrNotImplemented means the feature exists in the protocol but not here.
+	ErrNotImplemented = errors.New("not implemented")
+)
+
+// IsNotFound reports whether err is, or wraps, ErrNotFound.
+func IsNotFound(err error) bool { return errors.Is(err, ErrNotFound) }
+
+// IsInvalidArgument reports whether err is, or wraps, ErrInvalidArgument.
+func IsInvalidArgument(err error) bool { return errors.Is(err, ErrInvalidArgument) }

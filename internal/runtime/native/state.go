@@ -1,0 +1,214 @@
+package native
+
+import (
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hutch-sandbox/hutch/internal/errdefs"
+	"github.com/hutch-sandbox/hutch/internal/runtime"
+)
+
+// On disk, under Options.DataDir:
+//
+//	sandboxes/<id>/state.json   record: what the sandbox is (this file)
+//	sandboxes/<id>/exit.json    written by the sandbox's init when its first process ends
+//	sandboxes/<id>/output.log   the first process's output when nobody attached
+//	sandboxes/<id>/upper, work  the overlay's private writable layer
+//	sandboxes/<id>/lower, rootfs  mount points, used only inside the sandbox's mount namespace
+//	uids/<slot>                 claims uid range slot (O_EXCL), holds the sandbox id
+//
+// The record is written once, before the sandbox's init runs, and updated
+// once with the init's pid. Everything else about a sandbox is read live
+// from the kernel (pidfd, cgroups).
+
+const (
+	// uidBase is the first host uid handed to sandboxes; well above the
+	// ranges distributions use for users and /etc/subuid (100000+).
+	uidBase = 1 << 20
+	// uidRange is how many ids each sandbox maps: 0..65535 inside.
+	uidRange = 65536
+	// maxSlots keeps every mapped id below 2^32-1 (the invalid uid).
+	maxSlots = (1<<32 - uidBase) / uidRange - 1
+)
+
+// record is a sandbox's state file.
+type record struct {
+	ID              string             `json:"id"`
+	Template        string             `json:"template"`
+	TemplateRootFS  string             `json:"templateRootfs"`
+	Created         time.Time          `json:"created"`
+	Slot            int                `json:"uidSlot"`
+	Pid             int                `json:"pid"`
+	PidStart        uint64             `json:"pidStartTime"` // /proc/<pid>/stat field 22: guards against pid reuse
+	CgroupPaths     map[string]string  `json:"cgroupPaths"`
+	Command         []string           `json:"command"`
+	Resources       runtime.Resources  `json:"resources"`
+	Labels          map[string]string  `json:"labels,omitempty"`
+	NoNewPrivileges bool               `json:"noNewPrivileges"`
+}
+
+func (r *record) hostUID() int { return uidBase + r.Slot*uidRange }
+
+var validID = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{2,62}$`)
+
+// newID returns a random 20-character id in E2B's style.
+func newID() string {
+	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+	b := make([]byte, 20)
+	if _, err := rand.Read(b); err != nil {
+		panic(err) // crypto/rand never fails on Linux
+	}
+	for i := range b {
+		b[i] = alphabet[int(b[i])%len(alphabet)]
+	}
+	return string(b)
+}
+
+func (rt *Runtime) sandboxDir(id string) string { return filepath.Join(rt.dataDir, "sandboxes", id) }
+
+func (rt *Runtime) readRecord(id string) (*record, error) {
+	if !validID.MatchString(id) {
+		return nil, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+	}
+	b, err := os.ReadFile(filepath.Join(rt.sandboxDir(id), "state.json"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: read state: %w", id, err)
+	}
+	var r record
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("sandbox %s: corrupt state: %w", id, err)
+	}
+	return &r, nil
+}
+
+// writeRecord replaces the state file atomically.
+func (rt *Runtime) writeRecord(r *record) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	dir := rt.sandboxDir(r.ID)
+	tmp := filepath.Join(dir, ".state.json.tmp")
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return fmt.Errorf("write state: %w", err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, "state.json")); err != nil {
+		return fmt.Errorf("write state: %w", err)
+	}
+	return nil
+}
+
+func (rt *Runtime) readExit(id string) *runtime.ExitStatus {
+	b, err := os.ReadFile(filepath.Join(rt.sandboxDir(id), "exit.json"))
+	if err != nil || len(b) == 0 {
+		return nil
+	}
+	var st runtime.ExitStatus
+	if json.Unmarshal(b, &st) != nil {
+		return nil
+	}
+	return &st
+}
+
+// claimSlot reserves a free uid range. Slots are files created with
+// O_EXCL, so concurrent Hutch processes never share one.
+func (rt *Runtime) claimSlot(id string) (int, error) {
+	dir := filepath.Join(rt.dataDir, "uids")
+	used := map[int]bool{}
+	if ents, err := os.ReadDir(dir); err == nil {
+		for _, e := range ents {
+			if n, err := strconv.Atoi(e.Name()); err == nil {
+				used[n] = true
+			}
+		}
+	}
+	for slot := 0; slot < maxSlots; slot++ {
+		if used[slot] {
+			continue
+		}
+		f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(slot)), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+		if errors.Is(err, os.ErrExist) {
+			continue
+		}
+		if err != nil {
+			return 0, fmt.Errorf("claim uid range: %w", err)
+		}
+		_, err = f.WriteString(id)
+		f.Close()
+		return slot, err
+	}
+	return 0, fmt.Errorf("no free uid range for a new sandbox: %w", errdefs.ErrUnavailable)
+}
+
+func (rt *Runtime) releaseSlot(slot int, id string) {
+	p := filepath.Join(rt.dataDir, "uids", strconv.Itoa(slot))
+	if b, err := os.ReadFile(p); err == nil && string(b) == id {
+		os.Remove(p)
+	}
+}
+
+// processStartTime reads field 22 of /proc/<pid>/stat, the process's start
+// time in clock ticks since boot; with the pid it names a process uniquely.
+func processStartTime(pid int) (uint64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) may hold spaces and parentheses: skip past its last ')'.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("malformed /proc/%d/stat", pid)
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 {
+		return 0, fmt.Errorf("malformed /proc/%d/stat", pid)
+	}
+	return strconv.ParseUint(f[19], 10, 64)
+}
+
+// openInit returns a pidfd for the sandbox's init if it still runs, or -1.
+func openInit(r *record) (int, error) {
+	if r.Pid <= 0 {
+		return -1, nil
+	}
+	fd, err := unix.PidfdOpen(r.Pid, 0)
+	if errors.Is(err, unix.ESRCH) {
+		return -1, nil
+	}
+	if err != nil {
+		return -1, fmt.Errorf("pidfd_open %d: %w", r.Pid, err)
+	}
+	// The pidfd pins the process; now make sure it is ours and not a reuse.
+	st, err := processStartTime(r.Pid)
+	if err != nil || st != r.PidStart {
+		unix.Close(fd)
+		return -1, nil
+	}
+	// A zombie init has finished; treat it as gone.
+	if exited(fd) {
+		unix.Close(fd)
+		return -1, nil
+	}
+	return fd, nil
+}
+
+// exited reports whether the process behind pidfd has terminated.
+func exited(pidfd int) bool {
+	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+	n, _ := unix.Poll(fds, 0)
+	return n > 0
+}

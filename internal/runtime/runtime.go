@@ -1,0 +1,149 @@
+// Package runtime defines the contract between Hutch's sandbox lifecycle code
+// and the backends that isolate sandboxes on a host (native namespaces today;
+// gVisor, microVMs or Kubernetes later).
+//
+// A sandbox's life, whatever the backend:
+//
+//	Create ──> running ──(first process exits)──> exited ──Delete──> gone
+//	              └───────────────Delete (kills everything)───────────┘
+//
+// A sandbox is independent of the process that created it: the creator may
+// exit and a later process finds the sandbox again with Runtime.Load. Only
+// the creator holds the first process's standard streams.
+package runtime
+
+import (
+	"context"
+	"io"
+	"syscall"
+	"time"
+)
+
+// Runtime creates and finds sandboxes. Implementations are safe for
+// concurrent use, also by several processes sharing one state directory.
+type Runtime interface {
+	// Create makes a new sandbox and starts spec.Process in it as its first
+	// process. It returns once that process runs, or with an error after
+	// undoing everything it had set up.
+	Create(ctx context.Context, spec Spec) (Sandbox, error)
+	// Load finds an existing sandbox by id; errdefs.ErrNotFound if none.
+	Load(ctx context.Context, id string) (Sandbox, error)
+	// List reports every sandbox the runtime knows, running or exited.
+	List(ctx context.Context) ([]Status, error)
+}
+
+// Sandbox is a handle on one sandbox. Handles are cheap; several may refer
+// to the same sandbox.
+type Sandbox interface {
+	// ID is the sandbox's identifier, unique on this host.
+	ID() string
+	// Status reports the sandbox's current state.
+	Status(ctx context.Context) (Status, error)
+	// Wait blocks until the first process has exited and the sandbox's
+	// standard streams are drained, then reports how it ended.
+	Wait(ctx context.Context) (ExitStatus, error)
+	// Signal delivers sig to the first process (through the sandbox's init).
+	Signal(ctx context.Context, sig syscall.Signal) error
+	// ResizeConsole changes the terminal size of a first process that was
+	// started with Process.Terminal; it fails otherwise.
+	ResizeConsole(ctx context.Context, size ConsoleSize) error
+	// Delete kills every process of the sandbox and removes everything the
+	// sandbox owns on the host (cgroups, mounts, writable layer, state). It
+	// never touches anything outside the sandbox's own directory and cgroups.
+	// Deleting a sandbox that is already gone returns errdefs.ErrNotFound.
+	Delete(ctx context.Context) error
+}
+
+// Spec says what sandbox to make.
+type Spec struct {
+	// ID is the sandbox id; empty picks a fresh random one.
+	ID string
+	// Template names the read-only root filesystem (e.g. "base").
+	Template string
+	// Hostname inside the sandbox; empty uses the id.
+	Hostname string
+	// Resources bounds what the sandbox may use.
+	Resources Resources
+	// NoNewPrivileges sets no_new_privs on every process in the sandbox, so
+	// setuid binaries (sudo) gain nothing. Root in a sandbox is never root on
+	// the host either way; see docs/runtime.md.
+	NoNewPrivileges bool
+	// Process is the sandbox's first process.
+	Process Process
+	// Labels are free-form key/value pairs stored with the sandbox.
+	Labels map[string]string
+}
+
+// Resources are a sandbox's cgroup limits. A zero field means "no limit".
+type Resources struct {
+	// MemoryBytes caps RAM (swap is capped at the same total).
+	MemoryBytes int64
+	// CPUs is the CPU quota in cores (0.5 = half a core).
+	CPUs float64
+	// Pids caps the number of tasks (processes and threads).
+	Pids int64
+}
+
+// Process describes a process to run inside a sandbox.
+type Process struct {
+	// Args is the command and its arguments; Args[0] is looked up in PATH.
+	Args []string
+	// Env adds or overrides KEY=VALUE entries of the default environment.
+	Env []string
+	// User is a user name or uid[:gid] from the template's /etc/passwd;
+	// empty means the template's default user.
+	User string
+	// Cwd is the working directory; empty means the user's home.
+	Cwd string
+	// Terminal runs the process on a pseudo-terminal created inside the
+	// sandbox; Stdin and Stdout are then joined to it and Stderr is unused.
+	Terminal bool
+	// ConsoleSize is the initial terminal size when Terminal is set.
+	ConsoleSize ConsoleSize
+	// Stdin, Stdout and Stderr are copied to and from the process through
+	// pipes, never passed in as host file descriptors. Nil Stdin reads
+	// /dev/null. With all three nil the output goes to the sandbox's log.
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+}
+
+// ConsoleSize is a terminal's size in characters.
+type ConsoleSize struct {
+	Rows, Cols uint16
+}
+
+// State is where a sandbox is in its life.
+type State string
+
+// The states a sandbox can be in.
+const (
+	StateRunning State = "running"
+	StateExited  State = "exited"
+)
+
+// Status is a snapshot of a sandbox.
+type Status struct {
+	ID        string
+	Template  string
+	State     State
+	Pid       int // host pid of the sandbox's init; 0 once exited
+	Created   time.Time
+	Command   []string
+	Resources Resources
+	Labels    map[string]string
+	Exit      *ExitStatus // set once the first process has exited
+}
+
+// ExitStatus tells how a sandbox's first process ended.
+type ExitStatus struct {
+	// Code is the exit code, or 128+signal when a signal killed it, as a
+	// shell reports it.
+	Code int `json:"code"`
+	// Signal is the signal that killed the process, 0 if it exited.
+	Signal syscall.Signal `json:"signal,omitempty"`
+	// OOMKilled is true when the kernel killed a process of the sandbox
+	// because it reached its memory limit.
+	OOMKilled bool `json:"oomKilled,omitempty"`
+	// Error is set when the process could not be started at all.
+	Error string `json:"error,omitempty"`
+}

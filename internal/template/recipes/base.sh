@@ -1,0 +1,37 @@
+#!/bin/sh
+# Recipe of Hutch's "base" template: a Debian bookworm root like E2B's base
+# image. Run by `hutch template build base` with ROOTFS, MIRROR and
+# CACHE set; its text is hashed, so editing it makes the next build rebuild.
+set -eu
+step() { printf '==> %s\n' "$*"; }
+
+step "debootstrap bookworm (minbase) from $MIRROR"
+mkdir -p "$CACHE/debootstrap"
+debootstrap --variant=minbase --cache-dir="$CACHE/debootstrap" bookworm "$ROOTFS" "$MIRROR"
+
+# Everything below runs in a private mount namespace so that an interrupted
+# build leaves no mounts behind on the host.
+step "installing packages inside the root"
+mkdir -p "$CACHE/apt-archives/partial"
+cp /etc/resolv.conf "$ROOTFS/etc/resolv.conf" 2>/dev/null || true
+unshare --mount --propagation private sh -eu -c '
+  mount -t proc proc "$ROOTFS/proc"
+  mount --rbind /dev "$ROOTFS/dev"
+  mount --bind "$CACHE/apt-archives" "$ROOTFS/var/cache/apt/archives"
+  chroot "$ROOTFS" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
+    DEBIAN_FRONTEND=noninteractive LC_ALL=C sh -eu -c "
+      apt-get update -q
+      apt-get install -y -q --no-install-recommends \
+        bash coreutils procps ca-certificates curl git sudo python3 iproute2 \
+        iputils-ping less
+      apt-get install -y -q --no-install-recommends nodejs npm
+      useradd --create-home --uid 1000 --shell /bin/bash user
+      echo \"user ALL=(ALL:ALL) NOPASSWD: ALL\" > /etc/sudoers.d/user
+      chmod 0440 /etc/sudoers.d/user
+      rm -rf /var/lib/apt/lists/*
+    "
+'
+# The sandbox runtime writes these per sandbox.
+: > "$ROOTFS/etc/resolv.conf"
+: > "$ROOTFS/etc/hostname"
+step "done"

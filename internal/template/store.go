@@ -1,0 +1,109 @@
+// Package template keeps the template store: immutable root filesystems,
+// one directory each, that sandboxes use as their read-only lower layer.
+//
+// A store is a directory (default /var/lib/hutch/templates) holding
+//
+//	<name>/rootfs          the root filesystem, owned by real root
+//	<name>/template.json   Config: default user, workdir, recipe hash
+//
+// A template directory is never changed in place: a rebuild writes a new
+// directory and renames it over the old one, so several Hutch processes may
+// share one store read-only while sandboxes use it.
+package template
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"time"
+
+	"github.com/hutch-sandbox/hutch/internal/errdefs"
+)
+
+// DefaultDir is where templates live unless told otherwise.
+const DefaultDir = "/var/lib/hutch/templates"
+
+// Config is the metadata stored beside a template's root filesystem.
+type Config struct {
+	Name           string    `json:"name"`
+	DefaultUser    string    `json:"defaultUser"`
+	DefaultWorkdir string    `json:"defaultWorkdir"`
+	RecipeHash     string    `json:"recipeHash"`
+	Built          time.Time `json:"built"`
+}
+
+// Template is one built template in a store.
+type Template struct {
+	Config
+	// Dir is the template's directory; RootFS is Dir/rootfs.
+	Dir    string
+	RootFS string
+}
+
+// Store is a template directory. The zero value is not usable; use Open.
+type Store struct {
+	dir string
+}
+
+var validName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+
+// ValidName reports whether name may name a template.
+func ValidName(name string) bool { return validName.MatchString(name) }
+
+// Open returns the store in dir. The directory need not exist yet.
+func Open(dir string) *Store {
+	if dir == "" {
+		dir = DefaultDir
+	}
+	return &Store{dir: dir}
+}
+
+// Dir is the store's directory.
+func (s *Store) Dir() string { return s.dir }
+
+// Get returns the template called name, or an error wrapping
+// errdefs.ErrNotFound if it has not been built.
+func (s *Store) Get(name string) (*Template, error) {
+	if !ValidName(name) {
+		return nil, fmt.Errorf("template name %q: %w", name, errdefs.ErrInvalidArgument)
+	}
+	dir := filepath.Join(s.dir, name)
+	b, err := os.ReadFile(filepath.Join(dir, "template.json"))
+	if os.IsNotExist(err) {
+		return nil, fmt.Errorf("template %q in %s (build it with `hutch template build %s`): %w", name, s.dir, name, errdefs.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read template %q: %w", name, err)
+	}
+	var cfg Config
+	if err := json.Unmarshal(b, &cfg); err != nil {
+		return nil, fmt.Errorf("template %q: bad template.json: %w", name, err)
+	}
+	cfg.Name = name
+	return &Template{Config: cfg, Dir: dir, RootFS: filepath.Join(dir, "rootfs")}, nil
+}
+
+// List returns every built template, by name.
+func (s *Store) List() ([]*Template, error) {
+	ents, err := os.ReadDir(s.dir)
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list templates: %w", err)
+	}
+	var out []*Template
+	for _, e := range ents {
+		if !e.IsDir() || !ValidName(e.Name()) {
+			continue
+		}
+		if t, err := s.Get(e.Name()); err == nil {
+			out = append(out, t)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
