@@ -83,6 +83,10 @@ func runInit(sock *os.File) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	var joined initMsg
+	if _, err := recvMsg(sock, &joined); err != nil || joined.Type != msgJoined {
+		return 0, fmt.Errorf("waiting for cgroups: %v", err)
+	}
 	if err := lockdown(&cfg); err != nil {
 		return 0, err
 	}
@@ -163,7 +167,7 @@ func setupRootfs(cfg *initConfig, templateFd int) error {
 		return fmt.Errorf("attach template: %w", err)
 	}
 	unix.Close(templateFd)
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr", lower, filepath.Join(cfg.Dir, "upper"), filepath.Join(cfg.Dir, "work"))
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr,volatile", lower, filepath.Join(cfg.Dir, "upper"), filepath.Join(cfg.Dir, "work"))
 	if err := unix.Mount("overlay", root, "overlay", 0, opts); err != nil {
 		return fmt.Errorf("mount overlay root: %w", err)
 	}

@@ -59,7 +59,7 @@ type Runtime struct {
 	templates *template.Store
 
 	selfOnce sync.Once
-	self     *os.File // sealed copy of this binary; see sealedSelf
+	self     *os.File // this binary, unreachable and read-only; see selfExe
 	selfErr  error
 }
 
@@ -75,7 +75,7 @@ func New(opts Options) (*Runtime, error) {
 	}
 	rt := &Runtime{dataDir: opts.DataDir, templates: opts.Templates}
 	// 0711: sandboxes' own uids must traverse to their layers, never list them.
-	for _, d := range []string{rt.dataDir, filepath.Join(rt.dataDir, "sandboxes"), filepath.Join(rt.dataDir, "uids")} {
+	for _, d := range []string{rt.dataDir, filepath.Join(rt.dataDir, "sandboxes"), filepath.Join(rt.dataDir, "uids"), filepath.Join(rt.dataDir, "empty")} {
 		if err := os.MkdirAll(d, 0o711); err != nil {
 			return nil, fmt.Errorf("data dir: %w", err)
 		}
@@ -87,7 +87,7 @@ func New(opts Options) (*Runtime, error) {
 func (rt *Runtime) DataDir() string { return rt.dataDir }
 
 func (rt *Runtime) selfExe() (*os.File, error) {
-	rt.selfOnce.Do(func() { rt.self, rt.selfErr = sealedSelf() })
+	rt.selfOnce.Do(func() { rt.self, rt.selfErr = selfExe(filepath.Join(rt.dataDir, "empty")) })
 	return rt.self, rt.selfErr
 }
 
@@ -139,9 +139,10 @@ func numCPU() int {
 //	parent                                   init (pid 1 in new namespaces)
 //	clone(user,pid,mnt,uts,ipc,net); Go
 //	writes uid_map/gid_map before exec ──►   starts, blocks reading fd 3
-//	join cgroups; idmapped template mount
+//	idmapped template mount
 //	initConfig + [template mount fd] ─────►  overlay, /proc, /dev, pivot_root,
-//	                                         hostname, lo, caps, seccomp, exec
+//	join cgroups (meanwhile)                 hostname, lo; then waits
+//	{joined} ─────────────────────────────►  cgroupns, caps, seccomp, exec
 //	                                ◄─────── {started, pid} [+ pty master fd]
 //	                                         ... reaps, forwards signals ...
 //	                                ◄─────── {exited, status}; init exits and
@@ -266,9 +267,6 @@ func (rt *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.San
 		cmd.Process.Kill()
 		cmd.Wait()
 	})
-	if err := cg.Apply(pid); err != nil {
-		return nil, fmt.Errorf("join cgroups: %w", err)
-	}
 	tfd, err := idmappedTree(tpl.RootFS, pid)
 	if err != nil {
 		return nil, err
@@ -283,6 +281,15 @@ func (rt *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.San
 	unix.Close(tfd)
 	if err != nil {
 		return nil, fmt.Errorf("configure sandbox init: %w", err)
+	}
+	// Moving a task between v1 cgroups costs ~0.5 ms per hierarchy (an RCU
+	// grace period each); the init builds its root meanwhile and waits for
+	// msgJoined before anything runs under the sandbox's limits.
+	if err := cg.Apply(pid); err != nil {
+		return nil, fmt.Errorf("join cgroups: %w", err)
+	}
+	if err := sendMsg(sock, initMsg{Type: msgJoined}); err != nil {
+		return nil, fmt.Errorf("sandbox init: %w", initDied(cmd, err))
 	}
 	var started initMsg
 	pfds, err := recvMsg(sock, &started)
@@ -619,6 +626,7 @@ type initMsg struct {
 }
 
 const (
+	msgJoined  = "joined"
 	msgStarted = "started"
 	msgError   = "error"
 	msgExited  = "exited"
