@@ -38,23 +38,23 @@ const (
 	// uidRange is how many ids each sandbox maps: 0..65535 inside.
 	uidRange = 65536
 	// maxSlots keeps every mapped id below 2^32-1 (the invalid uid).
-	maxSlots = (1<<32 - uidBase) / uidRange - 1
+	maxSlots = (1<<32-uidBase)/uidRange - 1
 )
 
 // record is a sandbox's state file.
 type record struct {
-	ID              string             `json:"id"`
-	Template        string             `json:"template"`
-	TemplateRootFS  string             `json:"templateRootfs"`
-	Created         time.Time          `json:"created"`
-	Slot            int                `json:"uidSlot"`
-	Pid             int                `json:"pid"`
-	PidStart        uint64             `json:"pidStartTime"` // /proc/<pid>/stat field 22: guards against pid reuse
-	CgroupPaths     map[string]string  `json:"cgroupPaths"`
-	Command         []string           `json:"command"`
-	Resources       runtime.Resources  `json:"resources"`
-	Labels          map[string]string  `json:"labels,omitempty"`
-	NoNewPrivileges bool               `json:"noNewPrivileges"`
+	ID              string            `json:"id"`
+	Template        string            `json:"template"`
+	TemplateRootFS  string            `json:"templateRootfs"`
+	Created         time.Time         `json:"created"`
+	Slot            int               `json:"uidSlot"`
+	Pid             int               `json:"pid"`
+	PidStart        uint64            `json:"pidStartTime"` // /proc/<pid>/stat field 22: guards against pid reuse
+	CgroupPaths     map[string]string `json:"cgroupPaths"`
+	Command         []string          `json:"command"`
+	Resources       runtime.Resources `json:"resources"`
+	Labels          map[string]string `json:"labels,omitempty"`
+	NoNewPrivileges bool              `json:"noNewPrivileges"`
 }
 
 func (r *record) hostUID() int { return uidBase + r.Slot*uidRange }

@@ -1,0 +1,39 @@
+#!/bin/sh
+# Sets up Hutch on a Debian 12 machine, as root: the Debian packages it
+# needs, the hutch binary (/usr/local/bin/hutch) and the base template.
+# Safe to re-run: every step is skipped when already done.
+set -eu
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" != 0 ]; then
+	echo "setup: run as root (sandboxes need namespaces, cgroups and mounts)" >&2
+	exit 1
+fi
+
+# Debian packages: debootstrap builds templates; the rest are usually there.
+pkgs="debootstrap ca-certificates util-linux mount"
+missing=""
+for p in $pkgs; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+	echo "==> installing Debian packages:$missing"
+	apt-get update -q
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $missing
+fi
+
+# Go: the machine's toolchain; a Go >= 1.21 fetches the exact version go.mod
+# asks for from the module proxy by itself.
+GO=$(command -v go || true)
+[ -n "$GO" ] || GO=/usr/local/go/bin/go
+if ! [ -x "$GO" ]; then
+	echo "setup: Go is not installed; install Go 1.21 or newer (e.g. into /usr/local/go)" >&2
+	exit 1
+fi
+
+echo "==> building hutch"
+CGO_ENABLED=0 "$GO" build -trimpath -o /usr/local/bin/hutch.new ./cmd/hutch
+mv /usr/local/bin/hutch.new /usr/local/bin/hutch
+
+echo "==> building the base template (cached: quick when the recipe is unchanged)"
+/usr/local/bin/hutch template build base

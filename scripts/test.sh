@@ -1,0 +1,21 @@
+#!/bin/sh
+# Runs Hutch's whole test suite, as root on a real kernel: set-up (idempotent),
+# static checks, unit tests of every package and the end-to-end tests in
+# test/, which drive the real binary.
+set -eu
+cd "$(dirname "$0")/.."
+./scripts/setup.sh
+
+GO=$(command -v go || echo /usr/local/go/bin/go)
+export CGO_ENABLED=0
+
+echo "==> gofmt, go vet"
+unformatted=$(gofmt -l $(git ls-files '*.go'))
+if [ -n "$unformatted" ]; then
+	echo "gofmt needed on: $unformatted" >&2
+	exit 1
+fi
+"$GO" vet ./...
+
+echo "==> go test"
+"$GO" test -count=1 -timeout 15m ./...
