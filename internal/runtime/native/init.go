@@ -530,14 +530,14 @@ func lookPath(file, path string) (string, error) {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("exec: %q: executable file not found in $PATH: %w", file, errdefs.ErrNotFound)
+	return "", &initError{msg: fmt.Sprintf("exec: %q: executable file not found in $PATH", file), class: errdefs.ErrNotFound}
 }
 
 func notFound(file string, err error) error {
 	if errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("exec: %q: no such file or directory: %w", file, errdefs.ErrNotFound)
+		return &initError{msg: fmt.Sprintf("exec: %q: no such file or directory", file), class: errdefs.ErrNotFound}
 	}
-	return fmt.Errorf("exec: %q: %v: %w", file, err, errdefs.ErrInvalidArgument)
+	return &initError{msg: fmt.Sprintf("exec: %q: %v", file, err), class: errdefs.ErrInvalidArgument}
 }
 
 func envValue(env []string, key string) string {

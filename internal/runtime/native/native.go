@@ -297,7 +297,7 @@ func (rt *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.San
 		return nil, fmt.Errorf("sandbox init: %w", initDied(cmd, err))
 	}
 	if started.Type == msgError {
-		return nil, fmt.Errorf("%s: %w", started.Error, errorClass(started.Class))
+		return nil, &initError{msg: started.Error, class: errorClass(started.Class)}
 	}
 	if started.Type != msgStarted {
 		return nil, fmt.Errorf("sandbox init: unexpected message %q", started.Type)
@@ -631,6 +631,16 @@ const (
 	msgError   = "error"
 	msgExited  = "exited"
 )
+
+// initError is a failure reported by a sandbox's init. Its text is the
+// init's own; errors.Is sees its errdefs class.
+type initError struct {
+	msg   string
+	class error
+}
+
+func (e *initError) Error() string { return e.msg }
+func (e *initError) Unwrap() error { return e.class }
 
 // errorClass maps an init error's class back to an errdefs error.
 func errorClass(c string) error {

@@ -1,0 +1,240 @@
+// Package runtimetest is the conformance suite every runtime backend must
+// pass: the behaviour of runtime.Runtime and runtime.Sandbox that callers
+// rely on, checked against a real backend (containerd's SnapshotterSuite
+// is the model).
+package runtimetest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hutch-sandbox/hutch/internal/errdefs"
+	"github.com/hutch-sandbox/hutch/internal/runtime"
+)
+
+// Run runs the suite. newRuntime returns a fresh runtime whose sandboxes can
+// be made from template (which must have /bin/sh, a "user" account and the
+// usual coreutils).
+func Run(t *testing.T, newRuntime func(t *testing.T) runtime.Runtime, template string) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, rt runtime.Runtime, tpl string)
+	}{
+		{"ExitStatus", testExitStatus},
+		{"Streams", testStreams},
+		{"Signal", testSignal},
+		{"LoadListDelete", testLoadListDelete},
+		{"InvalidSpec", testInvalidSpec},
+		{"UnknownTemplate", testUnknownTemplate},
+		{"Concurrent", testConcurrent},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newRuntime(t), template) })
+	}
+}
+
+func ctxFor(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// create makes a sandbox and deletes it when the test ends.
+func create(t *testing.T, rt runtime.Runtime, spec runtime.Spec) runtime.Sandbox {
+	t.Helper()
+	sbx, err := rt.Create(ctxFor(t), spec)
+	if err != nil {
+		t.Fatalf("Create(%v): %v", spec.Process.Args, err)
+	}
+	t.Cleanup(func() {
+		if err := sbx.Delete(context.Background()); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			t.Errorf("Delete: %v", err)
+		}
+	})
+	return sbx
+}
+
+func testExitStatus(t *testing.T, rt runtime.Runtime, tpl string) {
+	tests := []struct {
+		script string
+		want   runtime.ExitStatus
+	}{
+		{"exit 0", runtime.ExitStatus{Code: 0}},
+		{"exit 42", runtime.ExitStatus{Code: 42}},
+		{"kill -TERM $$", runtime.ExitStatus{Code: 128 + 15, Signal: syscall.SIGTERM}},
+		{"kill -KILL $$", runtime.ExitStatus{Code: 128 + 9, Signal: syscall.SIGKILL}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.script, func(t *testing.T) {
+			sbx := create(t, rt, runtime.Spec{Template: tpl, Process: runtime.Process{Args: []string{"/bin/sh", "-c", tc.script}, Stdout: &bytes.Buffer{}}})
+			got, err := sbx.Wait(ctxFor(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.want {
+				t.Errorf("Wait = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func testStreams(t *testing.T, rt runtime.Runtime, tpl string) {
+	var out, errb bytes.Buffer
+	sbx := create(t, rt, runtime.Spec{Template: tpl, Process: runtime.Process{
+		Args:  []string{"/bin/sh", "-c", `read line; echo "out:$line:$FOO:$(id -un):$(pwd)"; echo err >&2`},
+		Env:   []string{"FOO=bar"},
+		Stdin: strings.NewReader("hello\n"), Stdout: &out, Stderr: &errb,
+	}})
+	if _, err := sbx.Wait(ctxFor(t)); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := out.String(), "out:hello:bar:user:/home/user\n"; got != want {
+		t.Errorf("stdout = %q, want %q", got, want)
+	}
+	if got, want := errb.String(), "err\n"; got != want {
+		t.Errorf("stderr = %q, want %q", got, want)
+	}
+}
+
+func testSignal(t *testing.T, rt runtime.Runtime, tpl string) {
+	var out bytes.Buffer
+	sbx := create(t, rt, runtime.Spec{Template: tpl, Process: runtime.Process{
+		Args:   []string{"/bin/sh", "-c", `trap 'echo got-term; exit 7' TERM; echo ready; while :; do sleep 0.05; done`},
+		Stdout: &out,
+	}})
+	ctx := ctxFor(t)
+	for !strings.Contains(out.String(), "ready") {
+		if ctx.Err() != nil {
+			t.Fatal("process never became ready")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := sbx.Signal(ctx, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	got, err := sbx.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Code != 7 || !strings.Contains(out.String(), "got-term") {
+		t.Errorf("after SIGTERM: exit %+v, output %q; want exit 7 and got-term", got, out.String())
+	}
+}
+
+func testLoadListDelete(t *testing.T, rt runtime.Runtime, tpl string) {
+	ctx := ctxFor(t)
+	sbx := create(t, rt, runtime.Spec{Template: tpl, Labels: map[string]string{"k": "v"}, Process: runtime.Process{Args: []string{"sleep", "1000"}}})
+	again, err := rt.Load(ctx, sbx.ID())
+	if err != nil {
+		t.Fatalf("Load(%s): %v", sbx.ID(), err)
+	}
+	st, err := again.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.State != runtime.StateRunning || st.Pid == 0 || st.Labels["k"] != "v" || st.Template != tpl {
+		t.Errorf("Status = %+v, want running with a pid, label k=v, template %s", st, tpl)
+	}
+	list, err := rt.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, s := range list {
+		found = found || s.ID == sbx.ID()
+	}
+	if !found {
+		t.Errorf("List does not include %s", sbx.ID())
+	}
+	// Delete through the second handle; Wait on the first sees the end.
+	if err := again.Delete(ctx); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	if _, err := sbx.Wait(ctx); err != nil {
+		t.Errorf("Wait after Delete: %v", err)
+	}
+	if _, err := rt.Load(ctx, sbx.ID()); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("Load after Delete = %v, want ErrNotFound", err)
+	}
+	if err := again.Delete(ctx); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("second Delete = %v, want ErrNotFound", err)
+	}
+}
+
+func testInvalidSpec(t *testing.T, rt runtime.Runtime, tpl string) {
+	proc := runtime.Process{Args: []string{"true"}}
+	tests := []struct {
+		name string
+		spec runtime.Spec
+		want error
+	}{
+		{"no command", runtime.Spec{Template: tpl}, errdefs.ErrInvalidArgument},
+		{"tiny memory", runtime.Spec{Template: tpl, Process: proc, Resources: runtime.Resources{MemoryBytes: 1024}}, errdefs.ErrInvalidArgument},
+		{"negative cpus", runtime.Spec{Template: tpl, Process: proc, Resources: runtime.Resources{CPUs: -1}}, errdefs.ErrInvalidArgument},
+		{"too many cpus", runtime.Spec{Template: tpl, Process: proc, Resources: runtime.Resources{CPUs: 100000}}, errdefs.ErrInvalidArgument},
+		{"one pid", runtime.Spec{Template: tpl, Process: proc, Resources: runtime.Resources{Pids: 1}}, errdefs.ErrInvalidArgument},
+		{"bad id", runtime.Spec{ID: "../../etc", Template: tpl, Process: proc}, errdefs.ErrInvalidArgument},
+		{"bad env", runtime.Spec{Template: tpl, Process: runtime.Process{Args: []string{"true"}, Env: []string{"=x"}}}, errdefs.ErrInvalidArgument},
+		{"relative cwd", runtime.Spec{Template: tpl, Process: runtime.Process{Args: []string{"true"}, Cwd: "tmp"}}, errdefs.ErrInvalidArgument},
+		{"missing cwd", runtime.Spec{Template: tpl, Process: runtime.Process{Args: []string{"true"}, Cwd: "/nonexistent"}}, errdefs.ErrInvalidArgument},
+		{"unknown user", runtime.Spec{Template: tpl, Process: runtime.Process{Args: []string{"true"}, User: "nobody-here"}}, errdefs.ErrInvalidArgument},
+		{"missing command", runtime.Spec{Template: tpl, Process: runtime.Process{Args: []string{"no-such-command"}}}, errdefs.ErrNotFound},
+	}
+	before, _ := rt.List(ctxFor(t))
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			sbx, err := rt.Create(ctxFor(t), tc.spec)
+			if err == nil {
+				sbx.Delete(context.Background())
+				t.Fatalf("Create succeeded, want %v", tc.want)
+			}
+			if !errors.Is(err, tc.want) {
+				t.Errorf("Create error = %v, want %v", err, tc.want)
+			}
+		})
+	}
+	// A refused create leaves nothing behind.
+	after, _ := rt.List(ctxFor(t))
+	if len(after) != len(before) {
+		t.Errorf("sandboxes before %d, after failed creates %d", len(before), len(after))
+	}
+}
+
+func testUnknownTemplate(t *testing.T, rt runtime.Runtime, tpl string) {
+	_, err := rt.Create(ctxFor(t), runtime.Spec{Template: "no-such-template", Process: runtime.Process{Args: []string{"true"}}})
+	if !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("Create with unknown template = %v, want ErrNotFound", err)
+	}
+}
+
+func testConcurrent(t *testing.T, rt runtime.Runtime, tpl string) {
+	const n = 8
+	errs := make(chan error, n)
+	for i := 0; i < n; i++ {
+		go func() {
+			ctx := context.Background()
+			var out bytes.Buffer
+			sbx, err := rt.Create(ctx, runtime.Spec{Template: tpl, Process: runtime.Process{Args: []string{"cat", "/proc/self/uid_map"}, Stdout: &out}})
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer sbx.Delete(ctx)
+			st, err := sbx.Wait(ctx)
+			if err == nil && st.Code != 0 {
+				err = errors.New("exit " + st.Error)
+			}
+			errs <- err
+		}()
+	}
+	for i := 0; i < n; i++ {
+		if err := <-errs; err != nil {
+			t.Errorf("concurrent sandbox: %v", err)
+		}
+	}
+}
