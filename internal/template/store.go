@@ -16,7 +16,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"time"
 
@@ -48,10 +47,23 @@ type Store struct {
 	dir string
 }
 
-var validName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
-
-// ValidName reports whether name may name a template.
-func ValidName(name string) bool { return validName.MatchString(name) }
+// ValidName reports whether name may name a template: 1-63 characters of
+// [a-z0-9._-], starting with a letter or digit.
+func ValidName(name string) bool {
+	if len(name) == 0 || len(name) > 63 {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case 'a' <= c && c <= 'z', '0' <= c && c <= '9':
+		case i > 0 && (c == '.' || c == '_' || c == '-'):
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // Open returns the store in dir. The directory need not exist yet.
 func Open(dir string) *Store {

@@ -8,7 +8,8 @@ import (
 	"time"
 
 	"github.com/opencontainers/cgroups"
-	"github.com/opencontainers/cgroups/manager"
+	"github.com/opencontainers/cgroups/fs"
+	"github.com/opencontainers/cgroups/fs2"
 
 	"github.com/hutch-sandbox/hutch/internal/runtime"
 )
@@ -41,7 +42,7 @@ func newCgroup(id string, res runtime.Resources) (cgroups.Manager, error) {
 		r.PidsLimit = &res.Pids
 	}
 	cg := &cgroups.Cgroup{Path: filepath.Join(cgroupParent, id), Resources: r}
-	m, err := manager.New(cg)
+	m, err := newManager(cg, nil)
 	if err != nil {
 		return nil, fmt.Errorf("cgroup manager: %w", err)
 	}
@@ -58,7 +59,17 @@ func newCgroup(id string, res runtime.Resources) (cgroups.Manager, error) {
 
 // loadCgroup rebuilds a manager from paths saved in a sandbox record.
 func loadCgroup(paths map[string]string) (cgroups.Manager, error) {
-	return manager.NewWithPaths(&cgroups.Cgroup{Resources: &cgroups.Resources{SkipDevices: true}}, paths)
+	return newManager(&cgroups.Cgroup{Resources: &cgroups.Resources{SkipDevices: true}}, paths)
+}
+
+// newManager picks the cgroupfs driver for this host, as the library's
+// manager.New does without its systemd driver (which would link D-Bus and
+// the net package into every sandbox's init and slow its start).
+func newManager(cg *cgroups.Cgroup, paths map[string]string) (cgroups.Manager, error) {
+	if cgroups.IsCgroup2UnifiedMode() {
+		return fs2.NewManager(cg, paths[""])
+	}
+	return fs.NewManager(cg, paths)
 }
 
 // destroyCgroup kills whatever is left in the cgroups and removes them.

@@ -95,7 +95,7 @@ func validateSpec(spec *runtime.Spec) error {
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf(format+": %w", append(a, errdefs.ErrInvalidArgument)...)
 	}
-	if spec.ID != "" && !validID.MatchString(spec.ID) {
+	if spec.ID != "" && !validID(spec.ID) {
 		return bad("sandbox id %q must be 3-63 lowercase letters, digits or dashes", spec.ID)
 	}
 	if len(spec.Process.Args) == 0 || spec.Process.Args[0] == "" {

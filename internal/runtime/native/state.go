@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -59,7 +58,21 @@ type record struct {
 
 func (r *record) hostUID() int { return uidBase + r.Slot*uidRange }
 
-var validID = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{2,62}$`)
+// validID reports whether id may name a sandbox: 3-63 characters of
+// [a-z0-9-], starting with a letter or digit. Ids become directory and
+// cgroup names, so nothing else is allowed.
+func validID(id string) bool {
+	if len(id) < 3 || len(id) > 63 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || i > 0 && c == '-') {
+			return false
+		}
+	}
+	return true
+}
 
 // newID returns a random 20-character id in E2B's style.
 func newID() string {
@@ -77,7 +90,7 @@ func newID() string {
 func (rt *Runtime) sandboxDir(id string) string { return filepath.Join(rt.dataDir, "sandboxes", id) }
 
 func (rt *Runtime) readRecord(id string) (*record, error) {
-	if !validID.MatchString(id) {
+	if !validID(id) {
 		return nil, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
 	}
 	b, err := os.ReadFile(filepath.Join(rt.sandboxDir(id), "state.json"))
