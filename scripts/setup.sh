@@ -11,7 +11,7 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 # Debian packages: debootstrap builds templates; the rest are usually there.
-pkgs="debootstrap ca-certificates util-linux mount"
+pkgs="debootstrap ca-certificates util-linux mount e2fsprogs"
 missing=""
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

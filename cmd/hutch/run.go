@@ -18,11 +18,11 @@ import (
 
 func newRunCmd(g *globals) *cobra.Command {
 	var (
-		tpl, memory, user, workdir, network, name string
-		cpus                                      float64
-		pids                                      int64
-		envs                                      []string
-		rm, interactive, tty, detach, noNewPrivs  bool
+		tpl, memory, disk, user, workdir, network, name string
+		cpus                                            float64
+		pids                                            int64
+		envs                                            []string
+		rm, interactive, tty, detach, noNewPrivs        bool
 	)
 	cmd := &cobra.Command{
 		Use:   "run [flags] -- CMD [ARGS...]",
@@ -41,6 +41,10 @@ executed, 127 when CMD is not found, 137 when the sandbox ran out of memory.`,
 			mem, err := units.ParseBytes(memory)
 			if err != nil {
 				return fmt.Errorf("--memory: %w", err)
+			}
+			diskBytes, err := units.ParseBytes(disk)
+			if err != nil {
+				return fmt.Errorf("--disk: %w", err)
 			}
 			switch network {
 			case "none", "default":
@@ -81,7 +85,7 @@ executed, 127 when CMD is not found, 137 when the sandbox ran out of memory.`,
 			}
 			sbx, err := rt.Create(cmd.Context(), runtime.Spec{
 				ID: name, Template: tpl, NoNewPrivileges: noNewPrivs, Process: proc,
-				Resources: runtime.Resources{MemoryBytes: mem, CPUs: cpus, Pids: pids},
+				Resources: runtime.Resources{MemoryBytes: mem, CPUs: cpus, Pids: pids, DiskBytes: diskBytes},
 			})
 			if err != nil {
 				return startError(err)
@@ -137,6 +141,7 @@ executed, 127 when CMD is not found, 137 when the sandbox ran out of memory.`,
 	f.StringVar(&memory, "memory", "512M", "memory limit (K, M, G suffixes; 0 for none)")
 	f.Float64Var(&cpus, "cpus", 1, "CPU limit in cores (0 for none)")
 	f.Int64Var(&pids, "pids", 512, "limit on processes and threads (0 for none)")
+	f.StringVar(&disk, "disk", "0", "size of the writable layer, on a file system of its own (0 for no limit)")
 	f.StringVar(&network, "network", "none", "none or default (for now every sandbox has loopback only)")
 	f.StringVarP(&user, "user", "u", "", "user name or uid[:gid] (default: the template's user)")
 	f.StringArrayVarP(&envs, "env", "e", nil, "set KEY=VALUE (or KEY to copy it from this environment)")

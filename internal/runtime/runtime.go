@@ -82,6 +82,10 @@ type Resources struct {
 	CPUs float64
 	// Pids caps the number of tasks (processes and threads).
 	Pids int64
+	// DiskBytes caps the sandbox's writable layer: writes past it fail with
+	// ENOSPC inside the sandbox. Zero leaves the layer on the host's file
+	// system without a limit.
+	DiskBytes int64
 }
 
 // Process describes a process to run inside a sandbox.

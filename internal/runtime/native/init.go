@@ -70,10 +70,14 @@ func runInit(sock *os.File) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("read config: %w", err)
 	}
-	if len(fds) != 1 {
-		return 0, fmt.Errorf("expected the template mount, got %d fds", len(fds))
+	want := 1
+	if cfg.Disk {
+		want = 2
 	}
-	if err := setupRootfs(&cfg, fds[0]); err != nil {
+	if len(fds) != want {
+		return 0, fmt.Errorf("expected %d mounts, got %d fds", want, len(fds))
+	}
+	if err := setupRootfs(&cfg, fds); err != nil {
 		return 0, err
 	}
 	if err := setupSystem(&cfg); err != nil {
@@ -157,17 +161,32 @@ func supervise(pid int, sigs <-chan os.Signal) runtime.ExitStatus {
 // setupRootfs builds the sandbox's root in its own mount namespace and
 // enters it: overlay(idmapped template, private upper), a fresh /proc and
 // /sys, a minimal /dev; then pivot_root and detach everything of the host.
-func setupRootfs(cfg *initConfig, templateFd int) error {
+func setupRootfs(cfg *initConfig, mountFds []int) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make mounts private: %w", err)
 	}
 	lower := filepath.Join(cfg.Dir, "lower")
 	root := filepath.Join(cfg.Dir, "rootfs")
-	if err := unix.MoveMount(templateFd, "", unix.AT_FDCWD, lower, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+	if err := unix.MoveMount(mountFds[0], "", unix.AT_FDCWD, lower, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 		return fmt.Errorf("attach template: %w", err)
 	}
-	unix.Close(templateFd)
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr,volatile", lower, filepath.Join(cfg.Dir, "upper"), filepath.Join(cfg.Dir, "work"))
+	layer := cfg.Dir
+	if cfg.Disk {
+		// The writable layer lives on the sandbox's own file system.
+		layer = filepath.Join(cfg.Dir, "disk")
+		if err := unix.MoveMount(mountFds[1], "", unix.AT_FDCWD, layer, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+			return fmt.Errorf("attach disk layer: %w", err)
+		}
+		for _, d := range []string{"upper", "work"} {
+			if err := os.Mkdir(filepath.Join(layer, d), 0o755); err != nil {
+				return fmt.Errorf("disk layer: %w", err)
+			}
+		}
+	}
+	for _, fd := range mountFds {
+		unix.Close(fd)
+	}
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr,volatile", lower, filepath.Join(layer, "upper"), filepath.Join(layer, "work"))
 	if err := unix.Mount("overlay", root, "overlay", 0, opts); err != nil {
 		return fmt.Errorf("mount overlay root: %w", err)
 	}

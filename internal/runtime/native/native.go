@@ -111,6 +111,8 @@ func validateSpec(spec *runtime.Spec) error {
 		return bad("cpu limit %g exceeds the host's %d CPUs", r.CPUs, numCPU())
 	case r.Pids < 0 || (r.Pids > 0 && r.Pids < minPids):
 		return bad("pids limit %d is below the minimum of %d", r.Pids, minPids)
+	case r.DiskBytes < 0 || (r.DiskBytes > 0 && r.DiskBytes < minDisk):
+		return bad("disk limit %d bytes is below the minimum of %d MiB", r.DiskBytes, minDisk>>20)
 	}
 	for _, e := range spec.Process.Env {
 		if k, _, ok := strings.Cut(e, "="); !ok || k == "" {
@@ -139,8 +141,8 @@ func numCPU() int {
 //	parent                                   init (pid 1 in new namespaces)
 //	clone(user,pid,mnt,uts,ipc,net); Go
 //	writes uid_map/gid_map before exec ──►   starts, blocks reading fd 3
-//	idmapped template mount
-//	initConfig + [template mount fd] ─────►  overlay, /proc, /dev, pivot_root,
+//	idmapped template mount [, disk layer]
+//	initConfig + [mount fds] ─────────────►  overlay, /proc, /dev, pivot_root,
 //	join cgroups (meanwhile)                 hostname, lo; then waits
 //	{joined} ─────────────────────────────►  cgroupns, caps, seccomp, exec
 //	                                ◄─────── {started, pid} [+ pty master fd]
@@ -190,7 +192,7 @@ func (rt *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.San
 		NoNewPrivileges: spec.NoNewPrivileges,
 	}
 	hostID := rec.hostUID()
-	for _, sub := range []string{"lower", "rootfs", "upper", "work"} {
+	for _, sub := range []string{"lower", "rootfs", "upper", "work", "disk"} {
 		p := filepath.Join(dir, sub)
 		if err := os.Mkdir(p, 0o755); err != nil {
 			return nil, fmt.Errorf("sandbox dir: %w", err)
@@ -271,15 +273,24 @@ func (rt *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.San
 	if err != nil {
 		return nil, err
 	}
+	defer unix.Close(tfd)
+	mounts := []int{tfd}
+	if spec.Resources.DiskBytes > 0 {
+		dfd, err := diskLayer(filepath.Join(dir, "disk.img"), spec.Resources.DiskBytes, hostID)
+		if err != nil {
+			return nil, err
+		}
+		defer unix.Close(dfd)
+		mounts = append(mounts, dfd)
+	}
 	cfg := initConfig{
 		ID: spec.ID, Hostname: spec.Hostname, Dir: dir,
 		DefaultUser: tpl.DefaultUser, NoNewPrivileges: spec.NoNewPrivileges,
+		Disk: spec.Resources.DiskBytes > 0,
 		Args: spec.Process.Args, Env: spec.Process.Env, User: spec.Process.User, Cwd: spec.Process.Cwd,
 		Terminal: spec.Process.Terminal, Rows: spec.Process.ConsoleSize.Rows, Cols: spec.Process.ConsoleSize.Cols,
 	}
-	err = sendMsg(sock, cfg, tfd)
-	unix.Close(tfd)
-	if err != nil {
+	if err := sendMsg(sock, cfg, mounts...); err != nil {
 		return nil, fmt.Errorf("configure sandbox init: %w", err)
 	}
 	// Moving a task between v1 cgroups costs ~0.5 ms per hierarchy (an RCU
@@ -607,6 +618,7 @@ type initConfig struct {
 	Dir             string   `json:"dir"` // host path of the sandbox directory
 	DefaultUser     string   `json:"defaultUser"`
 	NoNewPrivileges bool     `json:"noNewPrivileges"`
+	Disk            bool     `json:"disk"` // a disk layer mount follows the template's
 	Args            []string `json:"args"`
 	Env             []string `json:"env"`
 	User            string   `json:"user"`

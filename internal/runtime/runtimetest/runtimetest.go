@@ -32,6 +32,7 @@ func Run(t *testing.T, newRuntime func(t *testing.T) runtime.Runtime, template s
 		{"InvalidSpec", testInvalidSpec},
 		{"UnknownTemplate", testUnknownTemplate},
 		{"Concurrent", testConcurrent},
+		{"DiskLimit", testDiskLimit},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newRuntime(t), template) })
@@ -178,6 +179,7 @@ func testInvalidSpec(t *testing.T, rt runtime.Runtime, tpl string) {
 		{"negative cpus", runtime.Spec{Template: tpl, Process: proc, Resources: runtime.Resources{CPUs: -1}}, errdefs.ErrInvalidArgument},
 		{"too many cpus", runtime.Spec{Template: tpl, Process: proc, Resources: runtime.Resources{CPUs: 100000}}, errdefs.ErrInvalidArgument},
 		{"one pid", runtime.Spec{Template: tpl, Process: proc, Resources: runtime.Resources{Pids: 1}}, errdefs.ErrInvalidArgument},
+		{"tiny disk", runtime.Spec{Template: tpl, Process: proc, Resources: runtime.Resources{DiskBytes: 1 << 20}}, errdefs.ErrInvalidArgument},
 		{"bad id", runtime.Spec{ID: "../../etc", Template: tpl, Process: proc}, errdefs.ErrInvalidArgument},
 		{"bad env", runtime.Spec{Template: tpl, Process: runtime.Process{Args: []string{"true"}, Env: []string{"=x"}}}, errdefs.ErrInvalidArgument},
 		{"relative cwd", runtime.Spec{Template: tpl, Process: runtime.Process{Args: []string{"true"}, Cwd: "tmp"}}, errdefs.ErrInvalidArgument},
@@ -236,5 +238,26 @@ func testConcurrent(t *testing.T, rt runtime.Runtime, tpl string) {
 		if err := <-errs; err != nil {
 			t.Errorf("concurrent sandbox: %v", err)
 		}
+	}
+}
+
+func testDiskLimit(t *testing.T, rt runtime.Runtime, tpl string) {
+	var out, errb bytes.Buffer
+	// Write 128 MiB into a 64 MiB layer, then show that the sandbox still
+	// works (deleting frees the space).
+	sbx := create(t, rt, runtime.Spec{Template: tpl, Resources: runtime.Resources{DiskBytes: 64 << 20}, Process: runtime.Process{
+		Args:   []string{"/bin/sh", "-c", `dd if=/dev/zero of=/tmp/big bs=1M count=128 2>&1; echo "size=$(($(stat -c %s /tmp/big) >> 20))"; rm /tmp/big; echo fine > /tmp/small && cat /tmp/small`},
+		Stdout: &out, Stderr: &errb,
+	}})
+	st, err := sbx.Wait(ctxFor(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := out.String()
+	if !strings.Contains(got, "No space left on device") {
+		t.Errorf("writing past the disk limit did not fail with ENOSPC:\n%s", got)
+	}
+	if strings.Contains(got, "size=128") || !strings.Contains(got, "fine") || st.Code != 0 {
+		t.Errorf("exit %+v, output:\n%s\nwant a truncated file and a working sandbox afterwards", st, got)
 	}
 }
