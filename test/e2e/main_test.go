@@ -41,7 +41,9 @@ func testMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	hutchBin = filepath.Join(tmp, "hutch")
+	// Not beside the data dir: the runtime executes sandboxes' init through a
+	// read-only overlay of the binary's directory, whose layers must not nest.
+	hutchBin = filepath.Join(tmp, "bin", "hutch")
 	build := exec.Command("go", "build", "-o", hutchBin, "../../cmd/hutch")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
@@ -59,7 +61,6 @@ func testMain(m *testing.M) int {
 	}
 	code := m.Run()
 	// Whatever a failed test left behind must not outlive the run.
-	exec.Command(hutchBin, "--data-dir", dataDir, "--templates", templates, "ps", "-q").Run()
 	if out, err := exec.Command(hutchBin, "--data-dir", dataDir, "--templates", templates, "ps", "-q").Output(); err == nil {
 		for _, id := range strings.Fields(string(out)) {
 			exec.Command(hutchBin, "--data-dir", dataDir, "--templates", templates, "rm", id).Run()
