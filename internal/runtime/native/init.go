@@ -48,6 +48,13 @@ func init() {
 // Runtime.Create starts it with the file descriptors it expects. It never
 // returns.
 func Init() {
+	// The descriptors the parent passed are not close-on-exec, and Go's
+	// ForkExec closes nothing that is not: mark every inherited descriptor
+	// so none of them (the sync socket, the exit file on the host) can ever
+	// reach a sandbox process (the CVE-2024-21626 class).
+	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		os.Exit(1)
+	}
 	sock := os.NewFile(fdSync, "sync")
 	code, err := runInit(sock)
 	if err != nil {

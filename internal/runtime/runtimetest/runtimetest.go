@@ -33,6 +33,7 @@ func Run(t *testing.T, newRuntime func(t *testing.T) runtime.Runtime, template s
 		{"UnknownTemplate", testUnknownTemplate},
 		{"Concurrent", testConcurrent},
 		{"DiskLimit", testDiskLimit},
+		{"OnlyStdioDescriptors", testOnlyStdio},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newRuntime(t), template) })
@@ -259,5 +260,23 @@ func testDiskLimit(t *testing.T, rt runtime.Runtime, tpl string) {
 	}
 	if strings.Contains(got, "size=128") || !strings.Contains(got, "fine") || st.Code != 0 {
 		t.Errorf("exit %+v, output:\n%s\nwant a truncated file and a working sandbox afterwards", st, got)
+	}
+}
+
+// testOnlyStdio checks that the first process inherits nothing but its three
+// standard streams: no descriptor of the runtime's own leaks into a sandbox.
+func testOnlyStdio(t *testing.T, rt runtime.Runtime, tpl string) {
+	for _, terminal := range []bool{false, true} {
+		var out bytes.Buffer
+		// ls opens /proc/self/fd itself, as descriptor 3.
+		sbx := create(t, rt, runtime.Spec{Template: tpl, Process: runtime.Process{
+			Args: []string{"/bin/ls", "/proc/self/fd"}, Terminal: terminal, Stdin: strings.NewReader(""), Stdout: &out, Stderr: &out,
+		}})
+		if _, err := sbx.Wait(ctxFor(t)); err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Fields(out.String()); strings.Join(got, " ") != "0 1 2 3" {
+			t.Errorf("terminal=%v: descriptors of the first process = %v, want [0 1 2 3] (3 is ls's own)", terminal, got)
+		}
 	}
 }
