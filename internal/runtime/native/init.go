@@ -55,8 +55,16 @@ func Init() {
 	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
 		os.Exit(1)
 	}
+	// Catching every signal costs a few ms (Go starts a signal thread); do it
+	// while the set-up below waits on the parent.
+	sigs := make(chan os.Signal, 64)
+	notified := make(chan struct{})
+	go func() {
+		signal.Notify(sigs)
+		close(notified)
+	}()
 	sock := os.NewFile(fdSync, "sync")
-	code, err := runInit(sock)
+	code, err := runInit(sock, sigs, notified)
 	if err != nil {
 		class := "internal"
 		switch {
@@ -71,7 +79,7 @@ func Init() {
 	os.Exit(code)
 }
 
-func runInit(sock *os.File) (int, error) {
+func runInit(sock *os.File, sigs <-chan os.Signal, notified <-chan struct{}) (int, error) {
 	var cfg initConfig
 	fds, err := recvMsg(sock, &cfg)
 	if err != nil {
@@ -104,8 +112,7 @@ func runInit(sock *os.File) (int, error) {
 	// Every signal is caught: the kernel then delivers signals sent from
 	// inside the sandbox to its init, and Go's default actions (exit, crash)
 	// never apply to PID 1.
-	sigs := make(chan os.Signal, 64)
-	signal.Notify(sigs)
+	<-notified
 
 	pid, console, err := proc.start()
 	if err != nil {

@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -241,13 +240,20 @@ func (rt *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.San
 	defer child.Close()
 	undo.add(func() { sock.Close() })
 
-	cmd := &exec.Cmd{
-		Path: "/proc/self/fd/" + strconv.Itoa(int(self.Fd())),
-		Args: []string{initArg0},
+	devNull, err := os.Open(os.DevNull)
+	if err != nil {
+		return nil, err
+	}
+	defer devNull.Close()
+	// syscall.StartProcess rather than os/exec: the latter's first use in a
+	// process forks a throwaway child to probe for pidfd support, which
+	// costs as much as starting the init itself.
+	attr := &syscall.ProcAttr{
 		// The init gets no environment from the host: nothing to leak.
-		Env:        []string{"GOMAXPROCS=1", "GOGC=50"},
-		ExtraFiles: []*os.File{child, sio.childIn, sio.childOut, sio.childErr, exitFile}, // fds 3..7
-		SysProcAttr: &syscall.SysProcAttr{
+		Env: []string{"GOMAXPROCS=1", "GOGC=50"},
+		Files: []uintptr{devNull.Fd(), devNull.Fd(), devNull.Fd(), // the init's own stdio
+			child.Fd(), sio.childIn.Fd(), sio.childOut.Fd(), sio.childErr.Fd(), exitFile.Fd()}, // fds 3..7
+		Sys: &syscall.SysProcAttr{
 			Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID |
 				syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC | syscall.CLONE_NEWNET,
 			UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: hostID, Size: uidRange}},
@@ -261,13 +267,14 @@ func (rt *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.San
 			Setsid: true,
 		},
 	}
-	if err := cmd.Start(); err != nil {
+	pid, _, err := syscall.StartProcess("/proc/self/fd/"+strconv.Itoa(int(self.Fd())), []string{initArg0}, attr)
+	if err != nil {
 		return nil, fmt.Errorf("start sandbox init: %w", err)
 	}
-	pid := cmd.Process.Pid
+	initProc := &initProcess{pid: pid}
 	undo.add(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
+		unix.Kill(pid, unix.SIGKILL)
+		initProc.wait()
 	})
 	tfd, err := idmappedTree(tpl.RootFS, pid)
 	if err != nil {
@@ -300,12 +307,12 @@ func (rt *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.San
 		return nil, fmt.Errorf("join cgroups: %w", err)
 	}
 	if err := sendMsg(sock, initMsg{Type: msgJoined}); err != nil {
-		return nil, fmt.Errorf("sandbox init: %w", initDied(cmd, err))
+		return nil, fmt.Errorf("sandbox init: %w", initDied(initProc, err))
 	}
 	var started initMsg
 	pfds, err := recvMsg(sock, &started)
 	if err != nil {
-		return nil, fmt.Errorf("sandbox init: %w", initDied(cmd, err))
+		return nil, fmt.Errorf("sandbox init: %w", initDied(initProc, err))
 	}
 	if started.Type == msgError {
 		return nil, &initError{msg: started.Error, class: errorClass(started.Class)}
@@ -320,7 +327,7 @@ func (rt *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.San
 	if err := rt.writeRecord(rec); err != nil {
 		return nil, err
 	}
-	s := &sandbox{rt: rt, id: spec.ID, cmd: cmd, sock: sock, done: make(chan struct{})}
+	s := &sandbox{rt: rt, id: spec.ID, init: initProc, sock: sock, done: make(chan struct{})}
 	if spec.Process.Terminal {
 		if len(pfds) != 1 {
 			return nil, errors.New("sandbox init: no console received")
@@ -333,15 +340,37 @@ func (rt *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.San
 	return s, nil
 }
 
-// initDied explains a broken sync socket by how the init ended.
-func initDied(cmd *exec.Cmd, err error) error {
-	if errors.Is(err, io.EOF) {
-		if werr := cmd.Wait(); werr != nil {
-			return fmt.Errorf("init died during set-up: %v", werr)
+// initProcess is a sandbox init started by this process, which must reap it.
+type initProcess struct {
+	pid    int
+	once   sync.Once
+	status unix.WaitStatus
+}
+
+// wait reaps the init once and returns how it ended.
+func (p *initProcess) wait() unix.WaitStatus {
+	p.once.Do(func() {
+		for {
+			_, err := unix.Wait4(p.pid, &p.status, 0, nil)
+			if err != unix.EINTR {
+				return
+			}
 		}
-		return errors.New("init exited during set-up")
+	})
+	return p.status
+}
+
+// initDied explains a broken sync socket by how the init ended.
+func initDied(p *initProcess, err error) error {
+	if !errors.Is(err, io.EOF) {
+		return err
 	}
-	return err
+	switch ws := p.wait(); {
+	case ws.Signaled():
+		return fmt.Errorf("init died during set-up: %v", ws.Signal())
+	default:
+		return fmt.Errorf("init exited during set-up with status %d", ws.ExitStatus())
+	}
 }
 
 // idmappedTree returns a detached mount of rootfs whose ids are shifted
@@ -432,7 +461,7 @@ type sandbox struct {
 	rt *Runtime
 	id string
 
-	cmd     *exec.Cmd // nil for handles from Load
+	init    *initProcess // nil for handles from Load
 	sock    *os.File
 	console *os.File
 	done    chan struct{} // closed once the first process's exit is known
@@ -463,7 +492,7 @@ func (s *sandbox) watch(sio *stdio) {
 		}
 	}
 	sio.wait()
-	s.cmd.Wait()
+	s.init.wait()
 	s.sock.Close()
 	if s.console != nil {
 		s.console.Close()
