@@ -107,6 +107,8 @@ type Process struct {
 	// Stdin, Stdout and Stderr are copied to and from the process through
 	// pipes, never passed in as host file descriptors. Nil Stdin reads
 	// /dev/null. With all three nil the output goes to the sandbox's log.
+	// As with os/exec, when Stdout and Stderr are the same comparable
+	// writer, at most one goroutine at a time calls its Write.
 	Stdin          io.Reader
 	Stdout, Stderr io.Writer
 }

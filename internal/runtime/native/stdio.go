@@ -56,10 +56,26 @@ func newStdio(p *runtime.Process, logPath string) (*stdio, error) {
 	if s.childOut, err = s.output(p.Stdout); err != nil {
 		return nil, fmt.Errorf("stdout: %w", err)
 	}
+	if p.Stdout != nil && sameWriter(p.Stdout, p.Stderr) {
+		// One writer, one pipe: as os/exec does, so that a writer that is
+		// not safe for concurrent use is written by one goroutine only.
+		s.childErr = s.childOut
+		return s, nil
+	}
 	if s.childErr, err = s.output(p.Stderr); err != nil {
 		return nil, fmt.Errorf("stderr: %w", err)
 	}
 	return s, nil
+}
+
+// sameWriter reports whether a and b are the same comparable writer.
+func sameWriter(a, b io.Writer) (same bool) {
+	defer func() {
+		if recover() != nil {
+			same = false // uncomparable dynamic types
+		}
+	}()
+	return a == b
 }
 
 func (s *stdio) output(w io.Writer) (*os.File, error) {

@@ -272,11 +272,12 @@ func testOnlyStdio(t *testing.T, rt runtime.Runtime, tpl string) {
 		sbx := create(t, rt, runtime.Spec{Template: tpl, Process: runtime.Process{
 			Args: []string{"/bin/ls", "/proc/self/fd"}, Terminal: terminal, Stdin: strings.NewReader(""), Stdout: &out, Stderr: &out,
 		}})
-		if _, err := sbx.Wait(ctxFor(t)); err != nil {
+		st, err := sbx.Wait(ctxFor(t))
+		if err != nil {
 			t.Fatal(err)
 		}
 		if got := strings.Fields(out.String()); strings.Join(got, " ") != "0 1 2 3" {
-			t.Errorf("terminal=%v: descriptors of the first process = %v, want [0 1 2 3] (3 is ls's own)", terminal, got)
+			t.Errorf("terminal=%v: descriptors of the first process = %v, want [0 1 2 3] (3 is ls's own); exit %+v", terminal, got, st)
 		}
 	}
 }
