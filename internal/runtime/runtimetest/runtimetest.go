@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -103,8 +104,26 @@ func testStreams(t *testing.T, rt runtime.Runtime, tpl string) {
 	}
 }
 
+// lockedBuffer is a bytes.Buffer that may be read while a sandbox writes it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
 func testSignal(t *testing.T, rt runtime.Runtime, tpl string) {
-	var out bytes.Buffer
+	var out lockedBuffer
 	sbx := create(t, rt, runtime.Spec{Template: tpl, Process: runtime.Process{
 		Args:   []string{"/bin/sh", "-c", `trap 'echo got-term; exit 7' TERM; echo ready; while :; do sleep 0.05; done`},
 		Stdout: &out,
