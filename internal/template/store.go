@@ -27,11 +27,11 @@ const DefaultDir = "/var/lib/hutch/templates"
 
 // Config is the metadata stored beside a template's root filesystem.
 type Config struct {
-	Name           string    `json:"name"`
-	DefaultUser    string    `json:"defaultUser"`
-	DefaultWorkdir string    `json:"defaultWorkdir"`
-	RecipeHash     string    `json:"recipeHash"`
-	Built          time.Time `json:"built"`
+	Name           string    `json:"name"`           // the template's name in its store
+	DefaultUser    string    `json:"defaultUser"`    // user sandboxes run as unless told otherwise
+	DefaultWorkdir string    `json:"defaultWorkdir"` // that user's working directory
+	RecipeHash     string    `json:"recipeHash"`     // sha256 of the recipe it was built from
+	Built          time.Time `json:"built"`          // when the build finished (UTC)
 }
 
 // Template is one built template in a store.

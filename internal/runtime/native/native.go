@@ -441,7 +441,12 @@ func (rt *Runtime) status(rec *record) runtime.Status {
 		return st
 	}
 	st.Exit = rt.readExit(rec.ID)
-	if st.Exit == nil {
+	switch {
+	case st.Exit != nil:
+	case rec.Pid == 0:
+		// Being created right now, or its creator died half-way.
+		st.Exit = &runtime.ExitStatus{Code: 255, Error: "sandbox set-up has not finished"}
+	default:
 		st.Exit = &runtime.ExitStatus{Code: 255, Error: "sandbox init ended without reporting an exit status"}
 	}
 	if cg, err := loadCgroup(rec.CgroupPaths); err == nil {
