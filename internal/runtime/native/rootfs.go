@@ -1,0 +1,216 @@
+package native
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+)
+
+// setupRootfs builds the sandbox's root in its own mount namespace and
+// enters it: overlay(idmapped template, private upper), a fresh /proc and
+// /sys, a minimal /dev; then pivot_root and detach everything of the host.
+func setupRootfs(cfg *initConfig, mountFds []int) error {
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make mounts private: %w", err)
+	}
+	lower := filepath.Join(cfg.Dir, "lower")
+	root := filepath.Join(cfg.Dir, "rootfs")
+	if err := unix.MoveMount(mountFds[0], "", unix.AT_FDCWD, lower, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("attach template: %w", err)
+	}
+	layer := cfg.Dir
+	if cfg.Disk {
+		// The writable layer lives on the sandbox's own file system.
+		layer = filepath.Join(cfg.Dir, "disk")
+		if err := unix.MoveMount(mountFds[1], "", unix.AT_FDCWD, layer, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+			return fmt.Errorf("attach disk layer: %w", err)
+		}
+		for _, d := range []string{"upper", "work"} {
+			if err := os.Mkdir(filepath.Join(layer, d), 0o755); err != nil {
+				return fmt.Errorf("disk layer: %w", err)
+			}
+		}
+	}
+	for _, fd := range mountFds {
+		unix.Close(fd)
+	}
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr,volatile", lower, filepath.Join(layer, "upper"), filepath.Join(layer, "work"))
+	if err := unix.Mount("overlay", root, "overlay", 0, opts); err != nil {
+		return fmt.Errorf("mount overlay root: %w", err)
+	}
+
+	const noexec = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
+	type mnt struct {
+		src, target, fstype string
+		flags               uintptr
+		data                string
+	}
+	mounts := []mnt{
+		{"proc", "proc", "proc", noexec, ""},
+		{"sysfs", "sys", "sysfs", noexec | unix.MS_RDONLY, ""},
+		{"tmpfs", "dev", "tmpfs", unix.MS_NOSUID | unix.MS_STRICTATIME, "mode=755,size=65536k"},
+		{"devpts", "dev/pts", "devpts", unix.MS_NOSUID | unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620,gid=5"},
+		{"tmpfs", "dev/shm", "tmpfs", unix.MS_NOSUID | unix.MS_NODEV, "mode=1777,size=65536k"},
+		{"mqueue", "dev/mqueue", "mqueue", noexec, ""},
+	}
+	for _, m := range mounts {
+		target := filepath.Join(root, m.target)
+		if err := os.MkdirAll(target, 0o755); err != nil {
+			return fmt.Errorf("mkdir %s: %w", m.target, err)
+		}
+		if err := unix.Mount(m.src, target, m.fstype, m.flags, m.data); err != nil {
+			return fmt.Errorf("mount /%s: %w", m.target, err)
+		}
+	}
+	// A user namespace cannot mknod: bind the few safe devices from the host.
+	for _, d := range []string{"null", "zero", "full", "random", "urandom", "tty"} {
+		target := filepath.Join(root, "dev", d)
+		if err := os.WriteFile(target, nil, 0o666); err != nil {
+			return fmt.Errorf("create /dev/%s: %w", d, err)
+		}
+		if err := unix.Mount("/dev/"+d, target, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind /dev/%s: %w", d, err)
+		}
+	}
+	links := map[string]string{
+		"dev/ptmx": "pts/ptmx", "dev/fd": "/proc/self/fd", "dev/stdin": "/proc/self/fd/0",
+		"dev/stdout": "/proc/self/fd/1", "dev/stderr": "/proc/self/fd/2", "dev/core": "/proc/kcore",
+	}
+	for l, target := range links {
+		if err := os.Symlink(target, filepath.Join(root, l)); err != nil {
+			return fmt.Errorf("symlink /%s: %w", l, err)
+		}
+	}
+	if err := writeEtc(root, cfg.Hostname); err != nil {
+		return err
+	}
+
+	// pivot_root(".", ".") stacks the old root on top of the new one, so it
+	// can be detached without a directory to park it in (runc does the same).
+	if err := unix.Chdir(root); err != nil {
+		return fmt.Errorf("chdir rootfs: %w", err)
+	}
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return fmt.Errorf("pivot_root: %w", err)
+	}
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("detach host root: %w", err)
+	}
+	if err := unix.Chdir("/"); err != nil {
+		return err
+	}
+	return nil
+}
+
+// writeEtc writes the per-sandbox files of /etc into the private layer.
+func writeEtc(root, hostname string) error {
+	files := map[string]string{
+		"etc/hostname":    hostname + "\n",
+		"etc/hosts":       "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t" + hostname + "\n",
+		"etc/resolv.conf": "",
+	}
+	for name, content := range files {
+		p := filepath.Join(root, name)
+		// Replace, never write through: a template symlink must not redirect us.
+		os.Remove(p)
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			return fmt.Errorf("write /%s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// maskedPaths hide kernel information a sandbox has no business reading
+// (Docker's list); readonlyPaths stop writes to kernel knobs.
+var (
+	maskedPaths = []string{
+		"/proc/acpi", "/proc/asound", "/proc/interrupts", "/proc/kcore", "/proc/keys",
+		"/proc/latency_stats", "/proc/sched_debug", "/proc/scsi", "/proc/timer_list",
+		"/proc/timer_stats", "/sys/firmware", "/sys/devices/virtual/powercap",
+	}
+	readonlyPaths = []string{
+		"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
+	}
+)
+
+// setupSystem configures the new namespaces from inside: hostname,
+// loopback, namespaced sysctls, then masks /proc.
+func setupSystem(cfg *initConfig) error {
+	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
+		return fmt.Errorf("sethostname: %w", err)
+	}
+	if err := loopbackUp(); err != nil {
+		return err
+	}
+	// Unprivileged ICMP sockets, so ping works without CAP_NET_RAW.
+	os.WriteFile("/proc/sys/net/ipv4/ping_group_range", []byte("0 2147483647"), 0)
+
+	for _, p := range maskedPaths {
+		fi, err := os.Stat(p)
+		if err != nil {
+			continue
+		}
+		if fi.IsDir() {
+			err = unix.Mount("tmpfs", p, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=0")
+		} else {
+			err = unix.Mount("/dev/null", p, "", unix.MS_BIND, "")
+		}
+		if err != nil {
+			return fmt.Errorf("mask %s: %w", p, err)
+		}
+	}
+	for _, p := range readonlyPaths {
+		if _, err := os.Stat(p); err != nil {
+			continue
+		}
+		if err := unix.Mount(p, p, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("bind %s: %w", p, err)
+		}
+		// A remount must keep the flags the kernel locked on the mount.
+		var st unix.Statfs_t
+		if err := unix.Statfs(p, &st); err != nil {
+			return err
+		}
+		flags := uintptr(unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY) | lockedFlags(st.Flags)
+		if err := unix.Mount(p, p, "", flags, ""); err != nil {
+			return fmt.Errorf("make %s read-only: %w", p, err)
+		}
+	}
+	return nil
+}
+
+func lockedFlags(statfsFlags int64) uintptr {
+	var f uintptr
+	for _, m := range []struct{ st, ms uintptr }{
+		{unix.ST_NOSUID, unix.MS_NOSUID}, {unix.ST_NODEV, unix.MS_NODEV},
+		{unix.ST_NOEXEC, unix.MS_NOEXEC}, {unix.ST_NOATIME, unix.MS_NOATIME},
+		{unix.ST_NODIRATIME, unix.MS_NODIRATIME}, {unix.ST_RELATIME, unix.MS_RELATIME},
+	} {
+		if uintptr(statfsFlags)&m.st != 0 {
+			f |= m.ms
+		}
+	}
+	return f
+}
+
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("loopback: %w", err)
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("loopback flags: %w", err)
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("loopback up: %w", err)
+	}
+	return nil
+}

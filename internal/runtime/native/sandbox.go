@@ -1,0 +1,235 @@
+package native
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hutch-sandbox/hutch/internal/errdefs"
+	"github.com/hutch-sandbox/hutch/internal/runtime"
+	"golang.org/x/sys/unix"
+)
+
+// initProcess is a sandbox init started by this process, which must reap it.
+type initProcess struct {
+	pid    int
+	once   sync.Once
+	status unix.WaitStatus
+}
+
+// wait reaps the init once and returns how it ended.
+func (p *initProcess) wait() unix.WaitStatus {
+	p.once.Do(func() {
+		for {
+			_, err := unix.Wait4(p.pid, &p.status, 0, nil)
+			if err != unix.EINTR {
+				return
+			}
+		}
+	})
+	return p.status
+}
+
+// initDied explains a broken sync socket by how the init ended.
+func initDied(p *initProcess, err error) error {
+	if !errors.Is(err, io.EOF) {
+		return err
+	}
+	switch ws := p.wait(); {
+	case ws.Signaled():
+		return fmt.Errorf("init died during set-up: %v", ws.Signal())
+	default:
+		return fmt.Errorf("init exited during set-up with status %d", ws.ExitStatus())
+	}
+}
+
+// sandbox implements runtime.Sandbox. A handle returned by Create also
+// owns the init as its child and the first process's streams.
+type sandbox struct {
+	rt *Runtime
+	id string
+
+	init    *initProcess // nil for handles from Load
+	sock    *os.File
+	console *os.File
+	done    chan struct{} // closed once the first process's exit is known
+	exit    runtime.ExitStatus
+}
+
+func (s *sandbox) ID() string { return s.id }
+
+func (s *sandbox) Status(ctx context.Context) (runtime.Status, error) {
+	rec, err := s.rt.readRecord(s.id)
+	if err != nil {
+		return runtime.Status{}, err
+	}
+	return s.rt.status(rec), nil
+}
+
+// watch collects the exit message, drains the streams and reaps the init.
+func (s *sandbox) watch(sio *stdio) {
+	var m initMsg
+	_, err := recvMsg(s.sock, &m)
+	switch {
+	case err == nil && m.Type == msgExited && m.Exit != nil:
+		s.exit = *m.Exit
+	default:
+		s.exit = runtime.ExitStatus{Code: 255, Error: "sandbox init died"}
+		if st := s.rt.readExit(s.id); st != nil {
+			s.exit = *st
+		}
+	}
+	sio.wait()
+	s.init.wait()
+	s.sock.Close()
+	if s.console != nil {
+		s.console.Close()
+	}
+	if rec, err := s.rt.readRecord(s.id); err == nil {
+		if cg, err := loadCgroup(rec.CgroupPaths); err == nil {
+			s.exit.OOMKilled = oomKilled(cg)
+		}
+	}
+	close(s.done)
+}
+
+func (s *sandbox) Wait(ctx context.Context) (runtime.ExitStatus, error) {
+	if s.done != nil {
+		select {
+		case <-s.done:
+			return s.exit, nil
+		case <-ctx.Done():
+			return runtime.ExitStatus{}, ctx.Err()
+		}
+	}
+	// Not our child: watch the init through a pidfd.
+	rec, err := s.rt.readRecord(s.id)
+	if err != nil {
+		return runtime.ExitStatus{}, err
+	}
+	fd, err := openInit(rec)
+	if err != nil {
+		return runtime.ExitStatus{}, err
+	}
+	if fd >= 0 {
+		defer unix.Close(fd)
+		if err := waitPidfd(ctx, fd); err != nil {
+			return runtime.ExitStatus{}, err
+		}
+	}
+	return *s.rt.status(rec).Exit, nil
+}
+
+// waitPidfd blocks until the process behind fd exits or ctx ends.
+func waitPidfd(ctx context.Context, fd int) error {
+	for {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, 100)
+		if n > 0 {
+			return nil
+		}
+		if err != nil && err != unix.EINTR {
+			return fmt.Errorf("poll pidfd: %w", err)
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+}
+
+func (s *sandbox) Signal(ctx context.Context, sig syscall.Signal) error {
+	rec, err := s.rt.readRecord(s.id)
+	if err != nil {
+		return err
+	}
+	fd, err := openInit(rec)
+	if err != nil {
+		return err
+	}
+	if fd < 0 {
+		return fmt.Errorf("sandbox %s is not running: %w", s.id, errdefs.ErrNotFound)
+	}
+	defer unix.Close(fd)
+	if err := unix.PidfdSendSignal(fd, sig, nil, 0); err != nil {
+		return fmt.Errorf("signal sandbox %s: %w", s.id, err)
+	}
+	return nil
+}
+
+func (s *sandbox) ResizeConsole(ctx context.Context, size runtime.ConsoleSize) error {
+	if s.console == nil {
+		return fmt.Errorf("sandbox %s has no console: %w", s.id, errdefs.ErrInvalidArgument)
+	}
+	return unix.IoctlSetWinsize(int(s.console.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: size.Rows, Col: size.Cols})
+}
+
+func (s *sandbox) Delete(ctx context.Context) error {
+	rec, err := s.rt.readRecord(s.id)
+	if err != nil {
+		return err
+	}
+	fd, err := openInit(rec)
+	if err != nil {
+		return err
+	}
+	if fd >= 0 {
+		// SIGKILL to a pid namespace's init makes the kernel kill every
+		// process in the namespace before the init itself goes.
+		err := unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
+		if err == nil {
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			err = waitPidfd(wctx, fd)
+			cancel()
+		}
+		unix.Close(fd)
+		if err != nil {
+			return fmt.Errorf("kill sandbox %s: %w", s.id, err)
+		}
+	}
+	if s.done != nil {
+		<-s.done // our child: let watch reap it
+	}
+	if len(rec.CgroupPaths) > 0 {
+		cg, err := loadCgroup(rec.CgroupPaths)
+		if err != nil {
+			return fmt.Errorf("sandbox %s: %w", s.id, err)
+		}
+		if err := destroyCgroup(cg); err != nil {
+			return fmt.Errorf("sandbox %s: %w", s.id, err)
+		}
+	}
+	dir := s.rt.sandboxDir(s.id)
+	// Mounts live only in the sandbox's own mount namespace, which died with
+	// its init. Should one ever be visible here, deleting through it could
+	// reach the template: refuse instead.
+	if m := mountsUnder(dir); len(m) > 0 {
+		return fmt.Errorf("sandbox %s: refusing to remove %s while mounted: %s", s.id, dir, strings.Join(m, ", "))
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("remove sandbox %s: %w", s.id, err)
+	}
+	s.rt.releaseSlot(rec.Slot, rec.ID)
+	return nil
+}
+
+// mountsUnder lists mount points at or below dir in this mount namespace.
+func mountsUnder(dir string) []string {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
+			out = append(out, f[4])
+		}
+	}
+	return out
+}

@@ -1,0 +1,111 @@
+package native
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/hutch-sandbox/hutch/internal/errdefs"
+	"github.com/hutch-sandbox/hutch/internal/runtime"
+	"golang.org/x/sys/unix"
+)
+
+// initConfig is the init's set-up, sent as the first sync message.
+type initConfig struct {
+	ID              string   `json:"id"`
+	Hostname        string   `json:"hostname"`
+	Dir             string   `json:"dir"` // host path of the sandbox directory
+	DefaultUser     string   `json:"defaultUser"`
+	NoNewPrivileges bool     `json:"noNewPrivileges"`
+	Disk            bool     `json:"disk"` // a disk layer mount follows the template's
+	Args            []string `json:"args"`
+	Env             []string `json:"env"`
+	User            string   `json:"user"`
+	Cwd             string   `json:"cwd"`
+	Terminal        bool     `json:"terminal"`
+	Rows            uint16   `json:"rows"`
+	Cols            uint16   `json:"cols"`
+}
+
+// initMsg is every later sync message, in either direction.
+type initMsg struct {
+	Type  string              `json:"type"`
+	Pid   int                 `json:"pid,omitempty"`
+	Error string              `json:"error,omitempty"`
+	Class string              `json:"class,omitempty"` // errdefs class of Error
+	Exit  *runtime.ExitStatus `json:"exit,omitempty"`
+}
+
+const (
+	msgJoined  = "joined"
+	msgStarted = "started"
+	msgError   = "error"
+	msgExited  = "exited"
+)
+
+// initError is a failure reported by a sandbox's init. Its text is the
+// init's own; errors.Is sees its errdefs class.
+type initError struct {
+	msg   string
+	class error
+}
+
+func (e *initError) Error() string { return e.msg }
+
+func (e *initError) Unwrap() error { return e.class }
+
+// errorClass maps an init error's class back to an errdefs error.
+func errorClass(c string) error {
+	switch c {
+	case "invalid":
+		return errdefs.ErrInvalidArgument
+	case "notfound":
+		return errdefs.ErrNotFound
+	}
+	return errdefs.ErrUnavailable
+}
+
+func sendMsg(f *os.File, v any, fds ...int) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	var oob []byte
+	if len(fds) > 0 {
+		oob = unix.UnixRights(fds...)
+	}
+	return unix.Sendmsg(int(f.Fd()), b, oob, nil, 0)
+}
+
+// recvMsg reads one message and any file descriptors sent with it.
+func recvMsg(f *os.File, v any) ([]int, error) {
+	buf := make([]byte, 1<<16)
+	oob := make([]byte, unix.CmsgSpace(4*4))
+	n, oobn, _, _, err := unix.Recvmsg(int(f.Fd()), buf, oob, unix.MSG_CMSG_CLOEXEC)
+	if err != nil {
+		return nil, err
+	}
+	if n == 0 {
+		return nil, io.EOF
+	}
+	var fds []int
+	if oobn > 0 {
+		msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range msgs {
+			if r, err := unix.ParseUnixRights(&m); err == nil {
+				fds = append(fds, r...)
+			}
+		}
+	}
+	if err := json.Unmarshal(buf[:n], v); err != nil {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		return nil, fmt.Errorf("bad sync message: %w", err)
+	}
+	return fds, nil
+}
