@@ -109,11 +109,7 @@ func (s *sandbox) Wait(ctx context.Context) (runtime.ExitStatus, error) {
 		}
 	}
 	// Not our child: watch the init through a pidfd.
-	rec, err := s.rt.readRecord(s.id)
-	if err != nil {
-		return runtime.ExitStatus{}, err
-	}
-	fd, err := openInit(rec)
+	rec, fd, err := s.openInit()
 	if err != nil {
 		return runtime.ExitStatus{}, err
 	}
@@ -143,12 +139,19 @@ func waitPidfd(ctx context.Context, fd int) error {
 	}
 }
 
-func (s *sandbox) Signal(ctx context.Context, sig syscall.Signal) error {
+// openInit reads the sandbox's record and opens a pidfd for its init,
+// which is -1 when the init no longer runs.
+func (s *sandbox) openInit() (*record, int, error) {
 	rec, err := s.rt.readRecord(s.id)
 	if err != nil {
-		return err
+		return nil, -1, err
 	}
 	fd, err := openInit(rec)
+	return rec, fd, err
+}
+
+func (s *sandbox) Signal(ctx context.Context, sig syscall.Signal) error {
+	_, fd, err := s.openInit()
 	if err != nil {
 		return err
 	}
@@ -170,11 +173,7 @@ func (s *sandbox) ResizeConsole(ctx context.Context, size runtime.ConsoleSize) e
 }
 
 func (s *sandbox) Delete(ctx context.Context) error {
-	rec, err := s.rt.readRecord(s.id)
-	if err != nil {
-		return err
-	}
-	fd, err := openInit(rec)
+	rec, fd, err := s.openInit()
 	if err != nil {
 		return err
 	}
