@@ -35,6 +35,7 @@ func Run(t *testing.T, newRuntime func(t *testing.T) runtime.Runtime, template s
 		{"Concurrent", testConcurrent},
 		{"DiskLimit", testDiskLimit},
 		{"OnlyStdioDescriptors", testOnlyStdio},
+		{"ReapsOrphans", testReapsOrphans},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newRuntime(t), template) })
@@ -298,5 +299,21 @@ func testOnlyStdio(t *testing.T, rt runtime.Runtime, tpl string) {
 		if got := strings.Fields(out.String()); strings.Join(got, " ") != "0 1 2 3" {
 			t.Errorf("terminal=%v: descriptors of the first process = %v, want [0 1 2 3] (3 is ls's own); exit %+v", terminal, got, st)
 		}
+	}
+}
+
+// testReapsOrphans checks that the sandbox's init reaps processes orphaned
+// inside the sandbox, so none stays a zombie.
+func testReapsOrphans(t *testing.T, rt runtime.Runtime, tpl string) {
+	var out bytes.Buffer
+	// Each ( ... & ) leaves a child whose parent exits at once: it is
+	// re-parented to PID 1, which must collect it when it exits.
+	script := `for i in 1 2 3 4 5; do (sleep 0.1 &); done; sleep 1; ps -eo pid=,ppid=,stat=,comm= | awk '$3 ~ /Z/'; echo checked`
+	sbx := create(t, rt, runtime.Spec{Template: tpl, Process: runtime.Process{Args: []string{"/bin/sh", "-c", script}, Stdout: &out}})
+	if _, err := sbx.Wait(ctxFor(t)); err != nil {
+		t.Fatal(err)
+	}
+	if got := out.String(); got != "checked\n" {
+		t.Errorf("zombies left in the sandbox:\n%s", got)
 	}
 }
