@@ -51,6 +51,11 @@ func Init() {
 	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
 		os.Exit(1)
 	}
+	// Anything above them was leaked to us by whoever ran hutch: close it
+	// outright so not even the init holds it.
+	if err := unix.CloseRange(fdExit+1, ^uint(0), 0); err != nil {
+		os.Exit(1)
+	}
 	// Catching every signal costs a few ms (Go starts a signal thread); do it
 	// while the set-up below waits on the parent.
 	sigs := make(chan os.Signal, 64)
