@@ -4,13 +4,11 @@ package e2e
 // sandboxes, finding a sandbox's processes and cgroup files from the host.
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -41,19 +39,7 @@ func runInheriting(t testing.TB, f *os.File, fd int, flags []string, argv ...str
 	// ExtraFiles[i] becomes descriptor 3+i; nil entries are closed.
 	cmd.ExtraFiles = make([]*os.File, fd-3+1)
 	cmd.ExtraFiles[fd-3] = f
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	r := result{Stdout: out.String(), Stderr: errb.String()}
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &ee):
-		r.Code = ee.ExitCode()
-	default:
-		t.Fatalf("hutch %v: %v", args, err)
-	}
-	return r
+	return runCmd(t, cmd)
 }
 
 // pyArgv returns the argv that runs code with the sandbox's python3.

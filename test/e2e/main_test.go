@@ -92,11 +92,17 @@ func hutch(t testing.TB, stdin string, args ...string) result {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := hutchCmd(ctx, args...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
 	if stdin != "" {
 		cmd.Stdin = strings.NewReader(stdin)
 	}
+	return runCmd(t, cmd)
+}
+
+// runCmd runs a prepared hutch command and collects what it did.
+func runCmd(t testing.TB, cmd *exec.Cmd) result {
+	t.Helper()
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
 	r := result{Stdout: out.String(), Stderr: errb.String()}
 	var ee *exec.ExitError
@@ -105,7 +111,7 @@ func hutch(t testing.TB, stdin string, args ...string) result {
 	case errors.As(err, &ee):
 		r.Code = ee.ExitCode()
 	default:
-		t.Fatalf("hutch %v: %v", args, err)
+		t.Fatalf("hutch %v: %v", cmd.Args[1:], err)
 	}
 	return r
 }

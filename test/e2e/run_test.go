@@ -7,7 +7,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -103,34 +102,6 @@ func TestRunRefusesBadFlags(t *testing.T) {
 	}
 }
 
-// psEntry is the part of `hutch ps --json` the tests read.
-type psEntry struct {
-	ID    string
-	State string
-	Pid   int
-	Exit  *struct {
-		Code      int  `json:"code"`
-		OOMKilled bool `json:"oomKilled"`
-	}
-}
-
-func ps(t *testing.T) map[string]psEntry {
-	t.Helper()
-	r := hutch(t, "", "ps", "--json")
-	if r.Code != 0 {
-		t.Fatalf("ps: %s", r)
-	}
-	var list []psEntry
-	if err := json.Unmarshal([]byte(r.Stdout), &list); err != nil {
-		t.Fatalf("ps --json: %v\n%s", err, r.Stdout)
-	}
-	out := map[string]psEntry{}
-	for _, e := range list {
-		out[e.ID] = e
-	}
-	return out
-}
-
 // assertGone checks that nothing of sandbox id is left on the host.
 func assertGone(t *testing.T, id string, initPid int) {
 	t.Helper()
@@ -164,7 +135,7 @@ func TestDetachedSandboxOutlivesCreatorAndRmRemovesAll(t *testing.T) {
 		t.Fatalf("run -d: %s", r)
 	}
 	t.Cleanup(func() { hutch(t, "", "rm", "detached-1") })
-	e, ok := ps(t)["detached-1"]
+	e, ok := sandboxStatus(t, "detached-1")
 	if !ok || e.State != "running" || e.Pid == 0 {
 		t.Fatalf("ps after run -d = %+v, want running with a pid", e)
 	}
@@ -191,7 +162,7 @@ func TestDetachedSandboxOutlivesCreatorAndRmRemovesAll(t *testing.T) {
 		t.Fatalf("rm: %s", r)
 	}
 	assertGone(t, "detached-1", e.Pid)
-	if _, ok := ps(t)["detached-1"]; ok {
+	if _, ok := sandboxStatus(t, "detached-1"); ok {
 		t.Error("ps still lists the removed sandbox")
 	}
 	r = hutch(t, "", "rm", "detached-1")
@@ -206,7 +177,7 @@ func TestExitedSandboxIsKeptUntilRm(t *testing.T) {
 	if r.Code != 3 {
 		t.Fatalf("run: %s; want exit 3", r)
 	}
-	e := ps(t)["kept-1"]
+	e := sandboxStatusOf(t, "kept-1")
 	if e.State != "exited" || e.Exit == nil || e.Exit.Code != 3 {
 		t.Errorf("ps = %+v, want exited with code 3", e)
 	}
@@ -231,10 +202,10 @@ func TestSandboxSurvivesKilledCreator(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { hutch(t, "", "rm", "orphan-1") })
-	var e psEntry
+	var e psRow
 	for i := 0; i < 200 && e.State != "running"; i++ {
 		time.Sleep(20 * time.Millisecond)
-		e = ps(t)["orphan-1"]
+		e = sandboxStatusOf(t, "orphan-1")
 	}
 	if e.State != "running" {
 		t.Fatalf("sandbox never ran: %+v", e)
@@ -242,7 +213,7 @@ func TestSandboxSurvivesKilledCreator(t *testing.T) {
 	cmd.Process.Signal(syscall.SIGKILL)
 	cmd.Wait()
 	time.Sleep(100 * time.Millisecond)
-	if e2 := ps(t)["orphan-1"]; e2.State != "running" || e2.Pid != e.Pid {
+	if e2 := sandboxStatusOf(t, "orphan-1"); e2.State != "running" || e2.Pid != e.Pid {
 		t.Errorf("after killing its creator: %+v, want still running as pid %d", e2, e.Pid)
 	}
 	if r := hutch(t, "", "rm", "orphan-1"); r.Code != 0 {
@@ -258,14 +229,27 @@ func TestRmRunningSandboxesAtOnce(t *testing.T) {
 			t.Fatalf("run -d %s: %s", id, r)
 		}
 	}
-	pids := ps(t)
+	pids := map[string]int{}
+	for _, id := range ids {
+		pids[id] = initPid(t, id)
+	}
 	r := hutch(t, "", append([]string{"rm"}, ids...)...)
 	if r.Code != 0 {
 		t.Fatalf("rm: %s", r)
 	}
 	for _, id := range ids {
-		assertGone(t, id, pids[id].Pid)
+		assertGone(t, id, pids[id])
 	}
+}
+
+// sandboxStatusOf is sandboxStatus for a sandbox that must be listed.
+func sandboxStatusOf(t *testing.T, id string) psRow {
+	t.Helper()
+	st, ok := sandboxStatus(t, id)
+	if !ok {
+		t.Fatalf("hutch ps does not list %s", id)
+	}
+	return st
 }
 
 // ptyOutput collects what a pty master yields.
