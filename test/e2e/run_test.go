@@ -205,7 +205,7 @@ func TestSandboxSurvivesKilledCreator(t *testing.T) {
 	var e psRow
 	for i := 0; i < 200 && e.State != "running"; i++ {
 		time.Sleep(20 * time.Millisecond)
-		e = sandboxStatusOf(t, "orphan-1")
+		e, _ = sandboxStatus(t, "orphan-1")
 	}
 	if e.State != "running" {
 		t.Fatalf("sandbox never ran: %+v", e)
