@@ -20,11 +20,11 @@ const cgroupParent = "/hutch"
 // cpuPeriod is the CFS period used for CPU quotas, in microseconds.
 const cpuPeriod = 100000
 
-// newCgroup creates the sandbox's cgroups and sets their limits, without
-// putting any process in them yet. opencontainers/cgroups handles pure v2,
+// sandboxCgroup returns the manager of a sandbox's cgroups, which exist
+// only once joinCgroup has run. opencontainers/cgroups handles pure v2,
 // pure v1, and hybrid hosts (v1 controllers plus the v2 "unified" tree,
 // which it joins too so cgroup.kill and cgroup.freeze work).
-func newCgroup(id string, res runtime.Resources) (cgroups.Manager, error) {
+func sandboxCgroup(id string, res runtime.Resources) (cgroups.Manager, error) {
 	r := &cgroups.Resources{
 		// Hutch makes no device nodes and user namespaces cannot; the only
 		// devices in a sandbox are the handful bind-mounted on purpose.
@@ -46,15 +46,23 @@ func newCgroup(id string, res runtime.Resources) (cgroups.Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cgroup manager: %w", err)
 	}
-	if err := m.Apply(-1); err != nil {
-		m.Destroy()
-		return nil, fmt.Errorf("create cgroups: %w", err)
-	}
-	if err := m.Set(r); err != nil {
-		m.Destroy()
-		return nil, fmt.Errorf("set cgroup limits: %w", err)
-	}
 	return m, nil
+}
+
+// joinCgroup creates the sandbox's cgroups, moves pid into them and sets
+// their limits.
+func joinCgroup(m cgroups.Manager, pid int) error {
+	cg, err := m.GetCgroups()
+	if err != nil {
+		return err
+	}
+	if err := m.Apply(pid); err != nil {
+		return fmt.Errorf("create cgroups: %w", err)
+	}
+	if err := m.Set(cg.Resources); err != nil {
+		return fmt.Errorf("set cgroup limits: %w", err)
+	}
+	return nil
 }
 
 // loadCgroup rebuilds a manager from paths saved in a sandbox record.

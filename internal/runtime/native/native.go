@@ -201,7 +201,7 @@ func (rt *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.San
 		}
 	}
 
-	cg, err := newCgroup(spec.ID, spec.Resources)
+	cg, err := sandboxCgroup(spec.ID, spec.Resources)
 	if err != nil {
 		return nil, err
 	}
@@ -298,15 +298,16 @@ func (rt *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.San
 	if err := sendMsg(sock, cfg, mounts...); err != nil {
 		return nil, fmt.Errorf("configure sandbox init: %w", err)
 	}
-	// Moving a task between v1 cgroups costs ~0.5 ms per hierarchy (an RCU
-	// grace period each); the init builds its root meanwhile and waits for
-	// msgJoined before anything runs under the sandbox's limits.
-	if err := cg.Apply(pid); err != nil {
-		return nil, fmt.Errorf("join cgroups: %w", err)
+	// Creating cgroups and moving a task between them costs milliseconds
+	// (on v1, an RCU grace period per hierarchy); the init builds its root
+	// meanwhile and waits for msgJoined before anything runs under the
+	// sandbox's limits.
+	if err := joinCgroup(cg, pid); err != nil {
+		return nil, err
 	}
-	if err := sendMsg(sock, initMsg{Type: msgJoined}); err != nil {
-		return nil, fmt.Errorf("sandbox init: %w", initDied(initProc, err))
-	}
+	// If the init has already failed this send fails too, but its error
+	// message waits on the socket: the receive below reports it.
+	_ = sendMsg(sock, initMsg{Type: msgJoined})
 	var started initMsg
 	pfds, err := recvMsg(sock, &started)
 	if err != nil {

@@ -4,12 +4,14 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
 	"github.com/hutch-sandbox/hutch/internal/runtime"
+	"github.com/hutch-sandbox/hutch/internal/runtime/native/seccomp"
 	"github.com/hutch-sandbox/hutch/internal/runtime/runtimetest"
 	"github.com/hutch-sandbox/hutch/internal/template"
 )
@@ -129,14 +131,25 @@ func TestMergeEnv(t *testing.T) {
 	}
 }
 
-func TestSeccompPolicyAssembles(t *testing.T) {
-	p := sandboxPolicy()
-	insts, err := p.Assemble()
-	if err != nil {
-		t.Fatalf("policy does not assemble: %v", err)
+// TestGeneratedSeccompFilter keeps seccomp_amd64.go equal to what the
+// policy assembles to (regenerate with go generate ./internal/runtime/native).
+func TestGeneratedSeccompFilter(t *testing.T) {
+	if goruntime.GOARCH != "amd64" {
+		t.Skip("the pre-assembled filter is for amd64")
 	}
-	if len(insts) < len(deniedSyscalls) {
-		t.Errorf("program has %d instructions for %d denied calls", len(insts), len(deniedSyscalls))
+	want, err := seccomp.Program()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := sandboxProgram()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("seccomp_amd64.go is stale; run go generate ./internal/runtime/native (-want +got):\n%s", diff)
+	}
+	if len(got) < len(seccomp.DeniedSyscalls) {
+		t.Errorf("program has %d instructions for %d denied calls", len(got), len(seccomp.DeniedSyscalls))
 	}
 }
 

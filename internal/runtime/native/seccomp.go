@@ -1,89 +1,37 @@
 package native
 
+//go:generate env GOARCH=amd64 go run ./seccomp/gen seccomp_amd64.go
+
 import (
 	"fmt"
+	"unsafe"
 
-	seccomp "github.com/elastic/go-seccomp-bpf"
 	"golang.org/x/sys/unix"
 )
 
-// Sandboxes get a deny-list seccomp filter at least as strict as Docker's
-// default profile (which is an allow-list whose gaps are exactly these
-// calls): kernel-global state, module loading, mounts and namespaces, BPF
-// and perf, keyrings, io_uring, and the arguments Docker filters for clone,
-// ioctl and personality. Everything denied fails with EPERM, as in Docker,
-// so programs see an ordinary "operation not permitted".
-//
-// go-seccomp-bpf assembles the BPF program; it also rejects foreign
-// architectures and the x32 ABI, which would otherwise bypass a deny-list.
-
-var deniedSyscalls = []string{
-	// Kernel, clock and host-global state.
-	"acct", "clock_adjtime", "clock_settime", "settimeofday", "reboot",
-	"swapon", "swapoff", "syslog", "sysfs", "_sysctl", "ustat", "uselib",
-	"vhangup", "nfsservctl", "quotactl", "quotactl_fd", "lookup_dcookie",
-	"iopl", "ioperm", "kexec_load", "kexec_file_load",
-	// Kernel modules.
-	"create_module", "init_module", "finit_module", "delete_module",
-	"get_kernel_syms", "query_module",
-	// Mounts, namespaces and filesystem handles.
-	"mount", "umount2", "pivot_root", "move_mount", "open_tree", "fsopen",
-	"fsconfig", "fsmount", "fspick", "mount_setattr", "setns", "unshare",
-	"open_by_handle_at", "name_to_handle_at",
-	// BPF, perf, keyrings, userfaultfd, io_uring.
-	"bpf", "perf_event_open", "add_key", "request_key", "keyctl",
-	"userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register",
-	// Other processes' memory and NUMA placement (Docker: CAP_SYS_PTRACE/NICE).
-	"process_vm_readv", "process_vm_writev", "kcmp",
-	"get_mempolicy", "set_mempolicy", "mbind", "move_pages",
-}
-
-// cloneNamespaceFlags are the clone(2) flags that create namespaces.
-const cloneNamespaceFlags = unix.CLONE_NEWNS | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC |
-	unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNET | unix.CLONE_NEWCGROUP | unix.CLONE_NEWTIME
-
-func sandboxPolicy() seccomp.Policy {
-	eperm := seccomp.ActionErrno | seccomp.Action(unix.EPERM)
-	return seccomp.Policy{
-		DefaultAction: seccomp.ActionAllow,
-		Syscalls: []seccomp.SyscallGroup{
-			{Action: eperm, Names: deniedSyscalls},
-			{
-				Action: eperm,
-				NamesWithCondtions: []seccomp.NameWithConditions{
-					// New namespaces through clone's flags (argument 0 on x86_64).
-					{Name: "clone", Conditions: []seccomp.Condition{{Argument: 0, Operation: seccomp.BitsSet, Value: cloneNamespaceFlags}}},
-					// Pushing input into a terminal (TIOCSTI) and the console ioctls.
-					{Name: "ioctl", Conditions: []seccomp.Condition{{Argument: 1, Operation: seccomp.Equal, Value: unix.TIOCSTI}}},
-					{Name: "ioctl", Conditions: []seccomp.Condition{{Argument: 1, Operation: seccomp.Equal, Value: unix.TIOCLINUX}}},
-					// Personalities beyond Docker's allowed five (which include
-					// querying): e.g. READ_IMPLIES_EXEC, ADDR_NO_RANDOMIZE.
-					{Name: "personality", Conditions: []seccomp.Condition{
-						{Argument: 0, Operation: seccomp.NotEqual, Value: 0x0},
-						{Argument: 0, Operation: seccomp.NotEqual, Value: 0x8},
-						{Argument: 0, Operation: seccomp.NotEqual, Value: 0x20000},
-						{Argument: 0, Operation: seccomp.NotEqual, Value: 0x20008},
-						{Argument: 0, Operation: seccomp.NotEqual, Value: 0xffffffff},
-					}},
-				},
-			},
-			// clone3 passes its flags in memory a filter cannot read: answer
-			// ENOSYS so libc falls back to clone, as Docker does.
-			{Action: seccomp.ActionErrno | seccomp.Action(unix.ENOSYS), Names: []string{"clone3"}},
-		},
-	}
-}
-
-// loadSeccomp installs the sandbox filter on every thread of the calling
-// process; children inherit it and can never remove it.
+// loadSeccomp installs the sandbox filter (package seccomp) on every thread
+// of the calling process; children inherit it and can never remove it. With
+// noNewPrivs it sets no_new_privs first, which the kernel's TSYNC copies to
+// every thread along with the filter.
 func loadSeccomp(noNewPrivs bool) error {
-	f := seccomp.Filter{
-		NoNewPrivs: noNewPrivs,
-		Flag:       seccomp.FilterFlagTSync,
-		Policy:     sandboxPolicy(),
+	prog, err := sandboxProgram()
+	if err != nil {
+		return err
 	}
-	if err := seccomp.LoadFilter(f); err != nil {
-		return fmt.Errorf("seccomp: %w", err)
+	if noNewPrivs {
+		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+			return fmt.Errorf("no_new_privs: %w", err)
+		}
+	}
+	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
+	// With TSYNC a positive result is the id of a thread that could not be
+	// synchronised.
+	r, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&fprog)))
+	if errno != 0 {
+		return fmt.Errorf("seccomp: %w", errno)
+	}
+	if r != 0 {
+		return fmt.Errorf("seccomp: thread %d could not take the filter", r)
 	}
 	return nil
 }
