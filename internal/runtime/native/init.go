@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	goruntime "runtime"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -64,6 +65,9 @@ func Init() {
 		signal.Notify(sigs)
 		close(notified)
 	}()
+	// Executed as /proc/self/fd/N, the kernel would name us "N" in ps.
+	name := []byte(initArg0 + "\x00")
+	unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&name[0])), 0, 0, 0)
 	sock := os.NewFile(fdSync, "sync")
 	code, err := runInit(sock, sigs, notified)
 	if err != nil {
