@@ -226,7 +226,7 @@ func (rt *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.San
 	if err != nil {
 		return nil, err
 	}
-	defer sio.closeChildEnds()
+	defer sio.closeChildEnds() // if StartProcess is never reached
 	undo.add(sio.closeParentEnds)
 
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
@@ -266,6 +266,10 @@ func (rt *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.San
 		},
 	}
 	pid, _, err := syscall.StartProcess("/proc/self/fd/"+strconv.Itoa(int(self.Fd())), []string{initArg0}, attr)
+	// The init has its own copies now. Ours must go at once: the sync
+	// socket reports EOF, and output pipes end, only when no copy is left.
+	child.Close()
+	sio.closeChildEnds()
 	if err != nil {
 		return nil, fmt.Errorf("start sandbox init: %w", err)
 	}
@@ -274,6 +278,18 @@ func (rt *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.San
 		unix.Kill(pid, unix.SIGKILL)
 		initProc.wait()
 	})
+	// Set-up is bounded by ctx: killing the init ends every wait below.
+	stop := context.AfterFunc(ctx, func() { unix.Kill(pid, unix.SIGKILL) })
+	defer stop()
+	// Record the init at once, so that whatever happens to this process
+	// from here on, `hutch rm` can find the init and kill it.
+	rec.Pid = pid
+	if rec.PidStart, err = processStartTime(pid); err != nil {
+		return nil, fmt.Errorf("sandbox init: %w", err)
+	}
+	if err := rt.writeRecord(rec); err != nil {
+		return nil, err
+	}
 	tfd, err := idmappedTree(tpl.RootFS, pid)
 	if err != nil {
 		return nil, err
@@ -311,6 +327,9 @@ func (rt *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.San
 	var started initMsg
 	pfds, err := recvMsg(sock, &started)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("sandbox init: %w", ctx.Err())
+		}
 		return nil, fmt.Errorf("sandbox init: %w", initDied(initProc, err))
 	}
 	if started.Type == msgError {
@@ -319,12 +338,11 @@ func (rt *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.San
 	if started.Type != msgStarted {
 		return nil, fmt.Errorf("sandbox init: unexpected message %q", started.Type)
 	}
-	rec.Pid = pid
-	if rec.PidStart, err = processStartTime(pid); err != nil {
-		return nil, fmt.Errorf("sandbox init: %w", err)
-	}
-	if err := rt.writeRecord(rec); err != nil {
-		return nil, err
+	if !stop() {
+		for _, fd := range pfds {
+			unix.Close(fd)
+		}
+		return nil, fmt.Errorf("sandbox init: %w", ctx.Err())
 	}
 	s := &sandbox{rt: rt, id: spec.ID, init: initProc, sock: sock, done: make(chan struct{})}
 	if spec.Process.Terminal {

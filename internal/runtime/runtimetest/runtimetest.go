@@ -36,6 +36,7 @@ func Run(t *testing.T, newRuntime func(t *testing.T) runtime.Runtime, template s
 		{"DiskLimit", testDiskLimit},
 		{"OnlyStdioDescriptors", testOnlyStdio},
 		{"ReapsOrphans", testReapsOrphans},
+		{"CanceledCreate", testCanceledCreate},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newRuntime(t), template) })
@@ -315,5 +316,25 @@ func testReapsOrphans(t *testing.T, rt runtime.Runtime, tpl string) {
 	}
 	if got := out.String(); got != "checked\n" {
 		t.Errorf("zombies left in the sandbox:\n%s", got)
+	}
+}
+
+// testCanceledCreate checks that Create honours its context and that a
+// create cut short leaves nothing behind.
+func testCanceledCreate(t *testing.T, rt runtime.Runtime, tpl string) {
+	before, _ := rt.List(context.Background())
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	sbx, err := rt.Create(ctx, runtime.Spec{Template: tpl, Process: runtime.Process{Args: []string{"true"}}})
+	if err == nil {
+		sbx.Delete(context.Background())
+		t.Fatal("Create with a canceled context succeeded")
+	}
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("Create error = %v, want context.Canceled", err)
+	}
+	after, _ := rt.List(context.Background())
+	if len(after) != len(before) {
+		t.Errorf("sandboxes before %d, after a canceled create %d", len(before), len(after))
 	}
 }
