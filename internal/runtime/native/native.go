@@ -153,6 +153,9 @@ func (rt *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.San
 	if err := validateSpec(&spec); err != nil {
 		return nil, err
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	tpl, err := rt.templates.Get(spec.Template)
 	if err != nil {
 		return nil, err
@@ -174,6 +177,11 @@ func (rt *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.San
 	defer func() {
 		if retErr != nil {
 			undo.run()
+			// Whatever broke after ctx ended (a killed init, a broken pipe)
+			// was caused by that.
+			if err := ctx.Err(); err != nil && !errors.Is(retErr, err) {
+				retErr = fmt.Errorf("create sandbox %s: %w", spec.ID, err)
+			}
 		}
 	}()
 	undo.add(func() { os.RemoveAll(dir) })

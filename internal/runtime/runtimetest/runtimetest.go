@@ -333,8 +333,24 @@ func testCanceledCreate(t *testing.T, rt runtime.Runtime, tpl string) {
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("Create error = %v, want context.Canceled", err)
 	}
+	// Deadlines spread over a create's duration cut it at different steps:
+	// each must end in a sandbox or in DeadlineExceeded, never in leftovers.
+	for d := time.Duration(0); d < 40*time.Millisecond; d += 2 * time.Millisecond {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		sbx, err := rt.Create(ctx, runtime.Spec{Template: tpl, Process: runtime.Process{Args: []string{"true"}}})
+		cancel()
+		switch {
+		case err == nil:
+			sbx.Wait(context.Background())
+			if err := sbx.Delete(context.Background()); err != nil {
+				t.Errorf("Delete: %v", err)
+			}
+		case !errors.Is(err, context.DeadlineExceeded):
+			t.Errorf("Create with a %v deadline = %v, want DeadlineExceeded", d, err)
+		}
+	}
 	after, _ := rt.List(context.Background())
 	if len(after) != len(before) {
-		t.Errorf("sandboxes before %d, after a canceled create %d", len(before), len(after))
+		t.Errorf("sandboxes before %d, after canceled creates %d", len(before), len(after))
 	}
 }
