@@ -15,6 +15,7 @@ package runtime
 import (
 	"context"
 	"io"
+	"os"
 	"syscall"
 	"time"
 )
@@ -111,7 +112,16 @@ type Process struct {
 	// writer, at most one goroutine at a time calls its Write.
 	Stdin          io.Reader
 	Stdout, Stderr io.Writer
+	// ExtraFiles are passed to the process as descriptors 3, 4, ... — on
+	// purpose, like systemd's socket activation: a listening socket the host
+	// made, so the sandbox serves it without any host path being writable
+	// from inside. Nothing else of the host's is ever passed in.
+	ExtraFiles []*os.File
 }
+
+// SelfExe as Args[0] runs the hutch binary itself inside the sandbox (its
+// daemon, envd), executed the same way as the sandbox's init.
+const SelfExe = "/proc/self/exe"
 
 // ConsoleSize is a terminal's size in characters.
 type ConsoleSize struct {

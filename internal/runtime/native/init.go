@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	goruntime "runtime"
+	"strconv"
 	"syscall"
 	"unsafe"
 
@@ -26,7 +27,12 @@ const (
 	fdStdout = 5
 	fdStderr = 6
 	fdExit   = 7
+	// fdExtra and up: the first process's ExtraFiles; their count is in
+	// the environment variable envExtraFiles.
+	fdExtra = 8
 )
+
+const envExtraFiles = "HUTCH_INIT_EXTRA_FILES"
 
 // IsInit reports whether this process is a sandbox's init. main calls it
 // first and hands over to Init when it is true.
@@ -54,7 +60,8 @@ func Init() {
 	}
 	// Anything above them was leaked to us by whoever ran hutch: close it
 	// outright so not even the init holds it.
-	if err := unix.CloseRange(fdExit+1, ^uint(0), 0); err != nil {
+	extra, _ := strconv.Atoi(os.Getenv(envExtraFiles))
+	if err := unix.CloseRange(uint(fdExtra+extra), ^uint(0), 0); err != nil {
 		os.Exit(1)
 	}
 	// Catching every signal costs a few ms (Go starts a signal thread); do it
@@ -119,6 +126,8 @@ func runInit(sock *os.File, sigs <-chan os.Signal, notified <-chan struct{}) (in
 	// never apply to PID 1.
 	<-notified
 
+	extra, _ := strconv.Atoi(os.Getenv(envExtraFiles))
+	proc.extra = extra
 	pid, console, err := proc.start()
 	if err != nil {
 		return 0, err
@@ -136,6 +145,9 @@ func runInit(sock *os.File, sigs <-chan os.Signal, notified <-chan struct{}) (in
 	}
 	for _, fd := range []int{fdStdin, fdStdout, fdStderr} {
 		unix.Close(fd)
+	}
+	for i := 0; i < extra; i++ {
+		unix.Close(fdExtra + i)
 	}
 
 	st := supervise(pid, sigs)

@@ -256,7 +256,7 @@ func (rt *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.San
 	// costs as much as starting the init itself.
 	attr := &syscall.ProcAttr{
 		// The init gets no environment from the host: nothing to leak.
-		Env: []string{"GOMAXPROCS=1", "GOGC=50"},
+		Env: []string{"GOMAXPROCS=1", "GOGC=50", envExtraFiles + "=" + strconv.Itoa(len(spec.Process.ExtraFiles))},
 		Files: []uintptr{devNull.Fd(), devNull.Fd(), devNull.Fd(), // the init's own stdio
 			child.Fd(), sio.childIn.Fd(), sio.childOut.Fd(), sio.childErr.Fd(), exitFile.Fd()}, // fds 3..7
 		Sys: &syscall.SysProcAttr{
@@ -272,6 +272,9 @@ func (rt *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.San
 			// creator's terminal signals.
 			Setsid: true,
 		},
+	}
+	for _, f := range spec.Process.ExtraFiles { // fds 8...
+		attr.Files = append(attr.Files, f.Fd())
 	}
 	pid, _, err := syscall.StartProcess("/proc/self/fd/"+strconv.Itoa(int(self.Fd())), []string{initArg0}, attr)
 	// The init has its own copies now. Ours must go at once: the sync

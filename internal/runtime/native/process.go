@@ -21,6 +21,7 @@ type process struct {
 	user     *execUser
 	terminal bool
 	size     *pty.Winsize
+	extra    int // descriptors from fdExtra on go to the process as 3, 4, ...
 }
 
 func prepareProcess(cfg *initConfig) (*process, error) {
@@ -99,6 +100,9 @@ func (p *process) start() (int, *os.File, error) {
 		console = master
 	} else {
 		attr.Files = []uintptr{fdStdin, fdStdout, fdStderr}
+	}
+	for i := 0; i < p.extra; i++ {
+		attr.Files = append(attr.Files, uintptr(fdExtra+i))
 	}
 	pid, err := syscall.ForkExec(p.path, p.args, attr)
 	if err != nil {

@@ -1,0 +1,35 @@
+package main
+
+import (
+	"log/slog"
+	"os"
+	"strconv"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hutch-sandbox/hutch/internal/envd"
+)
+
+// newEnvdCmd is the sandbox's daemon. Hutch starts it inside sandboxes; it
+// is not for people to run.
+func newEnvdCmd() *cobra.Command {
+	var (
+		socketFD int
+		listen   string
+		user     string
+	)
+	cmd := &cobra.Command{
+		Use:    "envd",
+		Short:  "Run the in-sandbox daemon (started by Hutch inside sandboxes)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			logger := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+			return envd.Run(cmd.Context(), envd.Options{DefaultUser: user, Logger: logger}, socketFD, listen)
+		},
+	}
+	cmd.Flags().IntVar(&socketFD, "socket-fd", 3, "descriptor of the listening unix socket the host passed in")
+	cmd.Flags().StringVar(&listen, "listen", "0.0.0.0:"+strconv.Itoa(envd.Port), "TCP address inside the sandbox (empty: none)")
+	cmd.Flags().StringVar(&user, "user", "user", "default user of requests that name none")
+	return cmd
+}

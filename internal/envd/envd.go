@@ -1,0 +1,195 @@
+// Package envd is Hutch's in-sandbox daemon, speaking E2B's envd protocol
+// (shared/specs/e2b-protocol.md §3) so that the official E2B SDKs drive
+// Hutch sandboxes unchanged: the process.Process and filesystem.Filesystem
+// Connect services, /files, /health, /init, /envs and /metrics.
+//
+// envd runs inside the sandbox as its first process (the hutch binary
+// itself, `hutch envd`). It serves two listeners: a unix socket the host
+// created and passed in (how the host reaches it, with or without a
+// network), and TCP port 49983 in the sandbox's own network namespace.
+// Only the host socket serves POST /init.
+package envd
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/hutch-sandbox/hutch/internal/envd/config"
+	"github.com/hutch-sandbox/hutch/internal/envd/filesystem"
+	"github.com/hutch-sandbox/hutch/internal/envd/process"
+)
+
+// Version is the envd protocol version this implementation reports. The
+// SDKs gate features on it (spec §3.10), so it is only as high as what is
+// really implemented.
+const Version = "0.5.2"
+
+// Port is envd's TCP port inside a sandbox.
+const Port = 49983
+
+// Options configure a Server.
+type Options struct {
+	// DefaultUser is the user of requests that name none (the template's).
+	DefaultUser string
+	// Logger receives envd's log; nil discards it.
+	Logger *slog.Logger
+}
+
+// Server is one envd. Its handlers are safe for concurrent use.
+type Server struct {
+	st     *config.State
+	logger *slog.Logger
+	mux    *http.ServeMux
+}
+
+// New returns an envd serving the sandbox it runs in.
+func New(opts Options) *Server {
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{st: config.New(Version, opts.DefaultUser), logger: logger, mux: http.NewServeMux()}
+	process.Handle(s.mux, s.st, logger)
+	filesystem.Handle(s.mux, s.st, logger)
+	s.mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	s.mux.HandleFunc("GET /envs", s.envs)
+	s.mux.HandleFunc("GET /metrics", s.metrics)
+	return s
+}
+
+// State is the server's run-time configuration.
+func (s *Server) State() *config.State { return s.st }
+
+// Handler returns the HTTP handler for one listener; host is true for the
+// host's socket, the only one that accepts POST /init.
+func (s *Server) Handler(host bool) http.Handler {
+	mux := http.NewServeMux()
+	if host {
+		mux.HandleFunc("POST /init", s.init)
+	}
+	mux.Handle("/", s.requireToken(s.mux))
+	return mux
+}
+
+// Serve serves host (the host's socket) and sandbox (TCP inside the
+// sandbox; may be nil) until ctx ends, then shuts down gracefully.
+func (s *Server) Serve(ctx context.Context, host, sandbox net.Listener) error {
+	protocols := new(http.Protocols)
+	protocols.SetHTTP1(true)
+	// h2c for clients that speak it; the SDKs use HTTP/1.1 on plain HTTP.
+	protocols.SetUnencryptedHTTP2(true)
+	newServer := func(h http.Handler) *http.Server {
+		return &http.Server{Handler: h, Protocols: protocols, ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn)}
+	}
+	servers := []*http.Server{newServer(s.Handler(true))}
+	listeners := []net.Listener{host}
+	if sandbox != nil {
+		servers = append(servers, newServer(s.Handler(false)))
+		listeners = append(listeners, sandbox)
+	}
+	errs := make(chan error, len(servers))
+	for i, srv := range servers {
+		go func() { errs <- srv.Serve(listeners[i]) }()
+	}
+	select {
+	case err := <-errs:
+		return err
+	case <-ctx.Done():
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, srv := range servers {
+		srv.Shutdown(shutdown)
+	}
+	return nil
+}
+
+// unauthorized is the reference envd's answer to a missing or wrong token.
+const unauthorized = "unauthorized access, please provide a valid access token or method signing if supported"
+
+// requireToken enforces X-Access-Token when the sandbox has a token, except
+// on /health and /files (which checks tokens or URL signatures itself).
+func (s *Server) requireToken(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		token := s.st.Token()
+		if token == "" || r.URL.Path == "/health" || r.URL.Path == "/files" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("X-Access-Token")), []byte(token)) != 1 {
+			WriteError(w, http.StatusUnauthorized, unauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// WriteError writes envd's REST error body: {"code": <status>, "message": …}.
+func WriteError(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	}{status, msg})
+}
+
+// initRequest is POST /init's body (fields Hutch does not use are ignored).
+type initRequest struct {
+	AccessToken    *string           `json:"accessToken"`
+	EnvVars        map[string]string `json:"envVars"`
+	DefaultUser    string            `json:"defaultUser"`
+	DefaultWorkdir string            `json:"defaultWorkdir"`
+}
+
+// init sets the sandbox-wide defaults. It is served on the host's socket
+// only, so nothing inside the sandbox can change the access token.
+func (s *Server) init(w http.ResponseWriter, r *http.Request) {
+	var req initRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
+	// An empty body changes nothing.
+	if err := dec.Decode(&req); err != nil && !errors.Is(err, io.EOF) {
+		WriteError(w, http.StatusBadRequest, "invalid /init body: "+err.Error())
+		return
+	}
+	if req.AccessToken != nil {
+		s.st.SetToken(*req.AccessToken)
+	}
+	s.st.SetEnvs(req.EnvVars)
+	s.st.SetDefaults(req.DefaultUser, req.DefaultWorkdir)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) envs(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	json.NewEncoder(w).Encode(s.st.Envs())
+}
+
+// Run serves envd inside a sandbox: on the listening socket the host passed
+// as descriptor hostFD and, unless listen is empty, on a TCP address in the
+// sandbox's own network namespace. It returns when ctx ends.
+func Run(ctx context.Context, opts Options, hostFD int, listen string) error {
+	f := os.NewFile(uintptr(hostFD), "envd.sock")
+	host, err := net.FileListener(f)
+	f.Close()
+	if err != nil {
+		return fmt.Errorf("envd: host socket (descriptor %d): %w", hostFD, err)
+	}
+	var sandbox net.Listener
+	if listen != "" {
+		if sandbox, err = net.Listen("tcp", listen); err != nil {
+			return fmt.Errorf("envd: %w", err)
+		}
+	}
+	return New(opts).Serve(ctx, host, sandbox)
+}

@@ -1,0 +1,37 @@
+package process
+
+import (
+	"context"
+	"fmt"
+	"syscall"
+
+	"connectrpc.com/connect"
+
+	pb "github.com/hutch-sandbox/hutch/api/gen/process"
+)
+
+// SendSignal implements process.Process/SendSignal. Like the reference
+// envd it knows SIGTERM and SIGKILL; the Start stream then ends with
+// exitCode -1.
+func (s *Service) SendSignal(ctx context.Context, req *connect.Request[pb.SendSignalRequest]) (*connect.Response[pb.SendSignalResponse], error) {
+	if _, err := s.user(req.Header()); err != nil {
+		return nil, err
+	}
+	var sig syscall.Signal
+	switch req.Msg.GetSignal() {
+	case pb.Signal_SIGNAL_SIGKILL:
+		sig = syscall.SIGKILL
+	case pb.Signal_SIGNAL_SIGTERM:
+		sig = syscall.SIGTERM
+	default:
+		return nil, connect.NewError(connect.CodeUnimplemented, fmt.Errorf("signal %v is not supported", req.Msg.GetSignal()))
+	}
+	p, err := s.lookup(req.Msg.GetProcess())
+	if err != nil {
+		return nil, err
+	}
+	if err := p.signal(sig); err != nil {
+		return nil, connect.NewError(connect.CodeInternal, err)
+	}
+	return connect.NewResponse(&pb.SendSignalResponse{}), nil
+}
