@@ -17,5 +17,13 @@ if [ -n "$unformatted" ]; then
 fi
 "$GO" vet ./...
 
+echo "==> generated code is up to date"
+"$GO" generate ./api ./internal/runtime/native
+if ! git diff --quiet -- api internal/runtime/native; then
+	git diff --stat -- api internal/runtime/native >&2
+	echo "generated code is stale: run go generate ./api ./internal/runtime/native and commit" >&2
+	exit 1
+fi
+
 echo "==> go test"
 "$GO" test -count=1 -timeout 15m ./...

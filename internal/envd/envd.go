@@ -24,14 +24,17 @@ import (
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/envd/config"
+	"github.com/hutch-sandbox/hutch/internal/envd/files"
 	"github.com/hutch-sandbox/hutch/internal/envd/filesystem"
 	"github.com/hutch-sandbox/hutch/internal/envd/process"
 )
 
 // Version is the envd protocol version this implementation reports. The
 // SDKs gate features on it (spec §3.10), so it is only as high as what is
-// really implemented.
-const Version = "0.5.2"
+// really implemented: everything gated up to 0.6.4 is (stdin close,
+// octet-stream and gzip uploads, file metadata, includeEntry,
+// allowNetworkMounts).
+const Version = "0.6.4"
 
 // Port is envd's TCP port inside a sandbox.
 const Port = 49983
@@ -60,6 +63,7 @@ func New(opts Options) *Server {
 	s := &Server{st: config.New(Version, opts.DefaultUser), logger: logger, mux: http.NewServeMux()}
 	process.Handle(s.mux, s.st, logger)
 	filesystem.Handle(s.mux, s.st, logger)
+	files.Handle(s.mux, s.st, logger)
 	s.mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	s.mux.HandleFunc("GET /envs", s.envs)
 	s.mux.HandleFunc("GET /metrics", s.metrics)
