@@ -29,7 +29,7 @@ func Main(m *testing.M) {
 		native.Init()
 	}
 	if len(os.Args) > 1 && os.Args[1] == "envd" {
-		if err := envd.Run(context.Background(), envd.Options{DefaultUser: "user"}, 3, ""); err != nil {
+		if err := envd.Run(context.Background(), envd.Options{DefaultUser: "user"}, 3, "0.0.0.0:49983"); err != nil {
 			os.Exit(1)
 		}
 		os.Exit(0)
@@ -45,6 +45,8 @@ type Sandbox struct {
 	Client *http.Client
 	// ID is the sandbox's id.
 	ID string
+	// SocketPath is the host unix socket Client dials.
+	SocketPath string
 
 	log *lockedBuffer
 }
@@ -99,7 +101,7 @@ func Start(t testing.TB) *Sandbox {
 			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
 		},
 	}}
-	s := &Sandbox{URL: "http://envd", Client: client, ID: sbx.ID(), log: log}
+	s := &Sandbox{URL: "http://envd", Client: client, ID: sbx.ID(), SocketPath: sock, log: log}
 	for {
 		resp, err := client.Get(s.URL + "/health")
 		if err == nil {
