@@ -14,8 +14,6 @@ import (
 	"net/http"
 	"sync"
 
-	"connectrpc.com/connect"
-
 	"github.com/hutch-sandbox/hutch/api/gen/filesystem/filesystemconnect"
 	"github.com/hutch-sandbox/hutch/internal/envd/config"
 	"github.com/hutch-sandbox/hutch/internal/envd/permissions"
@@ -67,13 +65,7 @@ func (s *Service) Close() {
 // user resolves the user a request acts as: the Basic Authorization header,
 // else envd's default user. Errors are already Connect errors.
 func (s *Service) user(h http.Header) (*permissions.User, error) {
-	name, err := permissions.UsernameFromHeader(h)
-	if err != nil {
-		// A garbled Authorization header names no valid user; the SDK maps
-		// unauthenticated to AuthenticationError, which is what this is.
-		return nil, connect.NewError(connect.CodeUnauthenticated, err)
-	}
-	u, err := permissions.Resolve(name, s.st.DefaultUser())
+	u, err := permissions.UserFromHeader(h, s.st.DefaultUser())
 	if err != nil {
 		return nil, toConnectError(err)
 	}

@@ -6,28 +6,20 @@
 package permissions
 
 import (
-	"bufio"
 	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
+	"github.com/hutch-sandbox/hutch/internal/passwd"
 )
 
-// User is an account of the sandbox, from its /etc/passwd and /etc/group.
-type User struct {
-	Name   string
-	UID    uint32
-	GID    uint32
-	Groups []uint32 // supplementary groups, without GID
-	Home   string
-	Shell  string
-}
+// User is an account of the sandbox.
+type User = passwd.User
 
 // ErrUnknownUser is returned (wrapped) for a user the sandbox does not have.
 var ErrUnknownUser = errors.New("unknown user")
@@ -38,52 +30,11 @@ func Lookup(name string) (*User, error) { return LookupIn("/", name) }
 
 // LookupIn is Lookup against the passwd and group files under root.
 func LookupIn(root, name string) (*User, error) {
-	var u *User
-	for _, f := range colonFile(filepath.Join(root, "etc/passwd")) {
-		if len(f) < 7 || f[0] != name {
-			continue
-		}
-		uid, err1 := strconv.ParseUint(f[2], 10, 32)
-		gid, err2 := strconv.ParseUint(f[3], 10, 32)
-		if err1 != nil || err2 != nil {
-			continue
-		}
-		u = &User{Name: f[0], UID: uint32(uid), GID: uint32(gid), Home: f[5], Shell: f[6]}
-		break
-	}
-	if u == nil {
-		return nil, fmt.Errorf("user %q: %w: %w", name, ErrUnknownUser, errdefs.ErrNotFound)
-	}
-	for _, f := range colonFile(filepath.Join(root, "etc/group")) {
-		if len(f) < 4 {
-			continue
-		}
-		for _, m := range strings.Split(f[3], ",") {
-			if m != u.Name {
-				continue
-			}
-			if gid, err := strconv.ParseUint(f[2], 10, 32); err == nil && uint32(gid) != u.GID {
-				u.Groups = append(u.Groups, uint32(gid))
-			}
-		}
+	u, err := passwd.Lookup(root, name)
+	if err != nil {
+		return nil, fmt.Errorf("user %q: %w: %w", name, ErrUnknownUser, err)
 	}
 	return u, nil
-}
-
-func colonFile(path string) [][]string {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	var out [][]string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if line := sc.Text(); line != "" && !strings.HasPrefix(line, "#") {
-			out = append(out, strings.Split(line, ":"))
-		}
-	}
-	return out
 }
 
 // UsernameFromHeader returns the user an RPC names with
@@ -103,6 +54,17 @@ func UsernameFromHeader(h http.Header) (string, error) {
 	}
 	name, _, _ := strings.Cut(string(raw), ":")
 	return name, nil
+}
+
+// UserFromHeader returns the user a request acts as: the one its Basic
+// Authorization header names, else def. A garbled header names no valid
+// user: its error wraps ErrUnknownUser too.
+func UserFromHeader(h http.Header, def string) (*User, error) {
+	name, err := UsernameFromHeader(h)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnknownUser, err)
+	}
+	return Resolve(name, def)
 }
 
 // Resolve returns the user named (by name, or def when name is empty).

@@ -266,11 +266,7 @@ func startPipes(cmd *exec.Cmd, p *proc, stdin bool) ([]*os.File, error) {
 
 // user resolves the user an RPC acts as.
 func (s *Service) user(h http.Header) (*permissions.User, error) {
-	name, err := permissions.UsernameFromHeader(h)
-	if err != nil {
-		return nil, connect.NewError(connect.CodeUnauthenticated, err)
-	}
-	u, err := permissions.Resolve(name, s.st.DefaultUser())
+	u, err := permissions.UserFromHeader(h, s.st.DefaultUser())
 	if err != nil {
 		return nil, connect.NewError(connect.CodeUnauthenticated, err)
 	}
