@@ -168,3 +168,19 @@ func tempFiles(t *testing.T, dir string) []string {
 	})
 	return left
 }
+
+func TestIsUploadTemp(t *testing.T) {
+	tests := map[string]bool{
+		".report.pdf.hutch-upload-0123456789abcdef": true,
+		".x.hutch-upload-0123456789abcdeg":          false, // not hex
+		".x.hutch-upload-0123":                      false, // too short
+		"x.hutch-upload-0123456789abcdef":           false, // not hidden
+		".hutch-upload-0123456789abcdef":            false, // no target name
+		"report.pdf":                                false,
+	}
+	for name, want := range tests {
+		if got := IsUploadTemp(name); got != want {
+			t.Errorf("IsUploadTemp(%q) = %v, want %v", name, got, want)
+		}
+	}
+}

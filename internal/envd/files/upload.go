@@ -355,6 +355,22 @@ func followSymlinks(p string) (string, error) {
 	return "", fmt.Errorf("path %q: %w", p, syscall.ELOOP)
 }
 
+// uploadTempMarker is part of every upload's temporary file name.
+const uploadTempMarker = ".hutch-upload-"
+
+// IsUploadTemp reports whether a file name (no directory) is one of the
+// temporary files uploads are written to before they are renamed into
+// place; the filesystem watcher hides them.
+func IsUploadTemp(name string) bool {
+	i := strings.LastIndex(name, uploadTempMarker)
+	if !strings.HasPrefix(name, ".") || i < 1 {
+		return false
+	}
+	suffix := name[i+len(uploadTempMarker):]
+	_, err := hex.DecodeString(suffix)
+	return len(suffix) == 16 && err == nil
+}
+
 // createTemp creates ".<name>.hutch-upload-<random>" exclusively in dir. It
 // lives in the target's directory so the final rename stays within one
 // filesystem, and starts with a dot so directory listings hide it.
@@ -365,7 +381,7 @@ func createTemp(dir, name string) (*os.File, string, error) {
 	for range 10 {
 		var rnd [8]byte
 		_, _ = rand.Read(rnd[:]) // crypto/rand.Read never fails on Linux
-		tmp := filepath.Join(dir, "."+name+".hutch-upload-"+hex.EncodeToString(rnd[:]))
+		tmp := filepath.Join(dir, "."+name+uploadTempMarker+hex.EncodeToString(rnd[:]))
 		f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 		if errors.Is(err, fs.ErrExist) {
 			continue

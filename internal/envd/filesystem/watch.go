@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	pb "github.com/hutch-sandbox/hutch/api/gen/filesystem"
+	"github.com/hutch-sandbox/hutch/internal/envd/files"
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
 )
 
@@ -104,6 +105,9 @@ type dirWatcher struct {
 	// to forget when one is removed or renamed away.
 	dirs map[string]bool
 	last fsnotify.Event // previous raw event, to drop duplicates (see translate)
+	// uploaded is set when an upload's temporary file was just renamed
+	// away: the next CREATE is its target.
+	uploaded bool
 }
 
 // newDirWatcher validates path (exists, is a directory, not a network mount
@@ -249,6 +253,20 @@ func (w *dirWatcher) translate(ev fsnotify.Event) []*pb.FilesystemEvent {
 		return nil
 	}
 	w.last = ev
+
+	// envd's uploads write a temporary file and rename it into place
+	// (internal/envd/files), so that no partial file is ever visible.
+	// Watchers see neither the temporary file nor the rename, but what the
+	// reference envd's in-place write shows: CREATE and WRITE of the target.
+	// The kernel queues a rename's two halves back to back.
+	if files.IsUploadTemp(filepath.Base(ev.Name)) {
+		w.uploaded = ev.Has(fsnotify.Rename)
+		return nil
+	}
+	if w.uploaded && ev.Has(fsnotify.Create) {
+		ev.Op |= fsnotify.Write
+	}
+	w.uploaded = false
 
 	var out []*pb.FilesystemEvent
 	var entry *pb.EntryInfo

@@ -30,6 +30,11 @@ func (s *Service) SendSignal(ctx context.Context, req *connect.Request[pb.SendSi
 	if err != nil {
 		return nil, err
 	}
+	// Ended processes stay findable for Connect, but there is nothing left
+	// to signal: the SDK's kill() then returns false.
+	if p.ended() {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("process with pid %d has already ended", p.pid))
+	}
 	if err := p.signal(sig); err != nil {
 		return nil, connect.NewError(connect.CodeInternal, err)
 	}

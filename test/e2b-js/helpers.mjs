@@ -1,0 +1,37 @@
+// Shared helpers for the E2B JS SDK end-to-end tests. The Go test in
+// test/e2bjs starts a real sandbox and points E2B_SANDBOX_URL at its envd.
+import { randomBytes } from 'node:crypto'
+import { Sandbox } from 'e2b'
+
+export const HOME = '/home/user'
+
+// connect returns an SDK sandbox in debug mode (no control plane) talking to
+// the envd at E2B_SANDBOX_URL.
+export async function connect() {
+  const sandboxUrl = process.env.E2B_SANDBOX_URL
+  if (!sandboxUrl) {
+    throw new Error('E2B_SANDBOX_URL is not set: run these tests through `go test ./test/e2bjs`')
+  }
+  return Sandbox.create({ debug: true, sandboxUrl })
+}
+
+// unique returns a name no other test (or test file running in parallel)
+// uses.
+export function unique(prefix) {
+  return `${prefix}-${randomBytes(6).toString('hex')}`
+}
+
+// waitFor polls cond until it returns a truthy value or timeoutMs passes.
+// what describes the condition; a function is called only on failure, so it
+// can show the state at that time.
+export async function waitFor(cond, timeoutMs = 10_000, what = 'condition') {
+  const deadline = Date.now() + timeoutMs
+  for (;;) {
+    const v = await cond()
+    if (v) return v
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${typeof what === 'function' ? what() : what}`)
+    await new Promise((r) => setTimeout(r, 50))
+  }
+}
+
+export const sleep = (ms) => new Promise((r) => setTimeout(r, ms))

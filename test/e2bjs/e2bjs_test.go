@@ -1,0 +1,220 @@
+// Package e2bjs runs the official E2B JavaScript SDK (test/e2b-js) against
+// a real envd in a real sandbox: the SDK in debug mode (no control plane)
+// with E2B_SANDBOX_URL pointing at a local TCP proxy to the sandbox's host
+// socket.
+package e2bjs
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hutch-sandbox/hutch/internal/envd/envdtest"
+)
+
+func TestMain(m *testing.M) { envdtest.Main(m) }
+
+// jsDir holds package.json, package-lock.json and the *.test.mjs files.
+const jsDir = "../e2b-js"
+
+// nodeTimeout bounds the whole `node --test` run.
+const nodeTimeout = 5 * time.Minute
+
+func TestE2BJSSDK(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatalf("node is required: %v", err)
+	}
+	dir, err := filepath.Abs(jsDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	npmCI(t, dir)
+
+	s := envdtest.Start(t)
+	addr := proxy(t, s.SocketPath)
+
+	ctx, cancel := context.WithTimeout(context.Background(), nodeTimeout)
+	defer cancel()
+	args := []string{"--test", "--test-reporter=spec"}
+	// E2BJS_FILES (space-separated, relative to test/e2b-js) runs only those
+	// test files.
+	args = append(args, strings.Fields(os.Getenv("E2BJS_FILES"))...)
+	cmd := exec.CommandContext(ctx, node, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(),
+		"E2B_SANDBOX_URL=http://"+addr,
+		"E2B_DEBUG=true",
+		"NO_COLOR=1",
+	)
+	// node --test runs each file in a child process: kill the whole group.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 10 * time.Second
+	out := logWriter(t, "node: ")
+	cmd.Stdout, cmd.Stderr = out, out
+	start := time.Now()
+	err = cmd.Run()
+	out.Close()
+	if cmd.Process != nil {
+		// Stray children of a failed run must not outlive the test.
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
+	t.Logf("node --test took %v", time.Since(start).Round(time.Millisecond))
+	if err != nil {
+		if ctx.Err() != nil {
+			err = errors.Join(err, ctx.Err())
+		}
+		t.Errorf("node --test failed: %v\nenvd log:\n%s", err, s.Log())
+	}
+}
+
+// npmCI installs the SDK when node_modules is missing or older than
+// package-lock.json.
+func npmCI(t *testing.T, dir string) {
+	t.Helper()
+	lock, err := os.Stat(filepath.Join(dir, "package-lock.json"))
+	if err != nil {
+		t.Fatalf("package-lock.json: %v", err)
+	}
+	// npm writes node_modules/.package-lock.json when it installs.
+	mods, err := os.Stat(filepath.Join(dir, "node_modules", ".package-lock.json"))
+	if err == nil && !mods.ModTime().Before(lock.ModTime()) {
+		return
+	}
+	npm, err := exec.LookPath("npm")
+	if err != nil {
+		t.Fatalf("npm is required to install test/e2b-js: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, npm, "ci", "--no-audit", "--no-fund")
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("npm ci in %s failed: %v\n%s", dir, err, out)
+	}
+	t.Logf("npm ci:\n%s", out)
+}
+
+// proxy forwards TCP connections on a loopback port to the unix socket and
+// returns the port's address. Everything is torn down when the test ends.
+func proxy(t *testing.T, sock string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu     sync.Mutex
+		conns  = map[net.Conn]struct{}{}
+		closed bool
+		wg     sync.WaitGroup
+	)
+	track := func(c net.Conn) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if closed {
+			c.Close()
+			return false
+		}
+		conns[c] = struct{}{}
+		return true
+	}
+	untrack := func(c net.Conn) {
+		mu.Lock()
+		delete(conns, c)
+		mu.Unlock()
+		c.Close()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			if !track(c) {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer untrack(c)
+				u, err := net.Dial("unix", sock)
+				if err != nil {
+					t.Logf("proxy: dial %s: %v", sock, err)
+					return
+				}
+				if !track(u) {
+					return
+				}
+				defer untrack(u)
+				done := make(chan struct{}, 2)
+				pipe := func(dst, src net.Conn) {
+					io.Copy(dst, src)
+					// Pass half-closes on so each side sees EOF.
+					if cw, ok := dst.(interface{ CloseWrite() error }); ok {
+						cw.CloseWrite()
+					}
+					done <- struct{}{}
+				}
+				go pipe(u, c)
+				go pipe(c, u)
+				<-done
+				<-done
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		closed = true
+		for c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return ln.Addr().String()
+}
+
+// logWriter returns a writer that logs each complete line to t.
+func logWriter(t *testing.T, prefix string) io.WriteCloser {
+	r, w := io.Pipe()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sc := bufio.NewScanner(r)
+		sc.Buffer(make([]byte, 64*1024), 1024*1024)
+		for sc.Scan() {
+			t.Log(prefix + sc.Text())
+		}
+		io.Copy(io.Discard, r)
+	}()
+	return &lineLog{w: w, done: done}
+}
+
+type lineLog struct {
+	w    *io.PipeWriter
+	done chan struct{}
+}
+
+func (l *lineLog) Write(p []byte) (int, error) { return l.w.Write(p) }
+
+func (l *lineLog) Close() error {
+	l.w.Close()
+	<-l.done
+	return nil
+}
