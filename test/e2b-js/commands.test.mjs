@@ -107,6 +107,8 @@ test('background: commands.kill', async () => {
     return true
   })
   assert.equal(await sbx.commands.kill(999999), false)
+  // Nothing is left to kill once it has ended.
+  assert.equal(await sbx.commands.kill(h.pid), false)
 })
 
 test('background: handle.kill', async () => {
