@@ -11,6 +11,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/hutch-sandbox/hutch/bench/internal/benchns"
 )
 
 // idPrefix starts the name of every container the harness makes, so that
@@ -24,7 +26,7 @@ type contender struct {
 	// argv returns the command line for one run; id is unique per run.
 	argv func(id string) []string
 	// legacyCgroups runs the command in the mount namespace without the
-	// cgroup2 tree (see legacyCgroupNS).
+	// cgroup2 tree (see benchns.LegacyCgroupNS).
 	legacyCgroups bool
 	// unavailable is why the contender cannot run here, if known upfront.
 	unavailable string
@@ -40,7 +42,7 @@ type bench struct {
 	run *runner
 
 	bins      map[string]string // tool name -> path, or missing
-	legacy    *legacyCgroupNS
+	legacy    *benchns.LegacyCgroupNS
 	legacyErr string
 	ociErr    string // why the OCI bundle cannot be used, if so
 
@@ -92,7 +94,7 @@ func (b *bench) prepare() error {
 	if err := b.prepareOCI(); err != nil {
 		b.ociErr = err.Error()
 	}
-	if ns, err := newLegacyCgroupNS(); err == nil {
+	if ns, err := benchns.NewLegacyCgroupNS(); err == nil {
 		b.legacy = ns
 	} else {
 		b.legacyErr = err.Error()
@@ -121,12 +123,12 @@ func (b *bench) prepareOCI() error {
 	}
 	m := spec.Linux.UIDMappings[0]
 	b.cfg.hostID = m.HostID
-	return mountIdmapped(b.cfg.rootfs, b.cfg.ociRootfs, m.HostID, m.Size)
+	return benchns.MountIdmapped(b.cfg.rootfs, b.cfg.ociRootfs, m.HostID, m.Size)
 }
 
 func (b *bench) close() {
 	if b.legacy != nil {
-		close(b.legacy.reqs)
+		b.legacy.Close()
 	}
 }
 
@@ -260,7 +262,7 @@ const settle = 500 * time.Millisecond
 func (b *bench) idleRun(k idleKind, n int) (treeMemory, error) {
 	in := func(f func()) { f() }
 	if k.legacy {
-		in = b.legacy.do
+		in = b.legacy.Do
 	}
 	var sbs []idleSandbox
 	defer func() {
@@ -406,7 +408,7 @@ func (b *bench) cleanup(report bool) {
 			if b.legacy == nil {
 				continue
 			}
-			do = b.legacy.do
+			do = b.legacy.Do
 		}
 		do(func() {
 			out, err := b.output(bin, "list", "-q")
@@ -430,7 +432,7 @@ func (b *bench) cleanup(report bool) {
 		// crun for containers made with --runtime=crun.
 		do := func(f func()) { f() }
 		if b.legacy != nil {
-			do = b.legacy.do
+			do = b.legacy.Do
 		}
 		do(func() {
 			if out, err := b.output(bin, "ps", "-a", "-q", "--filter", "name=^"+idPrefix); err == nil {

@@ -32,6 +32,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/hutch-sandbox/hutch/bench/internal/benchns"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -50,12 +52,12 @@ type config struct {
 }
 
 func main() {
-	if os.Getenv(envInNS) != "1" {
+	if !benchns.InMountNS() {
 		if os.Geteuid() != 0 {
 			fmt.Fprintln(os.Stderr, "startup: run as root (bench/run.sh)")
 			os.Exit(1)
 		}
-		os.Exit(reexecInMountNS())
+		os.Exit(benchns.ReexecInMountNS())
 	}
 	os.Exit(realMain())
 }
@@ -376,7 +378,7 @@ func (b *bench) runContender(c *contender, suffix string) (d time.Duration, err 
 		if b.legacy == nil {
 			return 0, errors.New("no mount namespace without cgroup2: " + b.legacyErr)
 		}
-		b.legacy.do(func() { d, err = b.run.run(argv) })
+		b.legacy.Do(func() { d, err = b.run.run(argv) })
 		return d, err
 	}
 	return b.run.run(argv)

@@ -2,7 +2,6 @@ package files
 
 import (
 	"bytes"
-	"compress/gzip"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/klauspost/compress/gzip"
 
 	"github.com/hutch-sandbox/hutch/internal/envd/permissions"
 	"github.com/hutch-sandbox/hutch/internal/errdefs"

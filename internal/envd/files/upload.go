@@ -1,7 +1,6 @@
 package files
 
 import (
-	"compress/gzip"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -18,6 +17,8 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/klauspost/compress/gzip"
 
 	"golang.org/x/sys/unix"
 

@@ -1,4 +1,7 @@
-package main
+// Package benchns holds the namespace plumbing both benchmark harnesses
+// share: running the harness in a private mount namespace, idmapped mounts
+// of the template for the OCI peers, and a cgroup-v1-only view for crun.
+package benchns
 
 import (
 	"errors"
@@ -16,14 +19,18 @@ import (
 // namespace.
 const envInNS = "HUTCH_BENCH_IN_MOUNTNS"
 
-// reexecInMountNS runs this program again in a private mount namespace and
+// InMountNS reports whether this is the re-executed harness, in its own
+// mount namespace.
+func InMountNS() bool { return os.Getenv(envInNS) == "1" }
+
+// ReexecInMountNS runs this program again in a private mount namespace and
 // returns its exit status. Every mount the harness makes (the peers' rootfs)
 // lives and dies with that namespace: nothing is left mounted on the host,
 // whatever happens to the harness.
-func reexecInMountNS() int {
+func ReexecInMountNS() int {
 	self, err := os.Executable()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "startup: %v\n", err)
+		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
 		return 1
 	}
 	cmd := exec.Command(self, os.Args[1:]...)
@@ -33,7 +40,7 @@ func reexecInMountNS() int {
 	// the child, so no mount propagates back to the host.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
 	if err := cmd.Start(); err != nil {
-		fmt.Fprintf(os.Stderr, "startup: re-exec in a private mount namespace: %v\n", err)
+		fmt.Fprintf(os.Stderr, "bench: re-exec in a private mount namespace: %v\n", err)
 		return 1
 	}
 	// Let the child clean up and report rather than die before it: pass
@@ -50,19 +57,19 @@ func reexecInMountNS() int {
 		if errors.As(err, &ee) {
 			return ee.ExitCode()
 		}
-		fmt.Fprintf(os.Stderr, "startup: %v\n", err)
+		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
 		return 1
 	}
 	return 0
 }
 
-// mountIdmapped mounts src read-only at dst, with its ids shifted by the
+// MountIdmapped mounts src read-only at dst, with its ids shifted by the
 // user namespace mapping 0..size-1 to hostID..hostID+size-1: files owned by
 // root on disk appear owned by the container's root (host uid hostID), as
 // Hutch does for its own template mount. Without it, the OCI peers'
 // container root could not create mount points in its overlay (podman) and
 // would see every file as owned by nobody.
-func mountIdmapped(src, dst string, hostID, size int) error {
+func MountIdmapped(src, dst string, hostID, size int) error {
 	// A throwaway process holds the user namespace whose mapping we want.
 	holder := exec.Command("/bin/sleep", "60")
 	holder.SysProcAttr = &syscall.SysProcAttr{
@@ -100,19 +107,20 @@ func mountIdmapped(src, dst string, hostID, size int) error {
 	return nil
 }
 
-// legacyCgroupNS is one OS thread in a further private mount namespace in
+// LegacyCgroupNS is one OS thread in a further private mount namespace in
 // which the cgroup2 "unified" mount at /sys/fs/cgroup/unified is detached.
 // crun 1.8 refuses hybrid hosts whose cgroup2 tree has any controller
 // (here: hugetlb); without that mount it sees a plain cgroup v1 host and
 // applies every limit through the v1 controllers, as runc does. Commands
 // started from this thread inherit its mount namespace, so the set-up costs
 // nothing per run.
-type legacyCgroupNS struct {
+type LegacyCgroupNS struct {
 	reqs chan func()
 }
 
-func newLegacyCgroupNS() (*legacyCgroupNS, error) {
-	ns := &legacyCgroupNS{reqs: make(chan func())}
+// NewLegacyCgroupNS starts the namespace's thread; Close ends it.
+func NewLegacyCgroupNS() (*LegacyCgroupNS, error) {
+	ns := &LegacyCgroupNS{reqs: make(chan func())}
 	ready := make(chan error)
 	go func() {
 		// Never unlocked: the thread, whose mount namespace differs from
@@ -142,9 +150,12 @@ func newLegacyCgroupNS() (*legacyCgroupNS, error) {
 	return ns, nil
 }
 
-// do runs f on the namespace's thread and waits for it.
-func (ns *legacyCgroupNS) do(f func()) {
+// Do runs f on the namespace's thread and waits for it.
+func (ns *LegacyCgroupNS) Do(f func()) {
 	done := make(chan struct{})
 	ns.reqs <- func() { f(); close(done) }
 	<-done
 }
+
+// Close ends the namespace's thread.
+func (ns *LegacyCgroupNS) Close() { close(ns.reqs) }
