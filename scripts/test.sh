@@ -26,4 +26,5 @@ if ! git diff --quiet -- api internal/runtime/native; then
 fi
 
 echo "==> go test"
-"$GO" test -count=1 -timeout 15m ./...
+# One package at a time: the sandbox-heavy suites share two cores.
+"$GO" test -count=1 -p 1 -timeout 15m ./...

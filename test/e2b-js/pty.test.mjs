@@ -22,8 +22,9 @@ test('pty: create, sendInput, resize, stty size, kill', async () => {
 
   // $((…)) makes the markers appear only in the command's output, not in
   // the terminal's echo of the input.
-  await sbx.pty.sendInput(h.pid, enc.encode('stty size; echo "A$((40+2))"; echo "T=$TERM"; id -un\n'))
-  await waitFor(() => t.out.includes('A42'), 10_000, () => `first output (got ${JSON.stringify(t.out)})`)
+  await sbx.pty.sendInput(h.pid, enc.encode('stty size; echo "A$((40+2))"; echo "T=$TERM"; id -un; echo "Z$((1+2))"\n'))
+  // Z3 comes last: everything asserted below has arrived by then.
+  await waitFor(() => t.out.includes('Z3'), 10_000, () => `first output (got ${JSON.stringify(t.out)})`)
   assert.match(t.out, /24 80\r\n/)
   assert.match(t.out, /T=xterm-256color/)
   assert.match(t.out, /\r\nuser\r\n/)
