@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,7 +15,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hutch-sandbox/hutch/bench/internal/benchns"
+	"github.com/hutch-sandbox/hutch/bench/internal/harness"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
@@ -48,7 +47,7 @@ type bench struct {
 	proc    processconnect.ProcessClient
 
 	// The OCI containers running sleep infinity.
-	legacy    *benchns.LegacyCgroupNS
+	legacy    *harness.LegacyCgroupNS
 	legacyErr string
 	ociErr    string
 	runcID    string // running container, or ""
@@ -79,7 +78,7 @@ func (b *bench) prepare() error {
 	if err := b.prepareOCI(); err != nil {
 		b.ociErr = err.Error()
 	}
-	if ns, err := benchns.NewLegacyCgroupNS(); err == nil {
+	if ns, err := harness.NewLegacyCgroupNS(); err == nil {
 		b.legacy = ns
 	} else {
 		b.legacyErr = err.Error()
@@ -177,26 +176,8 @@ func (b *bench) startSandbox() error {
 // containers' root, on the bundles' rootfs, in this process's private mount
 // namespace only (as bench/startup does).
 func (b *bench) prepareOCI() error {
-	var spec struct {
-		Linux struct {
-			UIDMappings []struct {
-				HostID int `json:"hostID"`
-				Size   int `json:"size"`
-			} `json:"uidMappings"`
-		} `json:"linux"`
-	}
-	data, err := os.ReadFile(filepath.Join(b.cfg.bundleIdle, "config.json"))
-	if err != nil {
-		return fmt.Errorf("OCI bundle not prepared (run bench/envd.sh): %w", err)
-	}
-	if err := json.Unmarshal(data, &spec); err != nil {
-		return fmt.Errorf("%s/config.json: %w", b.cfg.bundleIdle, err)
-	}
-	if len(spec.Linux.UIDMappings) != 1 {
-		return fmt.Errorf("%s/config.json: expected one uid mapping", b.cfg.bundleIdle)
-	}
-	m := spec.Linux.UIDMappings[0]
-	return benchns.MountIdmapped(b.cfg.rootfs, b.cfg.ociRootfs, m.HostID, m.Size)
+	_, err := harness.MountBundleRootfs(b.cfg.bundleIdle, b.cfg.rootfs, b.cfg.ociRootfs)
+	return err
 }
 
 // startContainer starts a detached container running sleep infinity with

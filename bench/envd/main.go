@@ -22,7 +22,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"math"
@@ -38,7 +37,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/hutch-sandbox/hutch/bench/internal/benchns"
+	"github.com/hutch-sandbox/hutch/bench/internal/harness"
 
 	"golang.org/x/sys/unix"
 
@@ -72,12 +71,12 @@ func main() {
 		}
 		os.Exit(0)
 	}
-	if !benchns.InMountNS() {
+	if !harness.InMountNS() {
 		if os.Geteuid() != 0 {
 			fmt.Fprintln(os.Stderr, "bench-envd: run as root (bench/envd.sh)")
 			os.Exit(1)
 		}
-		os.Exit(benchns.ReexecInMountNS())
+		os.Exit(harness.ReexecInMountNS())
 	}
 	os.Exit(realMain())
 }
@@ -172,7 +171,7 @@ func realMain() int {
 		fmt.Println()
 		printFiles(frows)
 	}
-	printLoad("after the runs")
+	harness.PrintLoad("after the runs")
 	if ctx.Err() != nil {
 		fmt.Fprintln(os.Stderr, "bench-envd: interrupted")
 		return 130
@@ -225,72 +224,11 @@ func printHeader(cfg *config) {
 		}
 	}
 	fmt.Printf("commit: %s (envd %s, served by this harness binary inside the sandbox)\n", rev, envd.Version)
-	fmt.Printf("peers: %s\n", peerVersions())
+	fmt.Printf("peers: %s\n", harness.PeerVersions("runc", "crun"))
 	fmt.Printf("sandbox: base template, memory 512M, cpus 1, pids 512 (hutch run's defaults); envd's default user \"user\"\n")
 	fmt.Printf("runs: round trips %d measured + %d warm-up per row, sequential; /files %d per 1 MiB-class row, %d per large row\n",
 		cfg.n, cfg.warmup, cfg.n, cfg.nLarge)
-	printLoad("before")
-}
-
-func peerVersions() string {
-	var out []string
-	for _, t := range [][]string{{"runc", "--version"}, {"crun", "--version"}} {
-		b, err := exec.Command(t[0], t[1:]...).Output()
-		if err != nil {
-			out = append(out, t[0]+" (not installed)")
-			continue
-		}
-		line, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
-		out = append(out, strings.Join(strings.Fields(line), " "))
-	}
-	return strings.Join(out, ", ")
-}
-
-// printLoad shows how busy the machine is over one second: other work on a
-// 2-core machine shows up directly in the numbers, the tails first.
-func printLoad(when string) {
-	busy, err := cpuBusy(time.Second)
-	if err != nil {
-		return
-	}
-	fmt.Printf("CPU busy %s (1 s sample, all CPUs): %.0f%%\n", when, 100*busy)
-	if busy > 0.15 && when == "before" {
-		fmt.Println("warning: the machine is not idle; expect noisy numbers (let it settle and run again)")
-	}
-}
-
-func cpuBusy(d time.Duration) (float64, error) {
-	i0, t0, err := cpuSample()
-	if err != nil {
-		return 0, err
-	}
-	time.Sleep(d)
-	i1, t1, err := cpuSample()
-	if err != nil || t1 == t0 {
-		return 0, err
-	}
-	return 1 - float64(i1-i0)/float64(t1-t0), nil
-}
-
-// cpuSample reads the idle and total jiffies of all CPUs from /proc/stat.
-func cpuSample() (idle, total uint64, err error) {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0, 0, err
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	if len(f) < 6 || f[0] != "cpu" {
-		return 0, 0, errors.New("unexpected /proc/stat")
-	}
-	for i, v := range f[1:] {
-		n, _ := strconv.ParseUint(v, 10, 64)
-		total += n
-		if i == 3 || i == 4 { // idle, iowait
-			idle += n
-		}
-	}
-	return idle, total, nil
+	harness.PrintLoad("before")
 }
 
 // series is a set of measured durations.
@@ -332,7 +270,7 @@ func (b *bench) run(s *series, warmup, n int, f func() (time.Duration, error)) (
 			return oneLine(err.Error())
 		}
 	}
-	i0, t0, _ := cpuSample()
+	i0, t0, _ := harness.CPUSample()
 	for i := 0; i < n && b.ctx.Err() == nil; i++ {
 		d, err := f()
 		if err != nil {
@@ -347,7 +285,7 @@ func (b *bench) run(s *series, warmup, n int, f func() (time.Duration, error)) (
 			fmt.Print(".")
 		}
 	}
-	if i1, t1, err := cpuSample(); err == nil && t1 > t0 {
+	if i1, t1, err := harness.CPUSample(); err == nil && t1 > t0 {
 		s.busy = 1 - float64(i1-i0)/float64(t1-t0)
 	}
 	sort.Slice(s.times, func(i, j int) bool { return s.times[i] < s.times[j] })

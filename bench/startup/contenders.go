@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,7 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/hutch-sandbox/hutch/bench/internal/benchns"
+	"github.com/hutch-sandbox/hutch/bench/internal/harness"
 )
 
 // idPrefix starts the name of every container the harness makes, so that
@@ -26,7 +25,7 @@ type contender struct {
 	// argv returns the command line for one run; id is unique per run.
 	argv func(id string) []string
 	// legacyCgroups runs the command in the mount namespace without the
-	// cgroup2 tree (see benchns.LegacyCgroupNS).
+	// cgroup2 tree (see harness.LegacyCgroupNS).
 	legacyCgroups bool
 	// unavailable is why the contender cannot run here, if known upfront.
 	unavailable string
@@ -42,7 +41,7 @@ type bench struct {
 	run *runner
 
 	bins      map[string]string // tool name -> path, or missing
-	legacy    *benchns.LegacyCgroupNS
+	legacy    *harness.LegacyCgroupNS
 	legacyErr string
 	ociErr    string // why the OCI bundle cannot be used, if so
 
@@ -94,7 +93,7 @@ func (b *bench) prepare() error {
 	if err := b.prepareOCI(); err != nil {
 		b.ociErr = err.Error()
 	}
-	if ns, err := benchns.NewLegacyCgroupNS(); err == nil {
+	if ns, err := harness.NewLegacyCgroupNS(); err == nil {
 		b.legacy = ns
 	} else {
 		b.legacyErr = err.Error()
@@ -103,27 +102,9 @@ func (b *bench) prepare() error {
 }
 
 func (b *bench) prepareOCI() error {
-	var spec struct {
-		Linux struct {
-			UIDMappings []struct {
-				HostID int `json:"hostID"`
-				Size   int `json:"size"`
-			} `json:"uidMappings"`
-		} `json:"linux"`
-	}
-	data, err := os.ReadFile(filepath.Join(b.cfg.bundle, "config.json"))
-	if err != nil {
-		return fmt.Errorf("OCI bundle not prepared (run bench/run.sh): %w", err)
-	}
-	if err := json.Unmarshal(data, &spec); err != nil {
-		return fmt.Errorf("%s/config.json: %w", b.cfg.bundle, err)
-	}
-	if len(spec.Linux.UIDMappings) != 1 {
-		return fmt.Errorf("%s/config.json: expected one uid mapping", b.cfg.bundle)
-	}
-	m := spec.Linux.UIDMappings[0]
-	b.cfg.hostID = m.HostID
-	return benchns.MountIdmapped(b.cfg.rootfs, b.cfg.ociRootfs, m.HostID, m.Size)
+	hostID, err := harness.MountBundleRootfs(b.cfg.bundle, b.cfg.rootfs, b.cfg.ociRootfs)
+	b.cfg.hostID = hostID
+	return err
 }
 
 func (b *bench) close() {

@@ -26,13 +26,12 @@ import (
 	"path/filepath"
 	"runtime"
 	"sort"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 	"unicode/utf8"
 
-	"github.com/hutch-sandbox/hutch/bench/internal/benchns"
+	"github.com/hutch-sandbox/hutch/bench/internal/harness"
 
 	"golang.org/x/sys/unix"
 )
@@ -52,12 +51,12 @@ type config struct {
 }
 
 func main() {
-	if !benchns.InMountNS() {
+	if !harness.InMountNS() {
 		if os.Geteuid() != 0 {
 			fmt.Fprintln(os.Stderr, "startup: run as root (bench/run.sh)")
 			os.Exit(1)
 		}
-		os.Exit(benchns.ReexecInMountNS())
+		os.Exit(harness.ReexecInMountNS())
 	}
 	os.Exit(realMain())
 }
@@ -131,7 +130,7 @@ func realMain() int {
 		r := b.measure(c)
 		results = append(results, r)
 	}
-	printLoad("after the runs")
+	harness.PrintLoad("after the runs")
 	fmt.Println()
 	printTable(os.Stdout, results)
 	csv := filepath.Join(cfg.dir, "last-run.csv")
@@ -164,72 +163,9 @@ func printHeader(cfg *config) {
 	} else {
 		fmt.Printf("hutch: %s\n", cfg.hutch)
 	}
-	fmt.Printf("peers: %s\n", peerVersions())
+	fmt.Printf("peers: %s\n", harness.PeerVersions("bwrap", "runc", "crun", "podman", "conmon"))
 	fmt.Printf("runs: %d measured + %d warm-up per contender, sequential; wall time of the whole command\n", cfg.n, cfg.warmup)
-	printLoad("before")
-}
-
-// peerVersions names the installed version of each peer.
-func peerVersions() string {
-	var out []string
-	for _, t := range [][]string{{"bwrap", "--version"}, {"runc", "--version"}, {"crun", "--version"}, {"podman", "--version"}, {"conmon", "--version"}} {
-		b, err := exec.Command(t[0], t[1:]...).Output()
-		if err != nil {
-			out = append(out, t[0]+" (not installed)")
-			continue
-		}
-		line, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
-		out = append(out, strings.Join(strings.Fields(line), " "))
-	}
-	return strings.Join(out, ", ")
-}
-
-// printLoad shows how busy the machine is over one second: other work on a
-// 2-core machine shows up directly in the numbers, the tails first.
-func printLoad(when string) {
-	busy, err := cpuBusy(time.Second)
-	if err != nil {
-		return
-	}
-	fmt.Printf("CPU busy %s (1 s sample, all CPUs): %.0f%%\n", when, 100*busy)
-	if busy > 0.15 && when == "before" {
-		fmt.Println("warning: the machine is not idle; expect noisy numbers (let it settle and run again)")
-	}
-}
-
-// cpuBusy samples the aggregate "cpu" line of /proc/stat over d.
-func cpuBusy(d time.Duration) (float64, error) {
-	i0, t0, err := cpuSample()
-	if err != nil {
-		return 0, err
-	}
-	time.Sleep(d)
-	i1, t1, err := cpuSample()
-	if err != nil || t1 == t0 {
-		return 0, err
-	}
-	return 1 - float64(i1-i0)/float64(t1-t0), nil
-}
-
-// cpuSample reads the idle and total jiffies of all CPUs from /proc/stat.
-func cpuSample() (idle, total uint64, err error) {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0, 0, err
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	if len(f) < 6 || f[0] != "cpu" {
-		return 0, 0, errors.New("unexpected /proc/stat")
-	}
-	for i, v := range f[1:] {
-		n, _ := strconv.ParseUint(v, 10, 64)
-		total += n
-		if i == 3 || i == 4 { // idle, iowait
-			idle += n
-		}
-	}
-	return idle, total, nil
+	harness.PrintLoad("before")
 }
 
 // writeCSV saves every measured time, for a closer look than percentiles.
@@ -337,7 +273,7 @@ func (b *bench) measure(c *contender) *result {
 			return res
 		}
 	}
-	i0, t0, _ := cpuSample()
+	i0, t0, _ := harness.CPUSample()
 	for i := 0; i < b.cfg.n && b.ctx.Err() == nil; i++ {
 		d, err := b.runContender(c, fmt.Sprint(i))
 		if err != nil {
@@ -360,7 +296,7 @@ func (b *bench) measure(c *contender) *result {
 	fmt.Printf(" p50 %s", ms(res.pct(0.5)))
 	// Sequential runs keep about one of the machine's CPUs busy; much more
 	// means something else was running too.
-	if i1, t1, err := cpuSample(); err == nil && t1 > t0 {
+	if i1, t1, err := harness.CPUSample(); err == nil && t1 > t0 {
 		res.busy = 1 - float64(i1-i0)/float64(t1-t0)
 		fmt.Printf(", CPU busy %.0f%%", 100*res.busy)
 	}

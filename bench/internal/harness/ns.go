@@ -1,7 +1,7 @@
-// Package benchns holds the namespace plumbing both benchmark harnesses
-// share: running the harness in a private mount namespace, idmapped mounts
-// of the template for the OCI peers, and a cgroup-v1-only view for crun.
-package benchns
+// Package harness holds what the benchmark programs share: running in a
+// private mount namespace, the OCI peers' idmapped rootfs, a cgroup-v1-only
+// view for crun, peer versions and how busy the machine is.
+package harness
 
 import (
 	"errors"

@@ -1,0 +1,57 @@
+# Shared steps of the benchmark scripts (bench/run.sh, bench/envd.sh);
+# sourced, not run. Every step is cached: quick the second time.
+
+CACHE=/var/cache/hutch/bench
+# Host uid/gid that the OCI containers' root maps to (65536 ids from here):
+# the /etc/subuid convention, far below Hutch's own range (2^20 and up).
+OCI_HOST_ID=100000
+GO=$(command -v go || echo /usr/local/go/bin/go)
+
+need_root() {
+	if [ "$(id -u)" != 0 ]; then
+		echo "bench: run as root (sandboxes and containers need namespaces and cgroups)" >&2
+		exit 1
+	fi
+}
+
+# install_peers PKG...: the peers, from Debian's packages, when missing.
+install_peers() {
+	missing=""
+	for p in "$@"; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+	done
+	if [ -n "$missing" ]; then
+		echo "==> installing the peers:$missing"
+		apt-get update -q
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q $missing
+	fi
+}
+
+# setup_hutch: hutch and the base template (scripts/setup.sh), and which
+# Hutch is measured, for the results' header.
+setup_hutch() {
+	./scripts/setup.sh
+	HUTCH_BENCH_REV=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+	if [ -n "$(git status --porcelain -- cmd internal api go.mod go.sum 2>/dev/null)" ]; then
+		HUTCH_BENCH_REV="$HUTCH_BENCH_REV + uncommitted changes"
+	fi
+	export HUTCH_BENCH_REV
+}
+
+# build_harness NAME: bench/NAME, built outside the repository into $CACHE.
+build_harness() {
+	mkdir -p "$CACHE"
+	echo "==> building the harness bench/$1"
+	CGO_ENABLED=0 "$GO" build -trimpath -o "$CACHE/$1.new" "./bench/$1"
+	mv "$CACHE/$1.new" "$CACHE/$1"
+}
+
+# write_bundle DIR ROOTFS ARGS: an OCI bundle from bench/oci/config.json.in;
+# ARGS is the process's argv as JSON strings ("/bin/true"). Its rootfs
+# directory stays empty on the host: the harness mounts the template there,
+# read-only and idmapped, in a mount namespace of its own.
+write_bundle() {
+	mkdir -p "$1" "$CACHE/bundle/rootfs"
+	sed -e "s|@ROOTFS@|$2|" -e "s|@ARGS@|$3|" -e "s|@HOSTID@|$OCI_HOST_ID|g" \
+		bench/oci/config.json.in >"$1/config.json"
+}
