@@ -1,0 +1,259 @@
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/hutch-sandbox/hutch/internal/errdefs"
+)
+
+// KeyPrefix is how every Hutch API key starts, as E2B's keys do (the Python
+// SDK refuses keys that do not match ^e2b_[0-9a-f]+$).
+const KeyPrefix = "e2b_"
+
+// keyHexLen is the number of lowercase hex digits after KeyPrefix (160 bits).
+const keyHexLen = 40
+
+// prefixLen is how many hex digits of a key are kept in clear for listing.
+// They identify a key to its owner and reveal 32 of its 160 bits.
+const prefixLen = 8
+
+// Key is an API key as the store knows it. The secret itself is never stored,
+// only its SHA-256 hash, so a Key cannot be turned back into the plaintext.
+// The zero value is not a valid key.
+type Key struct {
+	// ID is the key's stable identity ("key_" + 16 hex digits); sandboxes
+	// record the ID of the key that created them.
+	ID string
+	// Name is a free-form label given by the operator.
+	Name string
+	// Prefix is the first 8 hex digits after "e2b_", for telling keys apart
+	// in listings. It is not unique.
+	Prefix string
+	// Created is when the key was created or added (UTC).
+	Created time.Time
+	// Revoked is when the key was revoked (UTC), nil while it is valid.
+	Revoked *time.Time
+}
+
+// validKey reports whether plaintext is KeyPrefix followed by exactly 40
+// lowercase hex digits.
+func validKey(plaintext string) bool {
+	h, ok := strings.CutPrefix(plaintext, KeyPrefix)
+	if !ok || len(h) != keyHexLen {
+		return false
+	}
+	for i := 0; i < len(h); i++ {
+		c := h[i]
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+func hashKey(plaintext string) []byte {
+	sum := sha256.Sum256([]byte(plaintext))
+	return sum[:]
+}
+
+func randomHex(nbytes int) string {
+	b := make([]byte, nbytes)
+	// crypto/rand.Read never returns an error (Go 1.24+); it crashes the
+	// program if the system's random source fails.
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// CreateKey makes a new random API key ("e2b_" + 40 lowercase hex digits from
+// crypto/rand), stores its hash under name and returns the plaintext together
+// with the stored Key. The plaintext is not kept anywhere: show it to the
+// operator once.
+func (s *Store) CreateKey(ctx context.Context, name string) (string, Key, error) {
+	plaintext := KeyPrefix + randomHex(keyHexLen/2)
+	k, err := s.insertKey(ctx, name, plaintext)
+	if err != nil {
+		return "", Key{}, err
+	}
+	return plaintext, k, nil
+}
+
+// AddKey stores a key the operator chose (for example HUTCH_API_KEY) under
+// name. It is idempotent: if the same key is stored already, AddKey returns
+// the existing Key unchanged (its original name, and its revocation if it was
+// revoked: re-adding a revoked key does not bring it back). A key that is not
+// "e2b_" followed by exactly 40 lowercase hex digits is rejected with an
+// error wrapping errdefs.ErrInvalidArgument; the error never contains the key.
+func (s *Store) AddKey(ctx context.Context, name, plaintext string) (Key, error) {
+	if !validKey(plaintext) {
+		return Key{}, fmt.Errorf("store: add key %q: key must be %q followed by %d lowercase hex digits: %w",
+			name, KeyPrefix, keyHexLen, errdefs.ErrInvalidArgument)
+	}
+	return s.insertKey(ctx, name, plaintext)
+}
+
+// insertKey stores plaintext's hash unless it is there already, and returns
+// the stored row either way.
+func (s *Store) insertKey(ctx context.Context, name, plaintext string) (Key, error) {
+	h := hashKey(plaintext)
+	prefix := plaintext[len(KeyPrefix) : len(KeyPrefix)+prefixLen]
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return Key{}, fmt.Errorf("store: add key: %w", err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx,
+		`INSERT INTO api_keys (id, name, prefix, hash, created) VALUES (?, ?, ?, ?, ?)
+		 ON CONFLICT (hash) DO NOTHING`,
+		"key_"+randomHex(8), name, prefix, h, toNanos(time.Now())); err != nil {
+		return Key{}, fmt.Errorf("store: add key: %w", err)
+	}
+	k, err := scanKey(tx.QueryRowContext(ctx, `SELECT `+keyColumns+` FROM api_keys WHERE hash = ?`, h))
+	if err != nil {
+		return Key{}, fmt.Errorf("store: add key: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return Key{}, fmt.Errorf("store: add key: %w", err)
+	}
+	return k, nil
+}
+
+const keyColumns = `id, name, prefix, created, revoked`
+
+type rowScanner interface {
+	Scan(dest ...any) error
+}
+
+func scanKey(r rowScanner) (Key, error) {
+	var (
+		k       Key
+		created int64
+		revoked sql.NullInt64
+	)
+	if err := r.Scan(&k.ID, &k.Name, &k.Prefix, &created, &revoked); err != nil {
+		return Key{}, err
+	}
+	k.Created = fromNanos(created)
+	if revoked.Valid {
+		t := fromNanos(revoked.Int64)
+		k.Revoked = &t
+	}
+	return k, nil
+}
+
+// VerifyKey returns the valid (not revoked) key whose plaintext is given. The
+// lookup is by SHA-256 hash through an index, so its timing reveals nothing
+// about stored keys. An unknown, revoked or malformed key gives an error
+// wrapping errdefs.ErrNotFound; the error never contains the key.
+func (s *Store) VerifyKey(ctx context.Context, plaintext string) (Key, error) {
+	if !validKey(plaintext) {
+		return Key{}, fmt.Errorf("store: verify key: unknown key: %w", errdefs.ErrNotFound)
+	}
+	k, err := scanKey(s.db.QueryRowContext(ctx,
+		`SELECT `+keyColumns+` FROM api_keys WHERE hash = ? AND revoked IS NULL`, hashKey(plaintext)))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Key{}, fmt.Errorf("store: verify key: unknown or revoked key: %w", errdefs.ErrNotFound)
+	}
+	if err != nil {
+		return Key{}, fmt.Errorf("store: verify key: %w", err)
+	}
+	return k, nil
+}
+
+// ListKeys returns every key, revoked ones included, oldest first.
+func (s *Store) ListKeys(ctx context.Context) ([]Key, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT `+keyColumns+` FROM api_keys ORDER BY created, id`)
+	if err != nil {
+		return nil, fmt.Errorf("store: list keys: %w", err)
+	}
+	defer rows.Close()
+	var keys []Key
+	for rows.Next() {
+		k, err := scanKey(rows)
+		if err != nil {
+			return nil, fmt.Errorf("store: list keys: %w", err)
+		}
+		keys = append(keys, k)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: list keys: %w", err)
+	}
+	return keys, nil
+}
+
+// RevokeKey revokes the key whose ID is idOrPrefix, or else the one key whose
+// Prefix is idOrPrefix (with or without the leading "e2b_"). Revoking a
+// revoked key again succeeds and keeps the first revocation time. No match
+// gives errdefs.ErrNotFound; a prefix shared by several keys gives
+// errdefs.ErrInvalidArgument (use the ID instead). Sandboxes the key created
+// are left alone; the key just stops authenticating.
+func (s *Store) RevokeKey(ctx context.Context, idOrPrefix string) error {
+	if idOrPrefix == "" {
+		return fmt.Errorf("store: revoke key: empty id: %w", errdefs.ErrInvalidArgument)
+	}
+	prefix := strings.TrimPrefix(idOrPrefix, KeyPrefix)
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("store: revoke key: %w", err)
+	}
+	defer tx.Rollback()
+
+	var id string
+	err = tx.QueryRowContext(ctx, `SELECT id FROM api_keys WHERE id = ?`, idOrPrefix).Scan(&id)
+	if errors.Is(err, sql.ErrNoRows) {
+		rows, err := tx.QueryContext(ctx, `SELECT id FROM api_keys WHERE prefix = ?`, prefix)
+		if err != nil {
+			return fmt.Errorf("store: revoke key: %w", err)
+		}
+		var ids []string
+		for rows.Next() {
+			var x string
+			if err := rows.Scan(&x); err != nil {
+				rows.Close()
+				return fmt.Errorf("store: revoke key: %w", err)
+			}
+			ids = append(ids, x)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("store: revoke key: %w", err)
+		}
+		switch len(ids) {
+		case 0:
+			return fmt.Errorf("store: revoke key %q: %w", idOrPrefix, errdefs.ErrNotFound)
+		case 1:
+			id = ids[0]
+		default:
+			return fmt.Errorf("store: revoke key %q: prefix matches %d keys, use the key ID: %w",
+				idOrPrefix, len(ids), errdefs.ErrInvalidArgument)
+		}
+	} else if err != nil {
+		return fmt.Errorf("store: revoke key: %w", err)
+	}
+
+	if _, err := tx.ExecContext(ctx,
+		`UPDATE api_keys SET revoked = ? WHERE id = ? AND revoked IS NULL`, toNanos(time.Now()), id); err != nil {
+		return fmt.Errorf("store: revoke key: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("store: revoke key: %w", err)
+	}
+	return nil
+}
+
+// CountKeys returns how many keys are valid (not revoked). `hutch serve` uses
+// it to decide whether to mint a first key.
+func (s *Store) CountKeys(ctx context.Context) (int, error) {
+	var n int
+	if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM api_keys WHERE revoked IS NULL`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("store: count keys: %w", err)
+	}
+	return n, nil
+}
