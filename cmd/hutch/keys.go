@@ -1,0 +1,106 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hutch-sandbox/hutch/internal/store"
+)
+
+// openStore opens the control plane's database in the data directory.
+func (g *globals) openStore(cmd *cobra.Command) (*store.Store, error) {
+	if err := os.MkdirAll(g.dataDir, 0o711); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	return store.Open(cmd.Context(), filepath.Join(g.dataDir, "hutch.db"))
+}
+
+func newKeysCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "keys", Short: "Manage API keys (e2b_… keys for the E2B SDKs and hutch serve)"}
+	var name string
+	create := &cobra.Command{
+		Use:   "create",
+		Short: "Create an API key and print it (it is shown only once; only its hash is stored)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, err := g.openStore(cmd)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			key, k, err := st.CreateKey(cmd.Context(), name)
+			if err != nil {
+				return err
+			}
+			fmt.Println(key)
+			fmt.Fprintf(os.Stderr, "created key %s (%s…)\n", k.ID, k.Prefix)
+			return nil
+		},
+	}
+	create.Flags().StringVar(&name, "name", "", "a name to recognise the key by")
+	var asJSON bool
+	ls := &cobra.Command{
+		Use:   "ls",
+		Short: "List API keys (never their secret part)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, err := g.openStore(cmd)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			keys, err := st.ListKeys(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				type jsonKey struct {
+					ID      string     `json:"id"`
+					Name    string     `json:"name"`
+					Prefix  string     `json:"prefix"`
+					Created time.Time  `json:"created"`
+					Revoked *time.Time `json:"revoked"`
+				}
+				out := []jsonKey{}
+				for _, k := range keys {
+					out = append(out, jsonKey{k.ID, k.Name, store.KeyPrefix + k.Prefix, k.Created, k.Revoked})
+				}
+				enc := json.NewEncoder(os.Stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(out)
+			}
+			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "ID\tPREFIX\tNAME\tCREATED\tREVOKED")
+			for _, k := range keys {
+				revoked := "-"
+				if k.Revoked != nil {
+					revoked = k.Revoked.Format("2006-01-02 15:04")
+				}
+				fmt.Fprintf(w, "%s\t%s%s…\t%s\t%s\t%s\n", k.ID, store.KeyPrefix, k.Prefix, k.Name, k.Created.Format("2006-01-02 15:04"), revoked)
+			}
+			return w.Flush()
+		},
+	}
+	ls.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	revoke := &cobra.Command{
+		Use:   "revoke ID|PREFIX",
+		Short: "Revoke an API key: requests with it are refused from then on",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, err := g.openStore(cmd)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			return st.RevokeKey(cmd.Context(), args[0])
+		},
+	}
+	cmd.AddCommand(create, ls, revoke)
+	return cmd
+}
