@@ -1,0 +1,374 @@
+// Package sandbox is the lifecycle of the control plane's sandboxes: it
+// creates them with the runtime, starts and initialises their envd, records
+// them in the store, expires them at their timeout, and, after a restart of
+// `hutch serve`, adopts every sandbox that still runs.
+//
+// A sandbox here is a runtime sandbox whose first process is envd, reached
+// through a unix socket the manager creates in DataDir/sockets and hands to
+// envd (so nothing in the sandbox can write a host path).
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/hutch-sandbox/hutch/internal/envd"
+	"github.com/hutch-sandbox/hutch/internal/errdefs"
+	"github.com/hutch-sandbox/hutch/internal/runtime"
+	"github.com/hutch-sandbox/hutch/internal/store"
+	"github.com/hutch-sandbox/hutch/internal/template"
+)
+
+// DefaultTimeout is a sandbox's life when the create request names none.
+const DefaultTimeout = 300 * time.Second
+
+// clientID is returned in every API response; E2B deprecated the field and
+// its reference server answers this constant.
+const clientID = "6532622b"
+
+// Options configure a Manager.
+type Options struct {
+	Runtime   runtime.Runtime
+	Store     *store.Store
+	Templates *template.Store
+	// DataDir holds the envd sockets (DataDir/sockets).
+	DataDir string
+	// Resources are every sandbox's limits.
+	Resources runtime.Resources
+	Logger    *slog.Logger
+}
+
+// Manager runs the sandboxes of one control plane. It is safe for
+// concurrent use.
+type Manager struct {
+	rt        runtime.Runtime
+	store     *store.Store
+	templates *template.Store
+	sockets   string
+	resources runtime.Resources
+	logger    *slog.Logger
+
+	mu     sync.Mutex
+	timers map[string]*time.Timer
+}
+
+// New returns a manager; call Recover before serving.
+func New(opts Options) (*Manager, error) {
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	sockets := filepath.Join(opts.DataDir, "sockets")
+	if err := os.MkdirAll(sockets, 0o700); err != nil {
+		return nil, fmt.Errorf("sockets dir: %w", err)
+	}
+	return &Manager{
+		rt: opts.Runtime, store: opts.Store, templates: opts.Templates, sockets: sockets,
+		resources: opts.Resources, logger: logger, timers: map[string]*time.Timer{},
+	}, nil
+}
+
+// CreateRequest is what a new sandbox is made from.
+type CreateRequest struct {
+	KeyID    string
+	Template string
+	Timeout  time.Duration // 0 means DefaultTimeout
+	Metadata map[string]string
+	EnvVars  map[string]string
+	// Secure makes envd require an access token (returned in the record).
+	Secure              bool
+	AllowInternetAccess *bool
+}
+
+// runtimeInfo is what the store keeps for re-adopting a sandbox.
+type runtimeInfo struct {
+	Socket string `json:"socket"`
+}
+
+// Create makes a sandbox, waits until its envd answers, and records it.
+// envd is reachable when Create returns, as the SDKs expect.
+func (m *Manager) Create(ctx context.Context, req CreateRequest) (_ *store.Sandbox, retErr error) {
+	if req.Template == "" {
+		req.Template = "base"
+	}
+	tpl, err := m.templates.Get(req.Template)
+	if err != nil {
+		return nil, err
+	}
+	if req.Timeout == 0 {
+		req.Timeout = DefaultTimeout
+	}
+	if req.Timeout < 0 {
+		return nil, fmt.Errorf("timeout %v: %w", req.Timeout, errdefs.ErrInvalidArgument)
+	}
+	id := newID()
+	sock := m.socketPath(id)
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		return nil, fmt.Errorf("envd socket: %w", err)
+	}
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	f, err := ln.(*net.UnixListener).File()
+	ln.Close()
+	if err != nil {
+		os.Remove(sock)
+		return nil, fmt.Errorf("envd socket: %w", err)
+	}
+	defer f.Close()
+	defer func() {
+		if retErr != nil {
+			os.Remove(sock)
+		}
+	}()
+
+	sbx, err := m.rt.Create(ctx, runtime.Spec{
+		ID: id, Template: tpl.Name, Resources: m.resources,
+		Labels: map[string]string{"hutch.control-plane": "true"},
+		Process: runtime.Process{
+			Args: []string{runtime.SelfExe, "envd", "--socket-fd", "3", "--user", tpl.DefaultUser},
+			User: "root", ExtraFiles: []*os.File{f},
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if retErr != nil {
+			sbx.Delete(context.Background())
+		}
+	}()
+
+	rec := &store.Sandbox{
+		ID: id, TemplateID: tpl.Name, Alias: req.Template, ClientID: clientID, EnvdVersion: envd.Version,
+		Secure: req.Secure, AllowInternetAccess: req.AllowInternetAccess,
+		Metadata: req.Metadata, EnvVars: req.EnvVars, StartedAt: time.Now().UTC(),
+		CPUCount: int(max(m.resources.CPUs, 1)), MemoryMB: int(m.resources.MemoryBytes >> 20), DiskSizeMB: int(m.resources.DiskBytes >> 20),
+		State: store.StateRunning, KeyID: req.KeyID,
+	}
+	rec.EndAt = rec.StartedAt.Add(req.Timeout)
+	if req.Secure {
+		rec.EnvdAccessToken = randomHex(32)
+	}
+	if err := m.initEnvd(ctx, sock, rec, tpl.DefaultUser); err != nil {
+		return nil, err
+	}
+	info, _ := json.Marshal(runtimeInfo{Socket: sock})
+	rec.Runtime = string(info)
+	if err := m.store.CreateSandbox(ctx, rec); err != nil {
+		return nil, err
+	}
+	m.schedule(rec.ID, rec.EndAt)
+	return rec, nil
+}
+
+// initEnvd waits for the sandbox's envd and gives it the sandbox-wide
+// settings: access token, environment, default user.
+func (m *Manager) initEnvd(ctx context.Context, sock string, rec *store.Sandbox, user string) error {
+	body, _ := json.Marshal(map[string]any{
+		"accessToken": rec.EnvdAccessToken, "envVars": rec.EnvVars, "defaultUser": user,
+	})
+	client := SocketClient(sock)
+	defer client.CloseIdleConnections()
+	for {
+		req, _ := http.NewRequestWithContext(ctx, "POST", "http://envd/init", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusNoContent {
+				return nil
+			}
+			return fmt.Errorf("envd /init: %s", resp.Status)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("envd did not start: %w", err)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// SocketClient returns an HTTP client that reaches envd through its socket.
+func SocketClient(sock string) *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+		},
+	}}
+}
+
+func (m *Manager) socketPath(id string) string { return filepath.Join(m.sockets, id+".sock") }
+
+// Socket returns the envd socket of a running sandbox the key may see.
+func (m *Manager) Socket(ctx context.Context, keyID, id string) (string, error) {
+	rec, err := m.store.GetSandbox(ctx, keyID, id)
+	if err != nil {
+		return "", err
+	}
+	var info runtimeInfo
+	if json.Unmarshal([]byte(rec.Runtime), &info) != nil || info.Socket == "" {
+		return "", fmt.Errorf("sandbox %s has no envd socket: %w", id, errdefs.ErrNotFound)
+	}
+	return info.Socket, nil
+}
+
+// Get returns a sandbox the key may see.
+func (m *Manager) Get(ctx context.Context, keyID, id string) (*store.Sandbox, error) {
+	rec, err := m.store.GetSandbox(ctx, keyID, id)
+	if err != nil {
+		return nil, err
+	}
+	return &rec, nil
+}
+
+// Kill kills a sandbox and forgets it; errdefs.ErrNotFound if the key has
+// no such sandbox.
+func (m *Manager) Kill(ctx context.Context, keyID, id string) error {
+	if _, err := m.store.GetSandbox(ctx, keyID, id); err != nil {
+		return err
+	}
+	return m.remove(ctx, id)
+}
+
+func (m *Manager) remove(ctx context.Context, id string) error {
+	m.mu.Lock()
+	if t := m.timers[id]; t != nil {
+		t.Stop()
+		delete(m.timers, id)
+	}
+	m.mu.Unlock()
+	if sbx, err := m.rt.Load(ctx, id); err == nil {
+		if err := sbx.Delete(ctx); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			return fmt.Errorf("kill sandbox %s: %w", id, err)
+		}
+	}
+	os.Remove(m.socketPath(id))
+	if err := m.store.DeleteSandbox(ctx, id); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+		return err
+	}
+	return nil
+}
+
+// SetTimeout makes a sandbox expire d from now (shorter or longer).
+func (m *Manager) SetTimeout(ctx context.Context, keyID, id string, d time.Duration) error {
+	if d < 0 {
+		return fmt.Errorf("timeout %v: %w", d, errdefs.ErrInvalidArgument)
+	}
+	if _, err := m.store.GetSandbox(ctx, keyID, id); err != nil {
+		return err
+	}
+	end := time.Now().Add(d)
+	if err := m.store.SetEndAt(ctx, id, end); err != nil {
+		return err
+	}
+	m.schedule(id, end)
+	return nil
+}
+
+// Connect extends a running sandbox's life to at least d from now (never
+// shortens it) and returns it.
+func (m *Manager) Connect(ctx context.Context, keyID, id string, d time.Duration) (*store.Sandbox, error) {
+	if _, err := m.store.GetSandbox(ctx, keyID, id); err != nil {
+		return nil, err
+	}
+	end, err := m.store.ExtendEndAt(ctx, id, time.Now().Add(d))
+	if err != nil {
+		return nil, err
+	}
+	m.schedule(id, end)
+	return m.Get(ctx, keyID, id)
+}
+
+// schedule (re)arms the sandbox's expiry.
+func (m *Manager) schedule(id string, end time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if t := m.timers[id]; t != nil {
+		t.Stop()
+	}
+	m.timers[id] = time.AfterFunc(time.Until(end), func() { m.expire(id) })
+}
+
+// expire kills a sandbox whose time is up, unless it was extended since.
+func (m *Manager) expire(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rec, err := m.store.GetSandbox(ctx, "", id)
+	if err != nil {
+		return
+	}
+	if d := time.Until(rec.EndAt); d > 0 {
+		m.schedule(id, rec.EndAt)
+		return
+	}
+	if err := m.remove(ctx, id); err != nil {
+		m.logger.Warn("expire sandbox", "id", id, "err", err)
+		return
+	}
+	m.logger.Info("sandbox expired", "id", id)
+}
+
+// Recover adopts the sandboxes recorded in the store after a restart: the
+// running ones get their expiry back, the ones whose init died meanwhile
+// are cleaned up and forgotten (reported gone, never half-alive).
+func (m *Manager) Recover(ctx context.Context) error {
+	all, err := m.store.AllSandboxes(ctx)
+	if err != nil {
+		return err
+	}
+	for _, rec := range all {
+		alive := false
+		if sbx, err := m.rt.Load(ctx, rec.ID); err == nil {
+			if st, err := sbx.Status(ctx); err == nil && st.State == runtime.StateRunning {
+				alive = true
+			}
+		}
+		if !alive {
+			m.logger.Info("sandbox gone while the server was down", "id", rec.ID)
+			m.remove(ctx, rec.ID)
+			continue
+		}
+		m.schedule(rec.ID, rec.EndAt)
+	}
+	return nil
+}
+
+// Close stops the expiry timers. Sandboxes keep running: a restarted
+// server adopts them with Recover.
+func (m *Manager) Close() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for id, t := range m.timers {
+		t.Stop()
+		delete(m.timers, id)
+	}
+}
+
+// newID returns an id in E2B's shape: "i" and 20 of [a-z0-9].
+func newID() string {
+	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+	b := make([]byte, 20)
+	rand.Read(b)
+	for i := range b {
+		b[i] = alphabet[int(b[i])%len(alphabet)]
+	}
+	return "i" + string(b)
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
