@@ -40,7 +40,7 @@ func run(ctx context.Context, args []string) int {
 	}
 	root.PersistentFlags().StringVar(&g.dataDir, "data-dir", envOr("HUTCH_DATA_DIR", native.DefaultDataDir), "state directory (env HUTCH_DATA_DIR)")
 	root.PersistentFlags().StringVar(&g.templates, "templates", envOr("HUTCH_TEMPLATES", template.DefaultDir), "template store (env HUTCH_TEMPLATES)")
-	root.AddCommand(newRunCmd(g), newPsCmd(g), newRmCmd(g), newTemplateCmd(g), newKeysCmd(g), newEnvdCmd())
+	root.AddCommand(newRunCmd(g), newPsCmd(g), newRmCmd(g), newTemplateCmd(g), newKeysCmd(g), newServeCmd(g), newEnvdCmd())
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
 	var ee exitError

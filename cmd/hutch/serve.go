@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hutch-sandbox/hutch/internal/runtime"
+	"github.com/hutch-sandbox/hutch/internal/sandbox"
+	"github.com/hutch-sandbox/hutch/internal/server"
+	"github.com/hutch-sandbox/hutch/internal/store"
+	"github.com/hutch-sandbox/hutch/internal/template"
+)
+
+func newServeCmd(g *globals) *cobra.Command {
+	var listen, domain string
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve E2B's control-plane API and route sandbox traffic (E2B SDKs work against it)",
+		Long: `Serve listens on one address for both E2B's REST API and the traffic of
+sandboxes (requests carrying E2b-Sandbox-Id, or Host "<port>-<id>.<domain>").
+API keys come from HUTCH_API_KEY (added at start) or, when there is no key at
+all, a new one is created, printed once and written to DATA_DIR/api-key.
+Stopping the server leaves sandboxes running; a restart adopts them.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
+			st, err := g.openStore(cmd)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			if err := ensureKey(ctx, g, st); err != nil {
+				return err
+			}
+			rt, err := g.runtime()
+			if err != nil {
+				return err
+			}
+			mgr, err := sandbox.New(sandbox.Options{
+				Runtime: rt, Store: st, Templates: template.Open(g.templates), DataDir: g.dataDir, Logger: logger,
+				Resources: runtime.Resources{MemoryBytes: 512 << 20, CPUs: 1, Pids: 512},
+			})
+			if err != nil {
+				return err
+			}
+			defer mgr.Close()
+			if err := mgr.Recover(ctx); err != nil {
+				return fmt.Errorf("adopt running sandboxes: %w", err)
+			}
+			ln, err := net.Listen("tcp", listen)
+			if err != nil {
+				return err
+			}
+			srv := &http.Server{Handler: server.New(server.Options{Manager: mgr, Store: st, Domain: domain, Logger: logger}), ReadHeaderTimeout: 30 * time.Second}
+			logger.Info("serving", "addr", ln.Addr().String(), "data", g.dataDir)
+			errc := make(chan error, 1)
+			go func() { errc <- srv.Serve(ln) }()
+			select {
+			case err := <-errc:
+				return err
+			case <-ctx.Done():
+			}
+			// Graceful: finish requests in flight; sandboxes keep running.
+			shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := srv.Shutdown(shutdown); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+				return err
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:3000", "address to serve on")
+	cmd.Flags().StringVar(&domain, "domain", "", `sandbox domain: route Host "<port>-<id>.<domain>" to sandboxes`)
+	return cmd
+}
+
+// ensureKey adds HUTCH_API_KEY when set; otherwise, when no key exists at
+// all, it creates one, prints it once and writes it to DATA_DIR/api-key.
+func ensureKey(ctx context.Context, g *globals, st *store.Store) error {
+	if k := os.Getenv("HUTCH_API_KEY"); k != "" {
+		if _, err := st.AddKey(ctx, "HUTCH_API_KEY", k); err != nil {
+			return fmt.Errorf("HUTCH_API_KEY: %w", err)
+		}
+		return nil
+	}
+	n, err := st.CountKeys(ctx)
+	if err != nil || n > 0 {
+		return err
+	}
+	key, _, err := st.CreateKey(ctx, "first key")
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(g.dataDir, "api-key")
+	if err := os.WriteFile(path, []byte(key+"\n"), 0o600); err != nil {
+		return err
+	}
+	fmt.Printf("API key (also in %s): %s\n", path, key)
+	return nil
+}

@@ -1,0 +1,264 @@
+package server
+
+import (
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/hutch-sandbox/hutch/internal/errdefs"
+	"github.com/hutch-sandbox/hutch/internal/sandbox"
+	"github.com/hutch-sandbox/hutch/internal/server/e2bapi"
+	"github.com/hutch-sandbox/hutch/internal/store"
+)
+
+func (s *Server) routes() {
+	m := s.api
+	m.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
+	m.HandleFunc("POST /v2/sandboxes", s.authed(s.createV2))
+	m.HandleFunc("POST /sandboxes", s.authed(s.createV1))
+	m.HandleFunc("GET /v2/sandboxes", s.authed(s.list))
+	m.HandleFunc("GET /sandboxes", s.authed(s.listLegacy))
+	m.HandleFunc("GET /sandboxes/{id}", s.authed(s.get))
+	m.HandleFunc("DELETE /sandboxes/{id}", s.authed(s.kill))
+	m.HandleFunc("POST /sandboxes/{id}/timeout", s.authed(s.setTimeout))
+	m.HandleFunc("POST /sandboxes/{id}/refreshes", s.authed(s.refresh))
+	m.HandleFunc("POST /v2/sandboxes/{id}/connect", s.authed(s.connect))
+	m.HandleFunc("POST /sandboxes/{id}/connect", s.authed(s.connect))
+	m.HandleFunc("GET /sandboxes/{id}/metrics", s.authed(s.metrics))
+	// Known to the SDKs, not in Hutch yet: a clear 501, never a silent success.
+	for pattern, feature := range map[string]string{
+		"POST /sandboxes/{id}/pause":     "pausing sandboxes",
+		"POST /sandboxes/{id}/resume":    "resuming sandboxes",
+		"POST /sandboxes/{id}/fork":      "forking sandboxes",
+		"POST /sandboxes/{id}/snapshots": "snapshots",
+		"GET /snapshots":                 "snapshots",
+		"PUT /sandboxes/{id}/network":    "updating a sandbox's network",
+		"GET /volumes":                   "volumes",
+		"POST /volumes":                  "volumes",
+	} {
+		m.HandleFunc(pattern, s.authed(func(w http.ResponseWriter, r *http.Request) {
+			e2bapi.Write(w, s.logger, e2bapi.NotSupported(feature))
+		}))
+	}
+	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		e2bapi.Write(w, s.logger, e2bapi.NotFound("no such endpoint: "+r.Method+" "+r.URL.Path))
+	})
+}
+
+func (s *Server) createV2(w http.ResponseWriter, r *http.Request) {
+	var req e2bapi.NewSandboxV2
+	if err := e2bapi.DecodeJSON(r, &req, maxBody); err != nil {
+		e2bapi.Write(w, s.logger, err)
+		return
+	}
+	if err := req.Normalize(); err != nil {
+		e2bapi.Write(w, s.logger, err)
+		return
+	}
+	// v2 sandboxes are always secured (spec §2.4).
+	s.create(w, r, req, true)
+}
+
+func (s *Server) createV1(w http.ResponseWriter, r *http.Request) {
+	var req e2bapi.NewSandboxV1
+	if err := e2bapi.DecodeJSON(r, &req, maxBody); err != nil {
+		e2bapi.Write(w, s.logger, err)
+		return
+	}
+	if err := req.Normalize(); err != nil {
+		e2bapi.Write(w, s.logger, err)
+		return
+	}
+	s.create(w, r, req.NewSandboxV2, req.IsSecure())
+}
+
+func (s *Server) create(w http.ResponseWriter, r *http.Request, req e2bapi.NewSandboxV2, secure bool) {
+	if len(req.VolumeMounts) > 0 {
+		e2bapi.Write(w, s.logger, e2bapi.NotSupported("volumes"))
+		return
+	}
+	rec, err := s.mgr.Create(r.Context(), sandbox.CreateRequest{
+		KeyID: keyID(r), Template: req.TemplateID, Timeout: time.Duration(*req.Timeout) * time.Second,
+		Metadata: req.Metadata, EnvVars: req.EnvVars, Secure: secure, AllowInternetAccess: req.AllowInternetAccess,
+	})
+	if err != nil {
+		if errors.Is(err, errdefs.ErrNotFound) {
+			err = e2bapi.NotFound(err.Error())
+		}
+		e2bapi.Write(w, s.logger, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, s.sandboxJSON(rec))
+}
+
+func (s *Server) sandboxJSON(rec *store.Sandbox) e2bapi.Sandbox {
+	out := e2bapi.Sandbox{
+		SandboxID: rec.ID, TemplateID: rec.TemplateID, ClientID: rec.ClientID,
+		EnvdVersion: rec.EnvdVersion, EnvdAccessToken: rec.EnvdAccessToken, Alias: rec.Alias,
+	}
+	if s.domain != "" {
+		d := s.domain
+		out.Domain = &d
+	}
+	return out
+}
+
+func listed(rec *store.Sandbox) e2bapi.ListedSandbox {
+	return e2bapi.ListedSandbox{
+		TemplateID: rec.TemplateID, Alias: rec.Alias, SandboxID: rec.ID, ClientID: rec.ClientID,
+		StartedAt: e2bapi.Time(rec.StartedAt), EndAt: e2bapi.Time(rec.EndAt),
+		CPUCount: int32(rec.CPUCount), MemoryMB: int32(rec.MemoryMB), DiskSizeMB: int32(rec.DiskSizeMB),
+		Metadata: rec.Metadata, State: rec.State, EnvdVersion: rec.EnvdVersion,
+	}
+}
+
+// notFound turns a missing sandbox into the spec's 404 with code 404.
+func (s *Server) notFound(w http.ResponseWriter, id string, err error) {
+	if errors.Is(err, errdefs.ErrNotFound) {
+		err = e2bapi.SandboxNotFound(id)
+	}
+	e2bapi.Write(w, s.logger, err)
+}
+
+func (s *Server) get(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	rec, err := s.mgr.Get(r.Context(), keyID(r), id)
+	if err != nil {
+		s.notFound(w, id, err)
+		return
+	}
+	detail := e2bapi.SandboxDetail{ListedSandbox: listed(rec), EnvdAccessToken: rec.EnvdAccessToken, AllowInternetAccess: rec.AllowInternetAccess}
+	if s.domain != "" {
+		d := s.domain
+		detail.Domain = &d
+	}
+	detail.Lifecycle = &e2bapi.Lifecycle{OnTimeout: "kill", AutoResume: false}
+	writeJSON(w, http.StatusOK, detail)
+}
+
+func (s *Server) kill(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if err := s.mgr.Kill(r.Context(), keyID(r), id); err != nil {
+		s.notFound(w, id, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	var req e2bapi.TimeoutRequest
+	if err := e2bapi.DecodeJSON(r, &req, maxBody); err != nil {
+		e2bapi.Write(w, s.logger, err)
+		return
+	}
+	if err := req.Validate(); err != nil {
+		e2bapi.Write(w, s.logger, err)
+		return
+	}
+	if err := s.mgr.SetTimeout(r.Context(), keyID(r), id, time.Duration(req.Timeout)*time.Second); err != nil {
+		s.notFound(w, id, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) refresh(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	var req e2bapi.RefreshRequest
+	if err := e2bapi.DecodeOptionalJSON(r, &req, maxBody); err != nil {
+		e2bapi.Write(w, s.logger, err)
+		return
+	}
+	if err := req.Validate(); err != nil {
+		e2bapi.Write(w, s.logger, err)
+		return
+	}
+	if _, err := s.mgr.Connect(r.Context(), keyID(r), id, time.Duration(req.DurationSeconds())*time.Second); err != nil {
+		s.notFound(w, id, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	var req e2bapi.ConnectRequest
+	if err := e2bapi.DecodeOptionalJSON(r, &req, maxBody); err != nil {
+		e2bapi.Write(w, s.logger, err)
+		return
+	}
+	if err := req.Validate(); err != nil {
+		e2bapi.Write(w, s.logger, err)
+		return
+	}
+	rec, err := s.mgr.Connect(r.Context(), keyID(r), id, time.Duration(req.TimeoutSeconds())*time.Second)
+	if err != nil {
+		s.notFound(w, id, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, s.sandboxJSON(rec))
+}
+
+func (s *Server) list(w http.ResponseWriter, r *http.Request) {
+	q, err := e2bapi.ParseListQuery(r.URL.Query())
+	if err != nil {
+		e2bapi.Write(w, s.logger, err)
+		return
+	}
+	items, next, err := s.store.ListSandboxes(r.Context(), store.ListFilter{
+		KeyID: keyID(r), Metadata: q.Metadata, States: q.States, StartedAfter: q.StartedAfter,
+		Template: q.Template, Order: q.Order, Limit: q.Limit, NextToken: q.NextToken,
+	})
+	if err != nil {
+		if errors.Is(err, errdefs.ErrInvalidArgument) {
+			err = e2bapi.BadRequest("Invalid next token")
+		}
+		e2bapi.Write(w, s.logger, err)
+		return
+	}
+	out := make([]e2bapi.ListedSandbox, 0, len(items))
+	for i := range items {
+		out = append(out, listed(&items[i]))
+	}
+	if next != "" {
+		w.Header().Set("X-Next-Token", next)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) listLegacy(w http.ResponseWriter, r *http.Request) {
+	q, err := e2bapi.ParseLegacyListQuery(r.URL.Query())
+	if err != nil {
+		e2bapi.Write(w, s.logger, err)
+		return
+	}
+	out := []e2bapi.ListedSandbox{}
+	next := ""
+	for {
+		items, tok, err := s.store.ListSandboxes(r.Context(), store.ListFilter{KeyID: keyID(r), Metadata: q.Metadata, States: []string{store.StateRunning}, NextToken: next})
+		if err != nil {
+			e2bapi.Write(w, s.logger, err)
+			return
+		}
+		for i := range items {
+			out = append(out, listed(&items[i]))
+		}
+		if tok == "" {
+			break
+		}
+		next = tok
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// metrics answers the spec's "may be empty" array: Hutch does not sample
+// sandbox metrics yet.
+func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if _, err := s.mgr.Get(r.Context(), keyID(r), id); err != nil {
+		s.notFound(w, id, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, []e2bapi.SandboxMetric{})
+}

@@ -1,0 +1,115 @@
+// Package server is `hutch serve`'s HTTP side: E2B's control-plane REST API
+// (shared/specs/e2b-protocol.md §2) authenticated by API keys, and the edge
+// router that sends a sandbox's traffic to its envd. One listener serves
+// both: requests that name a sandbox — by the E2b-Sandbox-Id header or a
+// Host of "<port>-<id>.<domain>" — are routed; all others are API calls.
+package server
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/hutch-sandbox/hutch/internal/errdefs"
+	"github.com/hutch-sandbox/hutch/internal/sandbox"
+	"github.com/hutch-sandbox/hutch/internal/server/e2bapi"
+	"github.com/hutch-sandbox/hutch/internal/store"
+)
+
+// maxBody caps REST request bodies.
+const maxBody = 1 << 20
+
+// Options configure a Server.
+type Options struct {
+	Manager *sandbox.Manager
+	Store   *store.Store
+	// Domain is the sandbox domain: "<port>-<id>.<Domain>" hosts are routed
+	// to sandboxes, and create answers it as the sandbox's domain.
+	Domain string
+	Logger *slog.Logger
+}
+
+// Server serves the API and routes sandbox traffic. Safe for concurrent use.
+type Server struct {
+	mgr    *sandbox.Manager
+	store  *store.Store
+	domain string
+	logger *slog.Logger
+	api    *http.ServeMux
+}
+
+// New returns a server.
+func New(opts Options) *Server {
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{mgr: opts.Manager, store: opts.Store, domain: opts.Domain, logger: logger, api: http.NewServeMux()}
+	s.routes()
+	return s
+}
+
+// ServeHTTP routes a request to a sandbox or to the API.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if id, port, ok := s.sandboxTarget(r); ok {
+		s.proxy(w, r, id, port)
+		return
+	}
+	s.api.ServeHTTP(w, r)
+}
+
+// sandboxTarget finds the sandbox a request is for, if any.
+func (s *Server) sandboxTarget(r *http.Request) (id string, port int, ok bool) {
+	if id := r.Header.Get("E2b-Sandbox-Id"); id != "" {
+		port := 49983
+		if p, err := strconv.Atoi(r.Header.Get("E2b-Sandbox-Port")); err == nil {
+			port = p
+		}
+		return id, port, true
+	}
+	if s.domain == "" {
+		return "", 0, false
+	}
+	host := r.Host
+	if i := strings.LastIndexByte(host, ':'); i > strings.LastIndexByte(host, ']') {
+		host = host[:i]
+	}
+	label, rest, found := strings.Cut(host, ".")
+	if !found || rest != s.domain {
+		return "", 0, false
+	}
+	p, id, found := strings.Cut(label, "-")
+	port, err := strconv.Atoi(p)
+	if !found || err != nil || id == "" {
+		return "", 0, false
+	}
+	return id, port, true
+}
+
+type keyCtx struct{}
+
+// authed wraps an API handler: the X-API-KEY (or Bearer e2b_…) must be a
+// live key; the handler sees its id in the context.
+func (s *Server) authed(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		key := e2bapi.APIKeyFromRequest(r)
+		if key == "" {
+			e2bapi.Write(w, s.logger, e2bapi.Unauthorized("missing API key: send it in the X-API-KEY header"))
+			return
+		}
+		k, err := s.store.VerifyKey(r.Context(), key)
+		if err != nil {
+			if errdefs.IsNotFound(err) {
+				e2bapi.Write(w, s.logger, e2bapi.Unauthorized("invalid API key"))
+				return
+			}
+			e2bapi.Write(w, s.logger, err)
+			return
+		}
+		h(w, r.WithContext(context.WithValue(r.Context(), keyCtx{}, k.ID)))
+	}
+}
+
+func keyID(r *http.Request) string { id, _ := r.Context().Value(keyCtx{}).(string); return id }
