@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/server/e2bapi"
 )
@@ -34,14 +35,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id string, port i
 			pr.SetURL(&url.URL{Scheme: "http", Host: "envd"})
 			pr.Out.Host = r.Host
 		},
-		Transport: &http.Transport{
-			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-				return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-			},
-			DisableCompression: true,
-			// One transport per request: keep no idle connections around.
-			DisableKeepAlives: true,
-		},
+		Transport: s.transport(sock),
 		// Stream responses as they come (Connect server streams).
 		FlushInterval: -1,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
@@ -50,6 +44,24 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id string, port i
 		},
 	}
 	rp.ServeHTTP(w, r)
+}
+
+// transport returns the long-lived transport to one envd socket, so that
+// connections are reused across requests like any HTTP client's.
+func (s *Server) transport(sock string) http.RoundTripper {
+	if t, ok := s.transports.Load(sock); ok {
+		return t.(http.RoundTripper)
+	}
+	t := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+		},
+		DisableCompression:  true,
+		MaxIdleConnsPerHost: 16,
+		IdleConnTimeout:     90 * time.Second,
+	}
+	actual, _ := s.transports.LoadOrStore(sock, t)
+	return actual.(http.RoundTripper)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

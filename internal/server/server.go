@@ -7,11 +7,14 @@ package server
 
 import (
 	"context"
+	"crypto/subtle"
 	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 
+	"github.com/hutch-sandbox/hutch/internal/envd/files"
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
 	"github.com/hutch-sandbox/hutch/internal/server/e2bapi"
@@ -38,6 +41,8 @@ type Server struct {
 	domain string
 	logger *slog.Logger
 	api    *http.ServeMux
+
+	transports sync.Map // envd socket path → *http.Transport
 }
 
 // New returns a server.
@@ -57,7 +62,50 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.proxy(w, r, id, port)
 		return
 	}
+	if r.URL.Path == "/files" && r.URL.Query().Get("signature") != "" {
+		// A signed file URL made with E2B_SANDBOX_URL names no sandbox
+		// (spec §3.9): the signature hashes the sandbox's token, so at
+		// most one sandbox's token produces it.
+		if id, ok := s.signedBy(r); ok {
+			s.proxy(w, r, id, envdPort)
+			return
+		}
+		e2bapi.WriteError(w, http.StatusUnauthorized, "the signature matches no running sandbox", "")
+		return
+	}
 	s.api.ServeHTTP(w, r)
+}
+
+// signedBy finds the sandbox whose access token signed a /files URL.
+func (s *Server) signedBy(r *http.Request) (string, bool) {
+	q := r.URL.Query()
+	op := "read"
+	if r.Method == http.MethodPost {
+		op = "write"
+	}
+	var exp int64
+	if v := q.Get("signature_expiration"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return "", false
+		}
+		exp = n
+	}
+	all, err := s.store.AllSandboxes(r.Context())
+	if err != nil {
+		return "", false
+	}
+	want := q.Get("signature")
+	for _, sb := range all {
+		if sb.EnvdAccessToken == "" {
+			continue
+		}
+		got := files.Sign(q.Get("path"), op, q.Get("username"), sb.EnvdAccessToken, exp)
+		if subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1 {
+			return sb.ID, true
+		}
+	}
+	return "", false
 }
 
 // sandboxTarget finds the sandbox a request is for, if any.

@@ -3,7 +3,7 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { CommandExitError, TimeoutError } from 'e2b'
-import { connect, unique, waitFor, sleep } from './helpers.mjs'
+import { throughServe, connect, unique, waitFor, sleep } from './helpers.mjs'
 
 const sbx = await connect()
 
@@ -168,5 +168,9 @@ test('stdin: a reading command gets lines as they are sent', async () => {
 
 test('sandbox.isRunning()', async () => {
   assert.equal(await sbx.isRunning(), true)
-  assert.equal(sbx.sandboxId, 'debug_sandbox_id')
+  if (throughServe) {
+    assert.match(sbx.sandboxId, /^i[a-z0-9]{20}$/)
+  } else {
+    assert.equal(sbx.sandboxId, 'debug_sandbox_id')
+  }
 })

@@ -5,15 +5,22 @@ import { Sandbox } from 'e2b'
 
 export const HOME = '/home/user'
 
-// connect returns an SDK sandbox in debug mode (no control plane) talking to
-// the envd at E2B_SANDBOX_URL.
+// connect returns an SDK sandbox. With E2B_API_KEY set it is a real one,
+// created through `hutch serve` at E2B_API_URL / E2B_SANDBOX_URL; otherwise
+// debug mode (no control plane) talks to the envd at E2B_SANDBOX_URL.
 export async function connect() {
   const sandboxUrl = process.env.E2B_SANDBOX_URL
   if (!sandboxUrl) {
     throw new Error('E2B_SANDBOX_URL is not set: run these tests through `go test ./test/e2bjs`')
   }
+  if (process.env.E2B_API_KEY) {
+    return Sandbox.create({ timeoutMs: 10 * 60_000 })
+  }
   return Sandbox.create({ debug: true, sandboxUrl })
 }
+
+// throughServe is true when the tests run against `hutch serve`.
+export const throughServe = !!process.env.E2B_API_KEY
 
 // unique returns a name no other test (or test file running in parallel)
 // uses.

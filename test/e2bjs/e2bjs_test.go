@@ -10,6 +10,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,19 +32,96 @@ const jsDir = "../e2b-js"
 const nodeTimeout = 5 * time.Minute
 
 func TestE2BJSSDK(t *testing.T) {
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Fatalf("node is required: %v", err)
+	dir := jsPackage(t)
+	s := envdtest.Start(t)
+	addr := proxy(t, s.SocketPath)
+	if err := runNode(t, dir, "E2B_SANDBOX_URL=http://"+addr, "E2B_DEBUG=true"); err != nil {
+		t.Errorf("node --test failed: %v\nenvd log:\n%s", err, s.Log())
 	}
+}
+
+// TestE2BJSSDKThroughServe runs the same suite against a real `hutch serve`
+// (the built binary), as a user would point the SDK at it: E2B_API_URL and
+// E2B_SANDBOX_URL at its one listener, and an e2b_ key.
+func TestE2BJSSDKThroughServe(t *testing.T) {
+	dir := jsPackage(t)
+	tmp := t.TempDir()
+	// Sandboxes' uids must traverse to their layers under the data dir.
+	os.Chmod(filepath.Dir(tmp), 0o711)
+	os.Chmod(tmp, 0o711)
+	bin := filepath.Join(tmp, "bin", "hutch")
+	build := exec.Command("go", "build", "-o", bin, "../../cmd/hutch")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build hutch: %v\n%s", err, out)
+	}
+	data := filepath.Join(tmp, "data")
+	key := "e2b_" + strings.Repeat("0123456789", 4)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	templates := os.Getenv("HUTCH_TEMPLATES")
+	if templates == "" {
+		templates = "/var/lib/hutch/templates"
+	}
+	env := append(os.Environ(), "HUTCH_DATA_DIR="+data, "HUTCH_TEMPLATES="+templates, "HUTCH_API_KEY="+key)
+	serve := exec.Command(bin, "serve", "--listen", addr)
+	serve.Env = env
+	log := logWriter(t, "serve: ")
+	serve.Stdout, serve.Stderr = log, log
+	if err := serve.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		serve.Process.Signal(syscall.SIGTERM)
+		serve.Wait()
+		log.Close()
+		// Sandboxes outlive the server by design: remove what is left.
+		ps := exec.Command(bin, "ps", "-q")
+		ps.Env = env
+		ids, _ := ps.Output()
+		for _, id := range strings.Fields(string(ids)) {
+			rm := exec.Command(bin, "rm", id)
+			rm.Env = env
+			rm.Run()
+		}
+	})
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		resp, err := http.Get("http://" + addr + "/health")
+		if err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("hutch serve never answered: %v", err)
+		}
+	}
+	if err := runNode(t, dir, "E2B_API_URL=http://"+addr, "E2B_SANDBOX_URL=http://"+addr, "E2B_API_KEY="+key); err != nil {
+		t.Errorf("node --test through hutch serve failed: %v", err)
+	}
+}
+
+// jsPackage returns test/e2b-js with its packages installed.
+func jsPackage(t *testing.T) string {
+	t.Helper()
 	dir, err := filepath.Abs(jsDir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	npmCI(t, dir)
+	return dir
+}
 
-	s := envdtest.Start(t)
-	addr := proxy(t, s.SocketPath)
-
+// runNode runs node's test runner in dir with env added.
+func runNode(t *testing.T, dir string, env ...string) error {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatalf("node is required: %v", err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), nodeTimeout)
 	defer cancel()
 	args := []string{"--test", "--test-reporter=spec"}
@@ -52,11 +130,7 @@ func TestE2BJSSDK(t *testing.T) {
 	args = append(args, strings.Fields(os.Getenv("E2BJS_FILES"))...)
 	cmd := exec.CommandContext(ctx, node, args...)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(),
-		"E2B_SANDBOX_URL=http://"+addr,
-		"E2B_DEBUG=true",
-		"NO_COLOR=1",
-	)
+	cmd.Env = append(append(os.Environ(), "NO_COLOR=1"), env...)
 	// node --test runs each file in a child process: kill the whole group.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
@@ -71,12 +145,10 @@ func TestE2BJSSDK(t *testing.T) {
 		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	}
 	t.Logf("node --test took %v", time.Since(start).Round(time.Millisecond))
-	if err != nil {
-		if ctx.Err() != nil {
-			err = errors.Join(err, ctx.Err())
-		}
-		t.Errorf("node --test failed: %v\nenvd log:\n%s", err, s.Log())
+	if err != nil && ctx.Err() != nil {
+		err = errors.Join(err, ctx.Err())
 	}
+	return err
 }
 
 // npmCI installs the SDK when node_modules is missing or older than

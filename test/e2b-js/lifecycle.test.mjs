@@ -1,0 +1,91 @@
+// Sandbox lifecycle through the control plane (`hutch serve`): create with
+// metadata and envs, getInfo, list filters, timeouts, connect, kill, error
+// mapping and signed file URLs. Skipped in debug mode, which has no control
+// plane.
+import { test } from 'node:test'
+import assert from 'node:assert/strict'
+import { Sandbox, SandboxNotFoundError, AuthenticationError } from 'e2b'
+import { throughServe, unique } from './helpers.mjs'
+
+const opts = { skip: !throughServe && 'needs hutch serve (E2B_API_KEY)' }
+
+test('create, getInfo, list by metadata, connect, kill', opts, async () => {
+  const tag = unique('suite')
+  const sbx = await Sandbox.create({ metadata: { suite: tag, 'k y': 'v&=1' }, envs: { GREETING: 'hi' }, timeoutMs: 120_000 })
+  assert.match(sbx.sandboxId, /^i[a-z0-9]{20}$/)
+  const r = await sbx.commands.run('echo "$GREETING"')
+  assert.equal(r.stdout, 'hi\n')
+
+  const info = await sbx.getInfo()
+  assert.equal(info.sandboxId, sbx.sandboxId)
+  assert.equal(info.templateId, 'base')
+  assert.equal(info.state, 'running')
+  assert.deepEqual(info.metadata, { suite: tag, 'k y': 'v&=1' })
+  assert.ok(info.endAt > info.startedAt)
+
+  const page = await Sandbox.list({ query: { metadata: { suite: tag, 'k y': 'v&=1' } } }).nextItems()
+  assert.deepEqual(page.map((s) => s.sandboxId), [sbx.sandboxId])
+  const none = await Sandbox.list({ query: { metadata: { suite: tag, 'k y': 'other' } } }).nextItems()
+  assert.equal(none.length, 0)
+
+  // setTimeout may shorten; connect only extends.
+  await sbx.setTimeout(60_000)
+  const shorter = (await sbx.getInfo()).endAt
+  assert.ok(shorter < info.endAt, 'setTimeout did not shorten the life')
+  const again = await Sandbox.connect(sbx.sandboxId, { timeoutMs: 30_000 })
+  assert.equal((await again.commands.run('echo connected')).stdout, 'connected\n')
+  assert.equal((await sbx.getInfo()).endAt.getTime(), shorter.getTime(), 'connect shortened the life')
+
+  assert.equal(await sbx.kill(), true)
+  assert.equal(await Sandbox.kill(sbx.sandboxId), false)
+  assert.equal(await sbx.isRunning(), false)
+  await assert.rejects(sbx.getInfo(), SandboxNotFoundError)
+})
+
+test('pagination walks every sandbox once', opts, async () => {
+  const tag = unique('page')
+  const made = []
+  for (let i = 0; i < 3; i++) made.push(await Sandbox.create({ metadata: { page: tag }, timeoutMs: 120_000 }))
+  try {
+    const seen = []
+    const p = Sandbox.list({ query: { metadata: { page: tag } }, limit: 2 })
+    while (p.hasNext) seen.push(...(await p.nextItems()).map((s) => s.sandboxId))
+    assert.deepEqual(seen.sort(), made.map((s) => s.sandboxId).sort())
+  } finally {
+    await Promise.all(made.map((s) => s.kill()))
+  }
+})
+
+test('an expired sandbox is gone', opts, async () => {
+  const sbx = await Sandbox.create({ timeoutMs: 1_000 })
+  const deadline = Date.now() + 20_000
+  while (Date.now() < deadline && (await sbx.isRunning())) await new Promise((r) => setTimeout(r, 200))
+  assert.equal(await sbx.isRunning(), false)
+  await assert.rejects(Sandbox.connect(sbx.sandboxId), SandboxNotFoundError)
+})
+
+test('errors: unknown sandbox, wrong key', opts, async () => {
+  await assert.rejects(Sandbox.connect('inosuchsandbox0000000'), SandboxNotFoundError)
+  assert.equal(await Sandbox.kill('inosuchsandbox0000000'), false)
+  await assert.rejects(Sandbox.create({ apiKey: 'e2b_' + '0'.repeat(40) }), AuthenticationError)
+})
+
+test('signed URLs work from a plain HTTP client', opts, async () => {
+  const sbx = await Sandbox.create({ timeoutMs: 120_000 })
+  try {
+    const path = `/home/user/${unique('signed')}.txt`
+    const up = await sbx.uploadUrl(path, { useSignatureExpiration: 60_000 })
+    assert.match(up, /signature=v1_/)
+    const form = new FormData()
+    form.append('file', new Blob(['signed content']), path)
+    const res = await fetch(up, { method: 'POST', body: form })
+    assert.equal(res.status, 200, await res.text())
+    const down = await sbx.downloadUrl(path)
+    assert.equal(await (await fetch(down)).text(), 'signed content')
+    // A tampered signature is refused.
+    const bad = down.replace(/signature=v1_[^&]+/, 'signature=v1_AAAA')
+    assert.equal((await fetch(bad)).status, 401)
+  } finally {
+    await sbx.kill()
+  }
+})
