@@ -1,0 +1,112 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/hutch-sandbox/hutch/internal/runtime/native"
+	"github.com/hutch-sandbox/hutch/internal/sandbox"
+	"github.com/hutch-sandbox/hutch/internal/store"
+	"github.com/hutch-sandbox/hutch/internal/template"
+)
+
+// newTestServer serves the API over a real store; its runtime never
+// creates a sandbox in these tests (the JS suite in test/e2bjs does).
+func newTestServer(t *testing.T) (*httptest.Server, string) {
+	t.Helper()
+	dir := t.TempDir()
+	st, err := store.Open(context.Background(), filepath.Join(dir, "hutch.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	key, _, err := st.CreateKey(context.Background(), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tpl := template.Open(filepath.Join(dir, "templates"))
+	rt, err := native.New(native.Options{DataDir: dir, Templates: tpl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgr, err := sandbox.New(sandbox.Options{Runtime: rt, Store: st, Templates: tpl, DataDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(New(Options{Manager: mgr, Store: st, Domain: "sandbox.test"}))
+	t.Cleanup(srv.Close)
+	return srv, key
+}
+
+func TestAPIErrors(t *testing.T) {
+	srv, key := newTestServer(t)
+	tests := []struct {
+		name, method, path, body string
+		header                   map[string]string
+		host                     string
+		wantStatus               int
+		wantBody                 string
+	}{
+		{name: "health needs no key", method: "GET", path: "/health", wantStatus: 200},
+		{name: "missing key", method: "GET", path: "/v2/sandboxes", wantStatus: 401, wantBody: `"code":401`},
+		{name: "wrong key", method: "GET", path: "/v2/sandboxes", header: map[string]string{"X-API-KEY": "e2b_" + strings.Repeat("0", 40)}, wantStatus: 401, wantBody: "invalid API key"},
+		{name: "empty list", method: "GET", path: "/v2/sandboxes", wantStatus: 200, wantBody: "[]"},
+		{name: "bad next token", method: "GET", path: "/v2/sandboxes?nextToken=bm90LWEtdG9rZW4", wantStatus: 400, wantBody: `"code":400`},
+		{name: "bad metadata filter", method: "GET", path: "/v2/sandboxes?metadata=novalue", wantStatus: 400, wantBody: `"code":400`},
+		{name: "unknown sandbox", method: "GET", path: "/sandboxes/inope", wantStatus: 404, wantBody: `"code":404`},
+		{name: "kill unknown", method: "DELETE", path: "/sandboxes/inope", wantStatus: 404, wantBody: `"code":404`},
+		{name: "timeout unknown", method: "POST", path: "/sandboxes/inope/timeout", body: `{"timeout":30}`, wantStatus: 404, wantBody: `"code":404`},
+		{name: "timeout malformed", method: "POST", path: "/sandboxes/inope/timeout", body: `{"timeout":"soon"}`, wantStatus: 400, wantBody: "timeout"},
+		{name: "create malformed", method: "POST", path: "/v2/sandboxes", body: `{"templateID":`, wantStatus: 400, wantBody: `"code":400`},
+		{name: "create huge", method: "POST", path: "/v2/sandboxes", body: `{"metadata":{"k":"` + strings.Repeat("x", 2<<20) + `"}}`, wantStatus: 413, wantBody: `"code":413`},
+		{name: "create unknown template", method: "POST", path: "/v2/sandboxes", body: `{"templateID":"nope"}`, wantStatus: 404, wantBody: `"code":404`},
+		{name: "pause is not supported", method: "POST", path: "/sandboxes/inope/pause", body: `{}`, wantStatus: 501, wantBody: `"code":501`},
+		{name: "fork is not supported", method: "POST", path: "/sandboxes/inope/fork", body: `{}`, wantStatus: 501, wantBody: `"code":501`},
+		{name: "unknown endpoint", method: "GET", path: "/nope", wantStatus: 404, wantBody: `"code":404`},
+		{name: "envd of an unknown sandbox", method: "GET", path: "/health", header: map[string]string{"E2b-Sandbox-Id": "inope", "E2b-Sandbox-Port": "49983"}, wantStatus: 502, wantBody: `"sandboxId":"inope"`},
+		{name: "host-routed unknown sandbox", method: "GET", path: "/health", host: "49983-inope.sandbox.test", wantStatus: 502, wantBody: `"code":502`},
+		{name: "signed URL of no sandbox", method: "GET", path: "/files?path=x&signature=v1_AAAA", wantStatus: 401, wantBody: `"code":401`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest(tc.method, srv.URL+tc.path, strings.NewReader(tc.body))
+			if tc.header == nil && !strings.HasPrefix(tc.name, "missing") {
+				req.Header.Set("X-API-KEY", key)
+			}
+			for k, v := range tc.header {
+				req.Header.Set(k, v)
+			}
+			if tc.host != "" {
+				req.Host = tc.host
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tc.wantStatus || !strings.Contains(string(body), tc.wantBody) {
+				t.Fatalf("got %d %s, want %d containing %q", resp.StatusCode, body, tc.wantStatus, tc.wantBody)
+			}
+			// Every error is E2B's JSON with code == the HTTP status.
+			if resp.StatusCode >= 400 {
+				var e struct {
+					Code    int    `json:"code"`
+					Message string `json:"message"`
+				}
+				if err := json.Unmarshal(body, &e); err != nil || e.Code != resp.StatusCode || e.Message == "" {
+					t.Errorf("error body %s: want JSON with code %d and a message", body, resp.StatusCode)
+				}
+				if strings.Contains(string(body), "runtime error") || strings.Contains(string(body), "goroutine") {
+					t.Errorf("error body leaks internals: %s", body)
+				}
+			}
+		})
+	}
+}
