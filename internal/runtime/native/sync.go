@@ -83,6 +83,13 @@ func recvMsg(f *os.File, v any) ([]int, error) {
 	buf := make([]byte, 1<<16)
 	oob := make([]byte, unix.CmsgSpace(4*4))
 	n, oobn, _, _, err := unix.Recvmsg(int(f.Fd()), buf, oob, unix.MSG_CMSG_CLOEXEC)
+	if err == unix.ECONNRESET {
+		// The init exited with one of our messages unread (it failed before
+		// reading it). Linux then reports the reset before data the init
+		// had already sent, and reporting it clears it: what the init said
+		// last (its error) is still there to read.
+		n, oobn, _, _, err = unix.Recvmsg(int(f.Fd()), buf, oob, unix.MSG_CMSG_CLOEXEC)
+	}
 	if err != nil {
 		return nil, err
 	}
