@@ -13,6 +13,16 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/store"
 )
 
+// withStore runs f with the control plane's database open.
+func (g *globals) withStore(cmd *cobra.Command, f func(*store.Store) error) error {
+	st, err := g.openStore(cmd)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	return f(st)
+}
+
 // openStore opens the control plane's database in the data directory.
 func (g *globals) openStore(cmd *cobra.Command) (*store.Store, error) {
 	if err := os.MkdirAll(g.dataDir, 0o711); err != nil {
@@ -29,18 +39,15 @@ func newKeysCmd(g *globals) *cobra.Command {
 		Short: "Create an API key and print it (it is shown only once; only its hash is stored)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			st, err := g.openStore(cmd)
-			if err != nil {
-				return err
-			}
-			defer st.Close()
-			key, k, err := st.CreateKey(cmd.Context(), name)
-			if err != nil {
-				return err
-			}
-			fmt.Println(key)
-			fmt.Fprintf(os.Stderr, "created key %s (%s…)\n", k.ID, k.Prefix)
-			return nil
+			return g.withStore(cmd, func(st *store.Store) error {
+				key, k, err := st.CreateKey(cmd.Context(), name)
+				if err != nil {
+					return err
+				}
+				fmt.Println(key)
+				fmt.Fprintf(os.Stderr, "created key %s (%s…)\n", k.ID, k.Prefix)
+				return nil
+			})
 		},
 	}
 	create.Flags().StringVar(&name, "name", "", "a name to recognise the key by")
@@ -50,12 +57,11 @@ func newKeysCmd(g *globals) *cobra.Command {
 		Short: "List API keys (never their secret part)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			st, err := g.openStore(cmd)
-			if err != nil {
+			var keys []store.Key
+			err := g.withStore(cmd, func(st *store.Store) (err error) {
+				keys, err = st.ListKeys(cmd.Context())
 				return err
-			}
-			defer st.Close()
-			keys, err := st.ListKeys(cmd.Context())
+			})
 			if err != nil {
 				return err
 			}
@@ -93,12 +99,7 @@ func newKeysCmd(g *globals) *cobra.Command {
 		Short: "Revoke an API key: requests with it are refused from then on",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			st, err := g.openStore(cmd)
-			if err != nil {
-				return err
-			}
-			defer st.Close()
-			return st.RevokeKey(cmd.Context(), args[0])
+			return g.withStore(cmd, func(st *store.Store) error { return st.RevokeKey(cmd.Context(), args[0]) })
 		},
 	}
 	cmd.AddCommand(create, ls, revoke)

@@ -45,6 +45,25 @@ func (s *Server) routes() {
 	})
 }
 
+// decode reads a JSON body (optional: an empty body is fine) into v and
+// validates it; on failure it has answered and returns false.
+func (s *Server) decode(w http.ResponseWriter, r *http.Request, v interface{ Validate() error }, optional bool) bool {
+	var err error
+	if optional {
+		err = e2bapi.DecodeOptionalJSON(r, v, maxBody)
+	} else {
+		err = e2bapi.DecodeJSON(r, v, maxBody)
+	}
+	if err == nil {
+		err = v.Validate()
+	}
+	if err != nil {
+		e2bapi.Write(w, s.logger, err)
+		return false
+	}
+	return true
+}
+
 func (s *Server) createV2(w http.ResponseWriter, r *http.Request) {
 	var req e2bapi.NewSandboxV2
 	if err := e2bapi.DecodeJSON(r, &req, maxBody); err != nil {
@@ -148,12 +167,7 @@ func (s *Server) kill(w http.ResponseWriter, r *http.Request) {
 func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	var req e2bapi.TimeoutRequest
-	if err := e2bapi.DecodeJSON(r, &req, maxBody); err != nil {
-		e2bapi.Write(w, s.logger, err)
-		return
-	}
-	if err := req.Validate(); err != nil {
-		e2bapi.Write(w, s.logger, err)
+	if !s.decode(w, r, &req, false) {
 		return
 	}
 	if err := s.mgr.SetTimeout(r.Context(), keyID(r), id, time.Duration(req.Timeout)*time.Second); err != nil {
@@ -166,12 +180,7 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
 func (s *Server) refresh(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	var req e2bapi.RefreshRequest
-	if err := e2bapi.DecodeOptionalJSON(r, &req, maxBody); err != nil {
-		e2bapi.Write(w, s.logger, err)
-		return
-	}
-	if err := req.Validate(); err != nil {
-		e2bapi.Write(w, s.logger, err)
+	if !s.decode(w, r, &req, true) {
 		return
 	}
 	if _, err := s.mgr.Connect(r.Context(), keyID(r), id, time.Duration(req.DurationSeconds())*time.Second); err != nil {
@@ -184,12 +193,7 @@ func (s *Server) refresh(w http.ResponseWriter, r *http.Request) {
 func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	var req e2bapi.ConnectRequest
-	if err := e2bapi.DecodeOptionalJSON(r, &req, maxBody); err != nil {
-		e2bapi.Write(w, s.logger, err)
-		return
-	}
-	if err := req.Validate(); err != nil {
-		e2bapi.Write(w, s.logger, err)
+	if !s.decode(w, r, &req, true) {
 		return
 	}
 	rec, err := s.mgr.Connect(r.Context(), keyID(r), id, time.Duration(req.TimeoutSeconds())*time.Second)
