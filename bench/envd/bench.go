@@ -194,7 +194,7 @@ func (b *bench) startContainer(tool string, in func(func())) (id, why string) {
 	in(func() { _, err = b.runCmd([]string{tool, "run", "-d", "--bundle", b.cfg.bundleIdle, id}) })
 	if err != nil {
 		in(func() { b.output(tool, "delete", "-f", id) })
-		return "", oneLine(err.Error())
+		return "", harness.OneLine(err.Error())
 	}
 	return id, ""
 }
@@ -301,7 +301,7 @@ func (b *bench) runCmd(argv []string) (time.Duration, error) {
 		if len(msg) == 0 {
 			return d, err
 		}
-		return d, fmt.Errorf("%v: %s", err, oneLine(string(msg)))
+		return d, fmt.Errorf("%v: %s", err, harness.OneLine(string(msg)))
 	}
 	return d, nil
 }
@@ -313,7 +313,7 @@ func (b *bench) output(argv ...string) ([]byte, error) {
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return out, fmt.Errorf("%s: %v: %s", strings.Join(argv, " "), err, oneLine(stderr.String()))
+		return out, fmt.Errorf("%s: %v: %s", strings.Join(argv, " "), err, harness.OneLine(stderr.String()))
 	}
 	return out, nil
 }
@@ -441,7 +441,7 @@ func (b *bench) measure(r *rtRow) *result {
 	slices.Sort(res.first.times)
 	fmt.Printf(" p50 %s ms, CPU busy %.0f%%", ms(res.pct(0.5)), 100*res.busy)
 	if res.failed > 0 {
-		fmt.Printf(" (%d failed: %s)", res.failed, oneLine(fmt.Sprint(res.firstErr)))
+		fmt.Printf(" (%d failed: %s)", res.failed, harness.OneLine(fmt.Sprint(res.firstErr)))
 	}
 	fmt.Println()
 	return res

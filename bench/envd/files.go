@@ -11,6 +11,8 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/hutch-sandbox/hutch/bench/internal/harness"
+
 	"connectrpc.com/connect"
 
 	fspb "github.com/hutch-sandbox/hutch/api/gen/filesystem"
@@ -72,7 +74,7 @@ func (b *bench) measureFiles(kind fileKind, size int64) *fileResult {
 	// case the upload row was skipped.
 	if !kind.upload {
 		if _, err := b.upload(path, data); err != nil {
-			res.unavailable = "upload before download: " + oneLine(err.Error())
+			res.unavailable = "upload before download: " + harness.OneLine(err.Error())
 			fmt.Printf("unavailable: %s\n", res.unavailable)
 			return res
 		}

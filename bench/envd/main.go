@@ -213,8 +213,8 @@ func printHeader(cfg *config) {
 	var uts unix.Utsname
 	unix.Uname(&uts)
 	fmt.Printf("Hutch envd benchmark, %s\n", time.Now().Format("2006-01-02 15:04 MST"))
-	fmt.Printf("machine: %s, %s, nproc %d (%s), Linux %s, %s\n", host, cpuModel(), runtime.NumCPU(), cgroupMode(),
-		unix.ByteSliceToString(uts.Release[:]), memTotal())
+	fmt.Printf("machine: %s, %s, nproc %d (%s), Linux %s, %s\n", host, harness.CPUModel(), runtime.NumCPU(), harness.CgroupMode(),
+		unix.ByteSliceToString(uts.Release[:]), harness.MemTotal())
 	rev := os.Getenv("HUTCH_BENCH_REV")
 	if rev == "" {
 		if out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output(); err == nil {
@@ -267,7 +267,7 @@ func (s *series) mean() time.Duration {
 func (b *bench) run(s *series, warmup, n int, f func() (time.Duration, error)) (unavailable string) {
 	for i := 0; i < warmup; i++ {
 		if _, err := f(); err != nil {
-			return oneLine(err.Error())
+			return harness.OneLine(err.Error())
 		}
 	}
 	i0, t0, _ := harness.CPUSample()
@@ -290,7 +290,7 @@ func (b *bench) run(s *series, warmup, n int, f func() (time.Duration, error)) (
 	}
 	sort.Slice(s.times, func(i, j int) bool { return s.times[i] < s.times[j] })
 	if len(s.times) == 0 {
-		return "every run failed: " + oneLine(fmt.Sprint(s.firstErr))
+		return "every run failed: " + harness.OneLine(fmt.Sprint(s.firstErr))
 	}
 	return ""
 }
@@ -322,46 +322,3 @@ func printTable(rows [][]string) {
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.3f", float64(d)/float64(time.Millisecond)) }
-
-func oneLine(s string) string {
-	s = strings.TrimSpace(s)
-	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
-		s = strings.TrimSpace(s[i+1:])
-	}
-	if len(s) > 200 {
-		s = s[:200] + "…"
-	}
-	return s
-}
-
-func cpuModel() string {
-	b, _ := os.ReadFile("/proc/cpuinfo")
-	for _, l := range strings.Split(string(b), "\n") {
-		if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
-			return strings.TrimSpace(v)
-		}
-	}
-	return "unknown CPU"
-}
-
-func memTotal() string {
-	b, _ := os.ReadFile("/proc/meminfo")
-	for _, l := range strings.Split(string(b), "\n") {
-		var kb int64
-		if _, err := fmt.Sscanf(l, "MemTotal: %d kB", &kb); err == nil {
-			return fmt.Sprintf("%.0f GiB RAM", float64(kb)/(1<<20))
-		}
-	}
-	return "? RAM"
-}
-
-func cgroupMode() string {
-	var st unix.Statfs_t
-	if unix.Statfs("/sys/fs/cgroup", &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
-		return "cgroup v2"
-	}
-	if unix.Statfs("/sys/fs/cgroup/unified", &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
-		return "hybrid cgroups"
-	}
-	return "cgroup v1"
-}

@@ -224,7 +224,7 @@ func (b *bench) idleMemory() {
 			}
 			m, err := b.idleRun(k, n)
 			if err != nil {
-				fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\tfailed: %s\t\n", k.name, label, oneLine(err.Error()))
+				fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\tfailed: %s\t\n", k.name, label, harness.OneLine(err.Error()))
 				break
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t\n", k.name, label, m.Procs, m.PssKiB, m.DirtyKiB, m.RssKiB, strings.Join(m.Names, " + "), m.Limits)

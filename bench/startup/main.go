@@ -157,7 +157,7 @@ func printHeader(cfg *config) {
 	var uts unix.Utsname
 	unix.Uname(&uts)
 	fmt.Printf("Hutch startup benchmark, %s\n", time.Now().Format("2006-01-02 15:04 MST"))
-	fmt.Printf("machine: %s, %s, %d CPUs (%s), Linux %s, %s\n", host, cpuModel(), runtime.NumCPU(), cgroupMode(), unix.ByteSliceToString(uts.Release[:]), memTotal())
+	fmt.Printf("machine: %s, %s, %d CPUs (%s), Linux %s, %s\n", host, harness.CPUModel(), runtime.NumCPU(), harness.CgroupMode(), unix.ByteSliceToString(uts.Release[:]), harness.MemTotal())
 	if rev := os.Getenv("HUTCH_BENCH_REV"); rev != "" {
 		fmt.Printf("hutch: %s (built from commit %s)\n", cfg.hutch, rev)
 	} else {
@@ -268,7 +268,7 @@ func (b *bench) measure(c *contender) *result {
 	fmt.Printf("%-40s ", c.name)
 	for i := 0; i < b.cfg.warmup; i++ {
 		if _, err := b.runContender(c, fmt.Sprintf("w%d", i)); err != nil {
-			res.unavailable = oneLine(err.Error())
+			res.unavailable = harness.OneLine(err.Error())
 			fmt.Printf("unavailable: %s\n", res.unavailable)
 			return res
 		}
@@ -291,7 +291,7 @@ func (b *bench) measure(c *contender) *result {
 	}
 	sort.Slice(res.times, func(i, j int) bool { return res.times[i] < res.times[j] })
 	if len(res.times) == 0 {
-		res.unavailable = "every run failed: " + oneLine(fmt.Sprint(res.firstErr))
+		res.unavailable = "every run failed: " + harness.OneLine(fmt.Sprint(res.firstErr))
 	}
 	fmt.Printf(" p50 %s", ms(res.pct(0.5)))
 	// Sequential runs keep about one of the machine's CPUs busy; much more
@@ -301,7 +301,7 @@ func (b *bench) measure(c *contender) *result {
 		fmt.Printf(", CPU busy %.0f%%", 100*res.busy)
 	}
 	if res.failed > 0 {
-		fmt.Printf(" (%d failed: %s)", res.failed, oneLine(fmt.Sprint(res.firstErr)))
+		fmt.Printf(" (%d failed: %s)", res.failed, harness.OneLine(fmt.Sprint(res.firstErr)))
 	}
 	fmt.Println()
 	return res
@@ -392,50 +392,6 @@ func ratio(r *result, hutchP50 time.Duration) string {
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d)/float64(time.Millisecond)) }
 
-func oneLine(s string) string {
-	s = strings.TrimSpace(s)
-	// The last line of a tool's stderr is usually the error itself.
-	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
-		s = strings.TrimSpace(s[i+1:])
-	}
-	if len(s) > 200 {
-		s = s[:200] + "…"
-	}
-	return s
-}
-
-func cpuModel() string {
-	b, _ := os.ReadFile("/proc/cpuinfo")
-	for _, l := range strings.Split(string(b), "\n") {
-		if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
-			return strings.TrimSpace(v)
-		}
-	}
-	return "unknown CPU"
-}
-
-func memTotal() string {
-	b, _ := os.ReadFile("/proc/meminfo")
-	for _, l := range strings.Split(string(b), "\n") {
-		var kb int64
-		if _, err := fmt.Sscanf(l, "MemTotal: %d kB", &kb); err == nil {
-			return fmt.Sprintf("%.0f GiB RAM", float64(kb)/(1<<20))
-		}
-	}
-	return "? RAM"
-}
-
-func cgroupMode() string {
-	var st unix.Statfs_t
-	if unix.Statfs("/sys/fs/cgroup", &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
-		return "cgroup v2"
-	}
-	if unix.Statfs("/sys/fs/cgroup/unified", &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
-		return "hybrid cgroups"
-	}
-	return "cgroup v1"
-}
-
 // outputJSON decodes a command's standard output.
 func (b *bench) outputJSON(v any, argv ...string) error {
 	out, err := b.output(argv...)
@@ -452,7 +408,7 @@ func (b *bench) output(argv ...string) ([]byte, error) {
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return out, fmt.Errorf("%s: %v: %s", strings.Join(argv, " "), err, oneLine(stderr.String()))
+		return out, fmt.Errorf("%s: %v: %s", strings.Join(argv, " "), err, harness.OneLine(stderr.String()))
 	}
 	return out, nil
 }

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // PeerVersions names the installed version of each tool (run with
@@ -100,4 +102,53 @@ func MountBundleRootfs(bundle, rootfs, ociRootfs string) (int, error) {
 	}
 	m := spec.Linux.UIDMappings[0]
 	return m.HostID, MountIdmapped(rootfs, ociRootfs, m.HostID, m.Size)
+}
+
+// OneLine shortens a tool's output to its last line (usually the error
+// itself), at most 200 bytes.
+func OneLine(s string) string {
+	s = strings.TrimSpace(s)
+	// The last line of a tool's stderr is usually the error itself.
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		s = strings.TrimSpace(s[i+1:])
+	}
+	if len(s) > 200 {
+		s = s[:200] + "…"
+	}
+	return s
+}
+
+// CPUModel names the machine's CPU, for the results' header.
+func CPUModel() string {
+	b, _ := os.ReadFile("/proc/cpuinfo")
+	for _, l := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown CPU"
+}
+
+// MemTotal is the machine's RAM, for the results' header.
+func MemTotal() string {
+	b, _ := os.ReadFile("/proc/meminfo")
+	for _, l := range strings.Split(string(b), "\n") {
+		var kb int64
+		if _, err := fmt.Sscanf(l, "MemTotal: %d kB", &kb); err == nil {
+			return fmt.Sprintf("%.0f GiB RAM", float64(kb)/(1<<20))
+		}
+	}
+	return "? RAM"
+}
+
+// CgroupMode says whether the host runs cgroup v1, v2 or both (hybrid).
+func CgroupMode() string {
+	var st unix.Statfs_t
+	if unix.Statfs("/sys/fs/cgroup", &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
+		return "cgroup v2"
+	}
+	if unix.Statfs("/sys/fs/cgroup/unified", &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
+		return "hybrid cgroups"
+	}
+	return "cgroup v1"
 }
