@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/hutch-sandbox/hutch/internal/runtime"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
@@ -34,6 +35,11 @@ Stopping the server leaves sandboxes running; a restart adopts them.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
+			unlock, err := lockDataDir(g.dataDir)
+			if err != nil {
+				return err
+			}
+			defer unlock()
 			st, err := g.openStore(cmd)
 			if err != nil {
 				return err
@@ -113,4 +119,26 @@ func ensureKey(ctx context.Context, g *globals, st *store.Store) error {
 	}
 	fmt.Printf("API key (also in %s): %s\n", path, key)
 	return nil
+}
+
+// lockDataDir makes sure one server at a time owns a data dir: two would
+// each expire the sandboxes and remove what they take for the other's
+// half-made ones. The lock is the kernel's, so it goes with the process,
+// also on kill -9.
+func lockDataDir(dir string) (unlock func(), err error) {
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "serve.lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("another hutch serve is using the data dir %s", dir)
+		}
+		return nil, fmt.Errorf("lock %s: %w", dir, err)
+	}
+	return func() { f.Close() }, nil
 }

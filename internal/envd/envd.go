@@ -74,14 +74,24 @@ func New(opts Options) *Server {
 func (s *Server) State() *config.State { return s.st }
 
 // Handler returns the HTTP handler for one listener; host is true for the
-// host's socket, the only one that accepts POST /init.
+// host's socket, the only one that accepts POST /init and CONNECT (the
+// tunnel to the sandbox's other ports).
 func (s *Server) Handler(host bool) http.Handler {
 	mux := http.NewServeMux()
 	if host {
 		mux.HandleFunc("POST /init", s.init)
 	}
 	mux.Handle("/", s.requireToken(s.mux))
-	return mux
+	if !host {
+		return mux
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodConnect {
+			s.tunnel(w, r)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
 }
 
 // Serve serves host (the host's socket) and sandbox (TCP inside the

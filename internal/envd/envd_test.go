@@ -5,12 +5,15 @@ package envd_test
 // through the host's socket.
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"mime/multipart"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -144,5 +147,47 @@ func TestInitOnlyOnHostSocket(t *testing.T) {
 	c := processconnect.NewProcessClient(s.Client, s.URL, connect.WithProtoJSON())
 	if _, err := c.List(context.Background(), connect.NewRequest(&pb.ListRequest{})); err != nil {
 		t.Errorf("List after a refused /init from inside: %v", err)
+	}
+}
+
+// TestTunnelReachesOnlyTheSandboxLoopback: CONNECT on the host's socket
+// reaches a port on the sandbox's own loopback and nothing else; from
+// inside the sandbox, envd's TCP port does not tunnel at all.
+func TestTunnelReachesOnlyTheSandboxLoopback(t *testing.T) {
+	s := envdtest.Start(t)
+	tests := []struct {
+		target string
+		want   int
+	}{
+		{"127.0.0.1:49983", 200}, // envd itself listens there
+		{"localhost:49983", 200},
+		{"127.0.0.1:1", 502}, // nothing listens
+		{"10.0.0.1:80", 403}, // never onward
+		{"169.254.169.254:80", 403},
+		{"example.com:443", 403},
+		{"127.0.0.1:0", 400},
+		{"127.0.0.1:99999", 400},
+		{"no-port", 400},
+	}
+	for _, tt := range tests {
+		t.Run(tt.target, func(t *testing.T) {
+			conn, err := net.Dial("unix", s.SocketPath)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", tt.target, tt.target)
+			resp, err := http.ReadResponse(bufio.NewReader(conn), &http.Request{Method: http.MethodConnect})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode != tt.want {
+				t.Errorf("CONNECT %s = %s, want %d", tt.target, resp.Status, tt.want)
+			}
+		})
+	}
+	out := sh(t, s, `curl -s -o /dev/null -w '%{http_code}' -p -x http://127.0.0.1:49983 http://127.0.0.1:49983/health`)
+	if out == "200" || out == "204" {
+		t.Errorf("envd's TCP port inside the sandbox tunnels (CONNECT answered, then /health %s)", out)
 	}
 }

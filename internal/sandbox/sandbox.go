@@ -21,6 +21,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -62,6 +63,7 @@ type Manager struct {
 
 	mu     sync.Mutex
 	timers map[string]*time.Timer
+	routes map[string]*route // every sandbox this manager runs
 }
 
 // New returns a manager; call Recover before serving.
@@ -76,7 +78,7 @@ func New(opts Options) (*Manager, error) {
 	}
 	return &Manager{
 		rt: opts.Runtime, store: opts.Store, templates: opts.Templates, sockets: sockets,
-		resources: opts.Resources, logger: logger, timers: map[string]*time.Timer{},
+		resources: opts.Resources, logger: logger, timers: map[string]*time.Timer{}, routes: map[string]*route{},
 	}, nil
 }
 
@@ -135,7 +137,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (_ *store.Sandb
 
 	sbx, err := m.rt.Create(ctx, runtime.Spec{
 		ID: id, Template: tpl.Name, Resources: m.resources,
-		Labels: map[string]string{"hutch.control-plane": "true"},
+		Labels: map[string]string{controlPlaneLabel: "true"},
 		Process: runtime.Process{
 			Args: []string{runtime.SelfExe, "envd", "--socket-fd", "3", "--user", tpl.DefaultUser},
 			User: "root", ExtraFiles: []*os.File{f},
@@ -161,26 +163,38 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (_ *store.Sandb
 	if req.Secure {
 		rec.EnvdAccessToken = randomHex(32)
 	}
-	if err := m.initEnvd(ctx, sock, rec, tpl.DefaultUser); err != nil {
+	rt := newRoute(sock)
+	if err := m.initEnvd(ctx, rt, rec, tpl.DefaultUser); err != nil {
+		rt.close()
 		return nil, err
 	}
 	info, _ := json.Marshal(runtimeInfo{Socket: sock})
 	rec.Runtime = string(info)
 	if err := m.store.CreateSandbox(ctx, rec); err != nil {
+		rt.close()
 		return nil, err
 	}
-	m.schedule(rec.ID, rec.EndAt)
+	m.adopt(rec.ID, rt, rec.EndAt)
 	return rec, nil
+}
+
+// adopt makes a running sandbox routable and arms its expiry.
+func (m *Manager) adopt(id string, rt *route, end time.Time) {
+	m.mu.Lock()
+	m.routes[id] = rt
+	m.mu.Unlock()
+	m.schedule(id, end)
 }
 
 // initEnvd waits for the sandbox's envd and gives it the sandbox-wide
 // settings: access token, environment, default user.
-func (m *Manager) initEnvd(ctx context.Context, sock string, rec *store.Sandbox, user string) error {
+func (m *Manager) initEnvd(ctx context.Context, rt *route, rec *store.Sandbox, user string) error {
 	body, _ := json.Marshal(map[string]any{
 		"accessToken": rec.EnvdAccessToken, "envVars": rec.EnvVars, "defaultUser": user,
 	})
-	client := SocketClient(sock)
-	defer client.CloseIdleConnections()
+	// The route's own transport: the connection made here serves the
+	// SDK's first request too.
+	client := &http.Client{Transport: rt.transport(envd.Port)}
 	for {
 		req, _ := http.NewRequestWithContext(ctx, "POST", "http://envd/init", bytes.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
@@ -200,29 +214,7 @@ func (m *Manager) initEnvd(ctx context.Context, sock string, rec *store.Sandbox,
 	}
 }
 
-// SocketClient returns an HTTP client that reaches envd through its socket.
-func SocketClient(sock string) *http.Client {
-	return &http.Client{Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-		},
-	}}
-}
-
 func (m *Manager) socketPath(id string) string { return filepath.Join(m.sockets, id+".sock") }
-
-// Socket returns the envd socket of a running sandbox the key may see.
-func (m *Manager) Socket(ctx context.Context, keyID, id string) (string, error) {
-	rec, err := m.store.GetSandbox(ctx, keyID, id)
-	if err != nil {
-		return "", err
-	}
-	var info runtimeInfo
-	if json.Unmarshal([]byte(rec.Runtime), &info) != nil || info.Socket == "" {
-		return "", fmt.Errorf("sandbox %s has no envd socket: %w", id, errdefs.ErrNotFound)
-	}
-	return info.Socket, nil
-}
 
 // Get returns a sandbox the key may see.
 func (m *Manager) Get(ctx context.Context, keyID, id string) (*store.Sandbox, error) {
@@ -248,7 +240,12 @@ func (m *Manager) remove(ctx context.Context, id string) error {
 		t.Stop()
 		delete(m.timers, id)
 	}
+	rt := m.routes[id]
+	delete(m.routes, id)
 	m.mu.Unlock()
+	if rt != nil {
+		rt.close()
+	}
 	if sbx, err := m.rt.Load(ctx, id); err == nil {
 		if err := sbx.Delete(ctx); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 			return fmt.Errorf("kill sandbox %s: %w", id, err)
@@ -320,27 +317,64 @@ func (m *Manager) expire(id string) {
 	m.logger.Info("sandbox expired", "id", id)
 }
 
+// controlPlaneLabel marks the runtime sandboxes a manager made, so that
+// Recover can tell its orphans from sandboxes `hutch run` made.
+const controlPlaneLabel = "hutch.control-plane"
+
 // Recover adopts the sandboxes recorded in the store after a restart: the
-// running ones get their expiry back, the ones whose init died meanwhile
-// are cleaned up and forgotten (reported gone, never half-alive).
+// running ones become routable and get their expiry back; the ones whose
+// init died meanwhile are cleaned up and forgotten (reported gone, never
+// half-alive). It also removes what a server killed mid-create left
+// behind: runtime sandboxes of the control plane that never made it into
+// the store, and envd sockets of no sandbox.
 func (m *Manager) Recover(ctx context.Context) error {
 	all, err := m.store.AllSandboxes(ctx)
 	if err != nil {
 		return err
 	}
+	known := map[string]bool{}
 	for _, rec := range all {
+		known[rec.ID] = true
 		alive := false
 		if sbx, err := m.rt.Load(ctx, rec.ID); err == nil {
 			if st, err := sbx.Status(ctx); err == nil && st.State == runtime.StateRunning {
 				alive = true
 			}
 		}
+		var info runtimeInfo
+		if json.Unmarshal([]byte(rec.Runtime), &info) != nil || info.Socket == "" {
+			alive = false
+		}
 		if !alive {
 			m.logger.Info("sandbox gone while the server was down", "id", rec.ID)
-			m.remove(ctx, rec.ID)
+			if err := m.remove(ctx, rec.ID); err != nil {
+				return err
+			}
 			continue
 		}
-		m.schedule(rec.ID, rec.EndAt)
+		m.adopt(rec.ID, newRoute(info.Socket), rec.EndAt)
+	}
+	statuses, err := m.rt.List(ctx)
+	if err != nil {
+		return err
+	}
+	for _, st := range statuses {
+		if known[st.ID] || st.Labels[controlPlaneLabel] != "true" {
+			continue
+		}
+		m.logger.Info("removing a sandbox whose create was cut short", "id", st.ID)
+		if err := m.remove(ctx, st.ID); err != nil {
+			return err
+		}
+	}
+	socks, err := os.ReadDir(m.sockets)
+	if err != nil {
+		return err
+	}
+	for _, e := range socks {
+		if id, ok := strings.CutSuffix(e.Name(), ".sock"); !ok || !known[id] {
+			os.Remove(filepath.Join(m.sockets, e.Name()))
+		}
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 
 	pb "github.com/hutch-sandbox/hutch/api/gen/process"
 	"github.com/hutch-sandbox/hutch/api/gen/process/processconnect"
+	"github.com/hutch-sandbox/hutch/internal/envd"
 	"github.com/hutch-sandbox/hutch/internal/envd/envdtest"
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
 	"github.com/hutch-sandbox/hutch/internal/runtime"
@@ -73,9 +75,13 @@ func (e *env) manager(t *testing.T) *Manager {
 }
 
 // run runs a shell command through the sandbox's envd and returns stdout.
-func run(t *testing.T, sock, token, script string) (string, error) {
+func run(t *testing.T, m *Manager, id, token, script string) (string, error) {
 	t.Helper()
-	c := processconnect.NewProcessClient(SocketClient(sock), "http://envd", connect.WithProtoJSON())
+	tr, ok := m.Transport(id, envd.Port)
+	if !ok {
+		t.Fatalf("sandbox %s has no route", id)
+	}
+	c := processconnect.NewProcessClient(&http.Client{Transport: tr}, "http://envd", connect.WithProtoJSON())
 	req := connect.NewRequest(&pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-c", script}}})
 	if token != "" {
 		req.Header().Set("X-Access-Token", token)
@@ -105,15 +111,11 @@ func TestCreateSecureWithEnvs(t *testing.T) {
 	if !strings.HasPrefix(rec.ID, "i") || len(rec.ID) != 21 {
 		t.Errorf("id %q is not in E2B's shape", rec.ID)
 	}
-	sock, err := m.Socket(ctx, "", rec.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// envd answers at once, wants the token, and has the sandbox's envs.
-	if _, err := run(t, sock, "", "true"); connect.CodeOf(err) != connect.CodeUnauthenticated {
+	if _, err := run(t, m, rec.ID, "", "true"); connect.CodeOf(err) != connect.CodeUnauthenticated {
 		t.Errorf("a command without the token: %v, want unauthenticated", err)
 	}
-	out, err := run(t, sock, rec.EnvdAccessToken, `echo "$FOO $(id -un)"`)
+	out, err := run(t, m, rec.ID, rec.EnvdAccessToken, `echo "$FOO $(id -un)"`)
 	if err != nil || out != "bar user\n" {
 		t.Errorf("with the token: %q, %v; want the sandbox env and the template's user", out, err)
 	}
@@ -139,7 +141,7 @@ func TestKillAndKeyScoping(t *testing.T) {
 	if err := m.Kill(ctx, keyB.ID, rec.ID); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("another key's Kill = %v, want not found", err)
 	}
-	sock, _ := m.Socket(ctx, keyA.ID, rec.ID)
+	sock := m.socketPath(rec.ID)
 	if err := m.Kill(ctx, keyA.ID, rec.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -151,6 +153,9 @@ func TestKillAndKeyScoping(t *testing.T) {
 	}
 	if _, err := os.Stat(sock); !os.IsNotExist(err) {
 		t.Errorf("socket %s left behind", sock)
+	}
+	if _, ok := m.Transport(rec.ID, envd.Port); ok {
+		t.Error("a killed sandbox is still routable")
 	}
 	if err := m.Kill(ctx, keyA.ID, rec.ID); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("second Kill = %v, want not found", err)
@@ -216,16 +221,14 @@ func TestRecoverAfterRestart(t *testing.T) {
 	if err != nil || got.EnvdAccessToken != alive.EnvdAccessToken || !got.EndAt.Equal(alive.EndAt) {
 		t.Fatalf("adopted sandbox = %+v, %v; want the same token and end", got, err)
 	}
-	sock, _ := second.Socket(ctx, "", alive.ID)
-	if out, err := run(t, sock, got.EnvdAccessToken, "echo still-here"); err != nil || out != "still-here\n" {
+	if out, err := run(t, second, alive.ID, got.EnvdAccessToken, "echo still-here"); err != nil || out != "still-here\n" {
 		t.Errorf("adopted sandbox's envd: %q, %v", out, err)
 	}
 	if _, err := second.Get(ctx, "", dead.ID); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("a sandbox that died meanwhile is reported as %v, want gone", err)
 	}
-	resp, err := SocketClient(sock).Get("http://envd/health")
-	if err != nil || resp.StatusCode != http.StatusNoContent {
-		t.Errorf("health of the adopted sandbox: %v %v", resp, err)
+	if _, ok := second.Transport(dead.ID, envd.Port); ok {
+		t.Error("a sandbox that died meanwhile is routable")
 	}
 }
 
@@ -244,5 +247,121 @@ func TestCreateRefusesBadInput(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(filepath.Join(e.dataDir, "sockets")); len(ents) != 0 {
 		t.Errorf("refused creates left sockets: %v", ents)
+	}
+}
+
+// TestPortsThroughTheSocket reaches services inside a sandbox that has no
+// network at all: HTTP on a port, raw TCP both ways, and a clear error for
+// a port nobody listens on.
+func TestPortsThroughTheSocket(t *testing.T) {
+	e := newEnv(t)
+	m := e.manager(t)
+	ctx := context.Background()
+	rec, err := m.Create(ctx, CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An HTTP server, and a TCP service that speaks first (a banner) and then
+	// echoes in upper case, on the sandbox's loopback (IPv4 and IPv6).
+	script := `mkdir -p /tmp/www && echo hello-from-inside > /tmp/www/index.txt
+setsid python3 -m http.server 8000 --bind 127.0.0.1 --directory /tmp/www >/dev/null 2>&1 &
+setsid python3 -c '
+import socket
+s = socket.socket(socket.AF_INET6); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("::1", 9000)); s.listen()
+while True:
+    c, _ = s.accept(); c.sendall(b"banner\n")
+    while (d := c.recv(4096)): c.sendall(d.upper())
+    c.close()
+' >/dev/null 2>&1 &
+for i in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/8000) 2>/dev/null && exit 0; sleep 0.05; done; exit 1`
+	if _, err := run(t, m, rec.ID, "", script); err != nil {
+		t.Fatalf("starting the services: %v", err)
+	}
+
+	tr, ok := m.Transport(rec.ID, 8000)
+	if !ok {
+		t.Fatal("no route to a running sandbox")
+	}
+	resp, err := (&http.Client{Transport: tr}).Get("http://whatever/index.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(body) != "hello-from-inside\n" {
+		t.Errorf("GET through the tunnel = %d %q", resp.StatusCode, body)
+	}
+
+	var conn io.ReadWriteCloser
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if conn, err = dialTunnel(ctx, m.socketPath(rec.ID), 9000); err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("raw tunnel to an IPv6-only service: %v", err)
+	}
+	defer conn.Close()
+	io.WriteString(conn, "ping")
+	buf := make([]byte, len("banner\nPING"))
+	if _, err := io.ReadFull(conn, buf); err != nil || string(buf) != "banner\nPING" {
+		t.Errorf("raw tunnel read %q, %v; want the banner and the echo", buf, err)
+	}
+
+	if _, err := dialTunnel(ctx, m.socketPath(rec.ID), 9999); !errors.Is(err, ErrPortClosed) {
+		t.Errorf("closed port: %v, want ErrPortClosed", err)
+	}
+	if _, ok := m.Transport("inosuchsandbox", 8000); ok {
+		t.Error("an unknown sandbox has a route")
+	}
+}
+
+// TestRecoverRemovesOrphans: what a server killed mid-create leaves (a
+// runtime sandbox of the control plane with no record, a socket of no
+// sandbox) is removed at the next start; `hutch run`'s sandboxes are not
+// the control plane's and stay.
+func TestRecoverRemovesOrphans(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	m := e.manager(t)
+	kept, err := m.Create(ctx, CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := func(label string) runtime.Spec {
+		return runtime.Spec{Template: "base", Labels: map[string]string{controlPlaneLabel: label},
+			Process: runtime.Process{Args: []string{"sleep", "infinity"}}}
+	}
+	orphan, err := e.rt.Create(ctx, spec("true"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := e.rt.Create(ctx, spec(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { other.Delete(context.Background()) })
+	stale := m.socketPath("istalesocket")
+	if err := os.WriteFile(stale, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m.Close()
+
+	second := e.manager(t)
+	if err := second.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.rt.Load(ctx, orphan.ID()); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("the orphan of a cut-short create is still there: %v", err)
+	}
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("stale socket left: %v", err)
+	}
+	if _, err := e.rt.Load(ctx, other.ID()); err != nil {
+		t.Errorf("a sandbox that is not the control plane's was removed: %v", err)
+	}
+	if out, err := run(t, second, kept.ID, "", "echo kept"); err != nil || out != "kept\n" {
+		t.Errorf("the recorded sandbox: %q, %v", out, err)
 	}
 }

@@ -1,67 +1,53 @@
 package server
 
 import (
-	"context"
 	"encoding/json"
+	"errors"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"time"
+	"strconv"
 
+	"github.com/hutch-sandbox/hutch/internal/sandbox"
 	"github.com/hutch-sandbox/hutch/internal/server/e2bapi"
 )
 
-// envdPort is where the SDKs address envd.
-const envdPort = 49983
-
-// proxy sends a request to the sandbox's envd through its host socket.
-// Unknown and dead sandboxes answer 502 with the edge proxy's JSON (spec
-// §2.8): the SDKs read it as "not running any more".
+// proxy sends a request to a port of a sandbox: envd's (49983) or any
+// other, tunnelled through envd's socket. Unknown and dead sandboxes answer
+// 502 with the edge proxy's JSON (spec §2.8): the SDKs read it as "not
+// running any more"; a port nobody listens on answers 502 saying so.
+// Upgrades (WebSockets) and streaming bodies pass through in both
+// directions.
 func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id string, port int) {
 	// envd authenticates requests itself (access token); the routing only
 	// needs the sandbox to exist.
-	sock, err := s.mgr.Socket(r.Context(), "", id)
-	if err != nil {
+	transport, ok := s.mgr.Transport(id, port)
+	if !ok {
 		e2bapi.WriteSandboxNotFound502(w, id)
-		return
-	}
-	if port != envdPort {
-		e2bapi.Write(w, s.logger, e2bapi.NotSupported("routing to ports other than envd's"))
 		return
 	}
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.SetURL(&url.URL{Scheme: "http", Host: "envd"})
+			pr.SetURL(&url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))})
 			pr.Out.Host = r.Host
 		},
-		Transport: s.transport(sock),
-		// Stream responses as they come (Connect server streams).
+		Transport: transport,
+		// Stream responses as they come (Connect server streams, SSE).
 		FlushInterval: -1,
+		// Streams cut by a sandbox's end are routine, not warnings.
+		ErrorLog: slog.NewLogLogger(s.logger.Handler(), slog.LevelDebug),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			s.logger.Debug("envd unreachable", "sandbox", id, "err", err)
+			s.logger.Debug("sandbox unreachable", "sandbox", id, "port", port, "err", err)
+			if errors.Is(err, sandbox.ErrPortClosed) {
+				e2bapi.WritePortClosed502(w, id, port)
+				return
+			}
 			e2bapi.WriteSandboxNotFound502(w, id)
 		},
 	}
 	rp.ServeHTTP(w, r)
-}
-
-// transport returns the long-lived transport to one envd socket, so that
-// connections are reused across requests like any HTTP client's.
-func (s *Server) transport(sock string) http.RoundTripper {
-	if t, ok := s.transports.Load(sock); ok {
-		return t.(http.RoundTripper)
-	}
-	t := &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-		},
-		DisableCompression:  true,
-		MaxIdleConnsPerHost: 16,
-		IdleConnTimeout:     90 * time.Second,
-	}
-	actual, _ := s.transports.LoadOrStore(sock, t)
-	return actual.(http.RoundTripper)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -12,8 +12,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 
+	"github.com/hutch-sandbox/hutch/internal/envd"
 	"github.com/hutch-sandbox/hutch/internal/envd/files"
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
@@ -41,8 +41,6 @@ type Server struct {
 	domain string
 	logger *slog.Logger
 	api    *http.ServeMux
-
-	transports sync.Map // envd socket path → *http.Transport
 }
 
 // New returns a server.
@@ -67,7 +65,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// (spec §3.9): the signature hashes the sandbox's token, so at
 		// most one sandbox's token produces it.
 		if id, ok := s.signedBy(r); ok {
-			s.proxy(w, r, id, envdPort)
+			s.proxy(w, r, id, envd.Port)
 			return
 		}
 		e2bapi.WriteError(w, http.StatusUnauthorized, "the signature matches no running sandbox", "")
@@ -111,7 +109,7 @@ func (s *Server) signedBy(r *http.Request) (string, bool) {
 // sandboxTarget finds the sandbox a request is for, if any.
 func (s *Server) sandboxTarget(r *http.Request) (id string, port int, ok bool) {
 	if id := r.Header.Get("E2b-Sandbox-Id"); id != "" {
-		port := 49983
+		port := envd.Port
 		if p, err := strconv.Atoi(r.Header.Get("E2b-Sandbox-Port")); err == nil {
 			port = p
 		}

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -45,61 +44,8 @@ func TestE2BJSSDK(t *testing.T) {
 // E2B_SANDBOX_URL at its one listener, and an e2b_ key.
 func TestE2BJSSDKThroughServe(t *testing.T) {
 	dir := jsPackage(t)
-	tmp := t.TempDir()
-	// Sandboxes' uids must traverse to their layers under the data dir.
-	os.Chmod(filepath.Dir(tmp), 0o711)
-	os.Chmod(tmp, 0o711)
-	bin := filepath.Join(tmp, "bin", "hutch")
-	build := exec.Command("go", "build", "-o", bin, "../../cmd/hutch")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build hutch: %v\n%s", err, out)
-	}
-	data := filepath.Join(tmp, "data")
-	key := "e2b_" + strings.Repeat("0123456789", 4)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	templates := os.Getenv("HUTCH_TEMPLATES")
-	if templates == "" {
-		templates = "/var/lib/hutch/templates"
-	}
-	env := append(os.Environ(), "HUTCH_DATA_DIR="+data, "HUTCH_TEMPLATES="+templates, "HUTCH_API_KEY="+key)
-	serve := exec.Command(bin, "serve", "--listen", addr)
-	serve.Env = env
-	log := logWriter(t, "serve: ")
-	serve.Stdout, serve.Stderr = log, log
-	if err := serve.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		serve.Process.Signal(syscall.SIGTERM)
-		serve.Wait()
-		log.Close()
-		// Sandboxes outlive the server by design: remove what is left.
-		ps := exec.Command(bin, "ps", "-q")
-		ps.Env = env
-		ids, _ := ps.Output()
-		for _, id := range strings.Fields(string(ids)) {
-			rm := exec.Command(bin, "rm", id)
-			rm.Env = env
-			rm.Run()
-		}
-	})
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		resp, err := http.Get("http://" + addr + "/health")
-		if err == nil {
-			resp.Body.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("hutch serve never answered: %v", err)
-		}
-	}
-	if err := runNode(t, dir, "E2B_API_URL=http://"+addr, "E2B_SANDBOX_URL=http://"+addr, "E2B_API_KEY="+key); err != nil {
+	s := startServe(t)
+	if err := runNode(t, dir, s.sdkEnv()...); err != nil {
 		t.Errorf("node --test through hutch serve failed: %v", err)
 	}
 }

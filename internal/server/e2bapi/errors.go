@@ -67,6 +67,24 @@ func WriteSandboxNotFound502(w http.ResponseWriter, sandboxID string) {
 	})
 }
 
+// portClosed502 is the edge proxy's answer for a running sandbox whose
+// port has no listener.
+type portClosed502 struct {
+	SandboxID string `json:"sandboxId"`
+	Message   string `json:"message"`
+	Port      int    `json:"port"`
+	Code      int    `json:"code"`
+}
+
+// WritePortClosed502 answers traffic for a port of a running sandbox on
+// which nothing listens, as E2B's edge proxy does: HTTP 502 with
+// {"sandboxId":…,"message":"The sandbox is running but port is not open","port":N,"code":502}.
+func WritePortClosed502(w http.ResponseWriter, sandboxID string, port int) {
+	writeJSON(w, http.StatusBadGateway, portClosed502{
+		SandboxID: sandboxID, Message: "The sandbox is running but port is not open", Port: port, Code: http.StatusBadGateway,
+	})
+}
+
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)

@@ -1,0 +1,103 @@
+package envd
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// tunnel serves "CONNECT 127.0.0.1:<port>" on the host's socket: it dials
+// that port on the sandbox's own loopback and, once connected, answers 200
+// and splices the two connections. This is how `hutch serve` reaches any
+// port inside a sandbox — HTTP, WebSockets or raw TCP — without the sandbox
+// needing a network at all. Only loopback targets are accepted: the tunnel
+// reaches the sandbox's own services, never onward.
+func (s *Server) tunnel(w http.ResponseWriter, r *http.Request) {
+	host, p, err := net.SplitHostPort(r.Host)
+	port, perr := strconv.Atoi(p)
+	if err != nil || perr != nil || port < 1 || port > 65535 {
+		WriteError(w, http.StatusBadRequest, "CONNECT needs 127.0.0.1:<port>, got "+strconv.Quote(r.Host))
+		return
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		WriteError(w, http.StatusForbidden, "CONNECT reaches the sandbox's loopback only, not "+host)
+		return
+	}
+	upstream, err := dialLoopback(r.Context(), port)
+	if err != nil {
+		WriteError(w, http.StatusBadGateway, "port "+p+" is not open in the sandbox: "+err.Error())
+		return
+	}
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		upstream.Close()
+		WriteError(w, http.StatusHTTPVersionNotSupported, "CONNECT needs HTTP/1.1")
+		return
+	}
+	conn, buf, err := hj.Hijack()
+	if err != nil {
+		upstream.Close()
+		return
+	}
+	if _, err := io.WriteString(conn, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		conn.Close()
+		upstream.Close()
+		return
+	}
+	// Bytes the client sent right after its CONNECT may already sit in the
+	// server's read buffer.
+	var client io.Reader = conn
+	if n := buf.Reader.Buffered(); n > 0 {
+		b, _ := buf.Reader.Peek(n)
+		client = io.MultiReader(bytes.NewReader(bytes.Clone(b)), conn)
+	}
+	splice(conn, client, upstream)
+}
+
+// dialLoopback connects to a port on the sandbox's loopback, IPv4 first:
+// a service may listen on 0.0.0.0, 127.0.0.1, :: or ::1.
+func dialLoopback(ctx context.Context, port int) (net.Conn, error) {
+	d := net.Dialer{Timeout: 5 * time.Second}
+	p := strconv.Itoa(port)
+	conn, err := d.DialContext(ctx, "tcp4", net.JoinHostPort("127.0.0.1", p))
+	if err == nil {
+		return conn, nil
+	}
+	if conn, err6 := d.DialContext(ctx, "tcp6", net.JoinHostPort("::1", p)); err6 == nil {
+		return conn, nil
+	}
+	return nil, err
+}
+
+// splice copies both ways until both directions end, passing each side's
+// end of stream on as a half-close so protocols that rely on it still work.
+func splice(client net.Conn, clientR io.Reader, upstream net.Conn) {
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		io.Copy(upstream, clientR)
+		closeWrite(upstream)
+	}()
+	go func() {
+		defer wg.Done()
+		io.Copy(client, upstream)
+		closeWrite(client)
+	}()
+	wg.Wait()
+	client.Close()
+	upstream.Close()
+}
+
+// closeWrite half-closes a connection that supports it (TCP and unix
+// sockets both do).
+func closeWrite(c net.Conn) {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
+	}
+}
