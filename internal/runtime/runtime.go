@@ -48,6 +48,12 @@ type Sandbox interface {
 	// ResizeConsole changes the terminal size of a first process that was
 	// started with Process.Terminal; it fails otherwise.
 	ResizeConsole(ctx context.Context, size ConsoleSize) error
+	// Stats reports the sandbox's resource use, read from its cgroups;
+	// cheap enough to call every few seconds.
+	Stats(ctx context.Context) (Stats, error)
+	// DiskUsage reports the size of the sandbox's writable layer and the
+	// space it may grow to. It may walk the layer: call it sparingly.
+	DiskUsage(ctx context.Context) (DiskUsage, error)
 	// Delete kills every process of the sandbox and removes everything the
 	// sandbox owns on the host (cgroups, mounts, writable layer, state). It
 	// never touches anything outside the sandbox's own directory and cgroups.
@@ -87,6 +93,31 @@ type Resources struct {
 	// ENOSPC inside the sandbox. Zero leaves the layer on the host's file
 	// system without a limit.
 	DiskBytes int64
+}
+
+// Stats is a sandbox's use of resources at one moment.
+type Stats struct {
+	// CPU is the CPU time all of the sandbox's processes have used since
+	// it started, all cores together.
+	CPU time.Duration
+	// MemoryUsed is memory in use, without page cache the kernel can
+	// reclaim (as `docker stats` counts it).
+	MemoryUsed uint64
+	// MemoryCache is page cache charged to the sandbox.
+	MemoryCache uint64
+	// MemoryLimit is the sandbox's memory cap, 0 when it has none.
+	MemoryLimit uint64
+	// Pids is the number of tasks (processes and threads).
+	Pids uint64
+}
+
+// DiskUsage is how much disk a sandbox's writable layer uses.
+type DiskUsage struct {
+	// Used is the size of the files the sandbox wrote.
+	Used uint64
+	// Total is the disk limit, or the size of the host file system holding
+	// the layer when the sandbox has no limit.
+	Total uint64
 }
 
 // Process describes a process to run inside a sandbox.

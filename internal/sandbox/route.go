@@ -123,10 +123,10 @@ func (c *bufferedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
 // own access token, and ports are the sandbox's public face.
 func (m *Manager) Transport(id string, port int) (http.RoundTripper, bool) {
 	m.mu.Lock()
-	r := m.routes[id]
+	l := m.live[id]
 	m.mu.Unlock()
-	if r == nil {
+	if l == nil {
 		return nil, false
 	}
-	return r.transport(port), true
+	return l.route.transport(port), true
 }

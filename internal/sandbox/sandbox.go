@@ -63,7 +63,15 @@ type Manager struct {
 
 	mu     sync.Mutex
 	timers map[string]*time.Timer
-	routes map[string]*route // every sandbox this manager runs
+	live   map[string]*live // every sandbox this manager runs
+	stop   chan struct{}    // closed by Close
+	closed bool
+}
+
+// live is what the manager keeps of a running sandbox.
+type live struct {
+	route   *route
+	metrics *series
 }
 
 // New returns a manager; call Recover before serving.
@@ -76,10 +84,12 @@ func New(opts Options) (*Manager, error) {
 	if err := os.MkdirAll(sockets, 0o700); err != nil {
 		return nil, fmt.Errorf("sockets dir: %w", err)
 	}
-	return &Manager{
+	m := &Manager{
 		rt: opts.Runtime, store: opts.Store, templates: opts.Templates, sockets: sockets,
-		resources: opts.Resources, logger: logger, timers: map[string]*time.Timer{}, routes: map[string]*route{},
-	}, nil
+		resources: opts.Resources, logger: logger, timers: map[string]*time.Timer{}, live: map[string]*live{}, stop: make(chan struct{}),
+	}
+	go m.sampleLoop()
+	return m, nil
 }
 
 // CreateRequest is what a new sandbox is made from.
@@ -174,16 +184,24 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (_ *store.Sandb
 		rt.close()
 		return nil, err
 	}
-	m.adopt(rec.ID, rt, rec.EndAt)
+	m.adopt(sbx, rt, rec.StartedAt, rec.EndAt)
 	return rec, nil
 }
 
-// adopt makes a running sandbox routable and arms its expiry.
-func (m *Manager) adopt(id string, rt *route, end time.Time) {
+// adopt makes a running sandbox routable, starts sampling it and arms its
+// expiry.
+func (m *Manager) adopt(sbx runtime.Sandbox, rt *route, started, end time.Time) {
+	l := &live{route: rt, metrics: newSeries(sbx, m.resources, started)}
 	m.mu.Lock()
-	m.routes[id] = rt
+	m.live[sbx.ID()] = l
 	m.mu.Unlock()
-	m.schedule(id, end)
+	m.schedule(sbx.ID(), end)
+	// A first sample at once, so metrics are never empty for long.
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), metricsInterval)
+		defer cancel()
+		l.metrics.sample(ctx, time.Now())
+	}()
 }
 
 // initEnvd waits for the sandbox's envd and gives it the sandbox-wide
@@ -240,11 +258,11 @@ func (m *Manager) remove(ctx context.Context, id string) error {
 		t.Stop()
 		delete(m.timers, id)
 	}
-	rt := m.routes[id]
-	delete(m.routes, id)
+	l := m.live[id]
+	delete(m.live, id)
 	m.mu.Unlock()
-	if rt != nil {
-		rt.close()
+	if l != nil {
+		l.route.close()
 	}
 	if sbx, err := m.rt.Load(ctx, id); err == nil {
 		if err := sbx.Delete(ctx); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
@@ -336,7 +354,8 @@ func (m *Manager) Recover(ctx context.Context) error {
 	for _, rec := range all {
 		known[rec.ID] = true
 		alive := false
-		if sbx, err := m.rt.Load(ctx, rec.ID); err == nil {
+		sbx, err := m.rt.Load(ctx, rec.ID)
+		if err == nil {
 			if st, err := sbx.Status(ctx); err == nil && st.State == runtime.StateRunning {
 				alive = true
 			}
@@ -352,7 +371,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 			}
 			continue
 		}
-		m.adopt(rec.ID, newRoute(info.Socket), rec.EndAt)
+		m.adopt(sbx, newRoute(info.Socket), rec.StartedAt, rec.EndAt)
 	}
 	statuses, err := m.rt.List(ctx)
 	if err != nil {
@@ -387,6 +406,10 @@ func (m *Manager) Close() {
 	for id, t := range m.timers {
 		t.Stop()
 		delete(m.timers, id)
+	}
+	if !m.closed {
+		m.closed = true
+		close(m.stop)
 	}
 }
 

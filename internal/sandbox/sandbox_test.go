@@ -365,3 +365,61 @@ func TestRecoverRemovesOrphans(t *testing.T) {
 		t.Errorf("the recorded sandbox: %q, %v", out, err)
 	}
 }
+
+// TestMetricsFollowTheWorkload: a sandbox's samples show the CPU it burns,
+// the memory it holds and the files it writes, within its limits.
+func TestMetricsFollowTheWorkload(t *testing.T) {
+	e := newEnv(t)
+	m := e.manager(t)
+	ctx := context.Background()
+	rec, err := m.Create(ctx, CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first sample is taken at once.
+	var first []Metric
+	for deadline := time.Now().Add(10 * time.Second); len(first) == 0; time.Sleep(20 * time.Millisecond) {
+		if first, err = m.Metrics(ctx, "", rec.ID, time.Time{}, time.Time{}); err != nil || time.Now().After(deadline) {
+			t.Fatalf("no first sample: %v", err)
+		}
+	}
+	if f := first[0]; f.CPUCount != 1 || f.MemTotal != 256<<20 || f.MemUsed == 0 || f.DiskTotal == 0 {
+		t.Errorf("first sample %+v: want 1 CPU, the 256 MiB limit, some memory used", f)
+	}
+	_, err = run(t, m, rec.ID, "", `dd if=/dev/urandom of=/tmp/blob bs=1M count=24 status=none
+setsid python3 -c '
+import time
+b = bytearray(64 << 20)
+for i in range(0, len(b), 4096): b[i] = 1
+while True: pass' >/dev/null 2>&1 &
+sleep 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.mu.Lock()
+	s := m.live[rec.ID].metrics
+	m.mu.Unlock()
+	s.mu.Lock()
+	s.diskAt = time.Time{} // measure the disk now, not in 30 s
+	s.mu.Unlock()
+	if err := s.sample(ctx, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := m.Metrics(ctx, "", rec.ID, time.Time{}, time.Time{})
+	last := got[len(got)-1]
+	if last.CPUUsedPct < 30 || last.CPUUsedPct > 100 {
+		t.Errorf("CPU %.1f%% with a busy loop running", last.CPUUsedPct)
+	}
+	if last.MemUsed < 64<<20 || last.MemUsed > last.MemTotal {
+		t.Errorf("memory used %d MiB of %d MiB, with 64 MiB held", last.MemUsed>>20, last.MemTotal>>20)
+	}
+	if last.DiskUsed < 24<<20 {
+		t.Errorf("disk used %d MiB after writing 24 MiB", last.DiskUsed>>20)
+	}
+	if future, _ := m.Metrics(ctx, "", rec.ID, time.Now().Add(time.Hour), time.Time{}); len(future) != 0 {
+		t.Errorf("samples from the future: %v", future)
+	}
+	if _, err := m.Metrics(ctx, "another-key", rec.ID, time.Time{}, time.Time{}); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("another key's metrics: %v, want not found", err)
+	}
+}

@@ -2,7 +2,10 @@ package server
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
@@ -25,6 +28,7 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /v2/sandboxes/{id}/connect", s.authed(s.connect))
 	m.HandleFunc("POST /sandboxes/{id}/connect", s.authed(s.connect))
 	m.HandleFunc("GET /sandboxes/{id}/metrics", s.authed(s.metrics))
+	m.HandleFunc("GET /sandboxes/metrics", s.authed(s.batchMetrics))
 	// Known to the SDKs, not in Hutch yet: a clear 501, never a silent success.
 	for pattern, feature := range map[string]string{
 		"POST /sandboxes/{id}/pause":     "pausing sandboxes",
@@ -256,13 +260,72 @@ func (s *Server) listLegacy(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// metrics answers the spec's "may be empty" array: Hutch does not sample
-// sandbox metrics yet.
+// metrics answers a sandbox's samples (every 5 s, the last 15 minutes),
+// between the optional start and end query parameters (Unix seconds).
 func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	if _, err := s.mgr.Get(r.Context(), keyID(r), id); err != nil {
+	var bounds [2]time.Time
+	for i, name := range []string{"start", "end"} {
+		v := r.URL.Query().Get(name)
+		if v == "" {
+			continue
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			e2bapi.Write(w, s.logger, e2bapi.BadRequest(fmt.Sprintf("%s must be a Unix time in seconds, got %q", name, v)))
+			return
+		}
+		bounds[i] = time.Unix(n, 0)
+	}
+	if !bounds[0].IsZero() && !bounds[1].IsZero() && bounds[1].Before(bounds[0]) {
+		e2bapi.Write(w, s.logger, e2bapi.BadRequest("end is before start"))
+		return
+	}
+	samples, err := s.mgr.Metrics(r.Context(), keyID(r), id, bounds[0], bounds[1])
+	if err != nil {
 		s.notFound(w, id, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, []e2bapi.SandboxMetric{})
+	out := make([]e2bapi.SandboxMetric, 0, len(samples))
+	for _, m := range samples {
+		out = append(out, metricJSON(m))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// batchMetrics answers the newest sample of each sandbox named in
+// sandbox_ids (comma-separated): {"sandboxes": {"<id>": SandboxMetric}}.
+// Ids the key cannot see are left out.
+func (s *Server) batchMetrics(w http.ResponseWriter, r *http.Request) {
+	var ids []string
+	for _, v := range r.URL.Query()["sandbox_ids"] {
+		for _, id := range strings.Split(v, ",") {
+			if id = strings.TrimSpace(id); id != "" {
+				ids = append(ids, id)
+			}
+		}
+	}
+	if len(ids) == 0 || len(ids) > 100 {
+		e2bapi.Write(w, s.logger, e2bapi.BadRequest("sandbox_ids must name 1 to 100 sandboxes"))
+		return
+	}
+	latest, err := s.mgr.LatestMetrics(r.Context(), keyID(r), ids)
+	if err != nil {
+		e2bapi.Write(w, s.logger, err)
+		return
+	}
+	out := map[string]e2bapi.SandboxMetric{}
+	for id, m := range latest {
+		out[id] = metricJSON(m)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"sandboxes": out})
+}
+
+func metricJSON(m sandbox.Metric) e2bapi.SandboxMetric {
+	out := e2bapi.NewSandboxMetric(m.Time)
+	out.CPUCount = int32(m.CPUCount)
+	out.CPUUsedPct = float32(m.CPUUsedPct)
+	out.MemUsed, out.MemTotal, out.MemCache = int64(m.MemUsed), int64(m.MemTotal), int64(m.MemCache)
+	out.DiskUsed, out.DiskTotal = int64(m.DiskUsed), int64(m.DiskTotal)
+	return out
 }

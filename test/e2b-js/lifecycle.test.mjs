@@ -5,7 +5,7 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { Sandbox, SandboxNotFoundError, AuthenticationError } from 'e2b'
-import { throughServe, unique } from './helpers.mjs'
+import { throughServe, unique, waitFor } from './helpers.mjs'
 
 const opts = { skip: !throughServe && 'needs hutch serve (E2B_API_KEY)' }
 
@@ -88,4 +88,30 @@ test('signed URLs work from a plain HTTP client', opts, async () => {
   } finally {
     await sbx.kill()
   }
+})
+
+test('getMetrics reports the sandbox from its cgroups', opts, async () => {
+  const sbx = await Sandbox.create({ timeoutMs: 120_000 })
+  try {
+    const first = await waitFor(async () => (await sbx.getMetrics()).at(0), 10_000, 'a first sample')
+    assert.equal(first.cpuCount, 1)
+    assert.equal(first.memTotal, 512 * 1024 * 1024, 'memTotal is the sandbox limit')
+    assert.ok(first.memUsed > 0 && first.memUsed < first.memTotal, `memUsed ${first.memUsed}`)
+    assert.ok(first.diskTotal > 0 && first.diskUsed <= first.diskTotal)
+    assert.ok(first.timestamp instanceof Date && Math.abs(first.timestamp - Date.now()) < 60_000)
+
+    // A busy loop shows up in the next samples (taken every 5 s).
+    const busySince = Date.now()
+    await sbx.commands.run('timeout 20 sh -c "while :; do :; done"', { background: true, timeoutMs: 0 })
+    // Samples have whole-second timestamps: only those 2 s after the start
+    // cover the busy loop alone.
+    const busy = await waitFor(async () => (await sbx.getMetrics()).find((m) => m.timestamp - busySince > 2_000 && m.cpuUsedPct > 50), 15_000, 'a busy sample')
+    assert.ok(busy.cpuUsedPct <= 100, `cpuUsedPct ${busy.cpuUsedPct}`)
+
+    const future = await sbx.getMetrics({ start: new Date(Date.now() + 3_600_000) })
+    assert.deepEqual(future, [])
+  } finally {
+    await sbx.kill()
+  }
+  await assert.rejects(sbx.getMetrics(), SandboxNotFoundError)
 })

@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"syscall"
@@ -37,6 +38,7 @@ func Run(t *testing.T, newRuntime func(t *testing.T) runtime.Runtime, template s
 		{"OnlyStdioDescriptors", testOnlyStdio},
 		{"ReapsOrphans", testReapsOrphans},
 		{"CanceledCreate", testCanceledCreate},
+		{"Stats", testStats},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newRuntime(t), template) })
@@ -352,5 +354,58 @@ func testCanceledCreate(t *testing.T, rt runtime.Runtime, tpl string) {
 	after, _ := rt.List(context.Background())
 	if len(after) != len(before) {
 		t.Errorf("sandboxes before %d, after canceled creates %d", len(before), len(after))
+	}
+}
+
+// testStats checks that a sandbox's reported use follows what it does:
+// CPU burnt, memory touched, files written — with and without a disk limit.
+func testStats(t *testing.T, rt runtime.Runtime, tpl string) {
+	const script = `dd if=/dev/urandom of=/tmp/blob bs=1M count=20 status=none
+exec python3 -c '
+import time
+b = bytearray(48 << 20)
+for i in range(0, len(b), 4096): b[i] = 1
+t = time.time()
+while time.time() - t < 0.3: pass
+print("ready", flush=True)
+time.sleep(600)'`
+	for _, disk := range []int64{0, 128 << 20} {
+		t.Run(fmt.Sprintf("disk=%d", disk), func(t *testing.T) {
+			var out lockedBuffer
+			sbx := create(t, rt, runtime.Spec{Template: tpl,
+				Resources: runtime.Resources{MemoryBytes: 256 << 20, DiskBytes: disk},
+				Process:   runtime.Process{Args: []string{"/bin/sh", "-c", script}, Stdout: &out, Stderr: &out}})
+			for deadline := time.Now().Add(30 * time.Second); !strings.Contains(out.String(), "ready"); time.Sleep(20 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("the workload never got ready: %q", out.String())
+				}
+			}
+			st, err := sbx.Stats(ctxFor(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.CPU < 250*time.Millisecond {
+				t.Errorf("CPU = %v after a 0.3 s busy loop", st.CPU)
+			}
+			if st.MemoryUsed < 48<<20 || st.MemoryUsed > 256<<20 {
+				t.Errorf("MemoryUsed = %d MiB with 48 MiB touched", st.MemoryUsed>>20)
+			}
+			if st.MemoryLimit != 256<<20 {
+				t.Errorf("MemoryLimit = %d, want 256 MiB", st.MemoryLimit)
+			}
+			if st.Pids < 1 {
+				t.Errorf("Pids = %d", st.Pids)
+			}
+			du, err := sbx.DiskUsage(ctxFor(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if du.Used < 20<<20 || du.Used > du.Total {
+				t.Errorf("disk used %d MiB of %d MiB after writing 20 MiB", du.Used>>20, du.Total>>20)
+			}
+			if disk > 0 && (du.Total > uint64(disk) || du.Total < uint64(disk)*3/4) {
+				t.Errorf("disk total %d MiB with a %d MiB limit", du.Total>>20, disk>>20)
+			}
+		})
 	}
 }
