@@ -115,3 +115,23 @@ test('getMetrics reports the sandbox from its cgroups', opts, async () => {
   }
   await assert.rejects(sbx.getMetrics(), SandboxNotFoundError)
 })
+
+test('50 creates at once: each sandbox is whole, distinct and listed once', opts, async () => {
+  const tag = unique('burst')
+  const results = await Promise.allSettled(Array.from({ length: 50 }, () => Sandbox.create({ timeoutMs: 120_000, metadata: { burst: tag } })))
+  const made = results.filter((r) => r.status === 'fulfilled').map((r) => r.value)
+  try {
+    const failures = results.filter((r) => r.status === 'rejected').map((r) => String(r.reason))
+    assert.deepEqual(failures, [], 'creates failed on an idle 24 GiB host')
+    assert.equal(new Set(made.map((s) => s.sandboxId)).size, 50)
+    // Every sandbox works and is its own: its hostname is its id.
+    const names = await Promise.all(made.map(async (s) => (await s.commands.run('hostname')).stdout.trim()))
+    assert.deepEqual(names, made.map((s) => s.sandboxId))
+    const listed = []
+    const p = Sandbox.list({ query: { metadata: { burst: tag } }, limit: 20 })
+    while (p.hasNext) listed.push(...(await p.nextItems()).map((s) => s.sandboxId))
+    assert.deepEqual(listed.sort(), made.map((s) => s.sandboxId).sort())
+  } finally {
+    await Promise.all(made.map((s) => s.kill()))
+  }
+})
