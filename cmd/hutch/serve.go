@@ -68,12 +68,6 @@ Stopping the server leaves sandboxes running; a restart adopts them.`,
 				return err
 			}
 			srv := &http.Server{Handler: server.New(server.Options{Manager: mgr, Store: st, Domain: domain, Logger: logger}), ReadHeaderTimeout: 30 * time.Second}
-			// With keep-alive connections from the JS SDK (undici), about one
-			// run in three of the SDK suite saw a proxied envd stream cut
-			// mid-body ("use of closed network connection" upstream); with
-			// one connection per request it never did (4 of 4 runs). The
-			// root cause is not found yet; until it is, no keep-alive.
-			srv.SetKeepAlivesEnabled(false)
 			logger.Info("serving", "addr", ln.Addr().String(), "data", g.dataDir)
 			errc := make(chan error, 1)
 			go func() { errc <- srv.Serve(ln) }()

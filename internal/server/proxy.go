@@ -47,6 +47,15 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id string, port i
 			e2bapi.WriteSandboxNotFound502(w, id)
 		},
 	}
+	// A proxy reads the request while it writes the response. Without full
+	// duplex, net/http's HTTP/1 server drains the unread request body when
+	// the response headers go out, racing the transport that is still
+	// forwarding it; on a keep-alive connection that cut one proxied stream
+	// in a few hundred (the transport closed the upstream connection
+	// mid-body).
+	if err := http.NewResponseController(w).EnableFullDuplex(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		s.logger.Debug("full duplex", "err", err)
+	}
 	rp.ServeHTTP(w, r)
 }
 

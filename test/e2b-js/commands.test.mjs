@@ -174,3 +174,19 @@ test('sandbox.isRunning()', async () => {
     assert.equal(sbx.sandboxId, 'debug_sandbox_id')
   }
 })
+
+// Hundreds of command streams back to back over the SDK's keep-alive
+// connections: none may be cut. (Through hutch serve, a proxy without full
+// duplex lost about one stream in a hundred: net/http drained the unread
+// request body when the response headers went out.)
+test('run: 300 commands in a row, none cut', async () => {
+  const sbx = await connect()
+  try {
+    for (let i = 0; i < 300; i++) {
+      const r = await sbx.commands.run(`echo ${i}`)
+      assert.equal(r.stdout, `${i}\n`)
+    }
+  } finally {
+    await sbx.kill().catch(() => {})
+  }
+})
