@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 	"time"
 
@@ -74,7 +73,21 @@ type Sandbox struct {
 	Runtime string
 }
 
-var sandboxIDRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9-]{0,127}$`)
+// validSandboxID: 1 to 128 of [A-Za-z0-9-], not starting with "-". (Not a
+// regexp: "{0,127}" compiles to 127 nested nodes, 1.7 ms at the start of
+// every hutch process, sandbox inits and envds included.)
+func validSandboxID(id string) bool {
+	if len(id) == 0 || len(id) > 128 || id[0] == '-' {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
 
 func validState(s string) bool { return s == StateRunning || s == StatePaused }
 
@@ -147,7 +160,7 @@ func collectSandboxes(rows *sql.Rows) ([]Sandbox, error) {
 // unknown state, a zero EndAt or a KeyID that names no stored key gives
 // errdefs.ErrInvalidArgument.
 func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox) error {
-	if !sandboxIDRe.MatchString(sb.ID) {
+	if !validSandboxID(sb.ID) {
 		return fmt.Errorf("store: create sandbox %q: malformed id: %w", sb.ID, errdefs.ErrInvalidArgument)
 	}
 	if sb.State == "" {
@@ -375,7 +388,7 @@ func decodeCursor(tok string) (cursor, error) {
 		return cursor{}, bad
 	}
 	c.startedAt, err = time.Parse(time.RFC3339Nano, parts[0])
-	if err != nil || !sandboxIDRe.MatchString(parts[1]) {
+	if err != nil || !validSandboxID(parts[1]) {
 		return cursor{}, bad
 	}
 	c.id = parts[1]
