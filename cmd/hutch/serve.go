@@ -22,7 +22,10 @@ import (
 )
 
 func newServeCmd(g *globals) *cobra.Command {
-	var listen, domain string
+	var (
+		listen, domain string
+		warm           int
+	)
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Serve E2B's control-plane API and route sandbox traffic (E2B SDKs work against it)",
@@ -54,7 +57,7 @@ Stopping the server leaves sandboxes running; a restart adopts them.`,
 			}
 			mgr, err := sandbox.New(sandbox.Options{
 				Runtime: rt, Store: st, Templates: template.Open(g.templates), DataDir: g.dataDir, Logger: logger,
-				Resources: runtime.Resources{MemoryBytes: 512 << 20, CPUs: 1, Pids: 512},
+				Resources: runtime.Resources{MemoryBytes: 512 << 20, CPUs: 1, Pids: 512}, Warm: warm,
 			})
 			if err != nil {
 				return err
@@ -87,6 +90,7 @@ Stopping the server leaves sandboxes running; a restart adopts them.`,
 	}
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:3000", "address to serve on")
 	cmd.Flags().StringVar(&domain, "domain", "", `sandbox domain: route Host "<port>-<id>.<domain>" to sandboxes`)
+	cmd.Flags().IntVar(&warm, "warm", 4, "sandboxes of the base template kept started ahead of demand (0: start each on demand)")
 	return cmd
 }
 

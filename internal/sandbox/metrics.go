@@ -29,7 +29,7 @@ type Metric struct {
 	// CPUCount is the cores the sandbox may use.
 	CPUCount int
 	// CPUUsedPct is the share of those cores used since the sample before,
-	// 0–100.
+	// 0–100 (0 in the first sample).
 	CPUUsedPct float64
 	// MemUsed is memory in use without reclaimable cache; MemTotal the
 	// sandbox's limit (the host's memory without one).
@@ -43,7 +43,6 @@ type Metric struct {
 type series struct {
 	sbx      runtime.Sandbox
 	cpuCount int
-	created  time.Time
 
 	mu      sync.Mutex
 	samples []Metric
@@ -53,12 +52,12 @@ type series struct {
 	diskAt  time.Time
 }
 
-func newSeries(sbx runtime.Sandbox, res runtime.Resources, created time.Time) *series {
+func newSeries(sbx runtime.Sandbox, res runtime.Resources) *series {
 	n := goruntime.NumCPU()
 	if res.CPUs > 0 {
 		n = min(n, int(math.Ceil(res.CPUs)))
 	}
-	return &series{sbx: sbx, cpuCount: n, created: created, lastAt: created}
+	return &series{sbx: sbx, cpuCount: n}
 }
 
 // sample reads the sandbox's use now and appends it.
@@ -87,7 +86,9 @@ func (s *series) sample(ctx context.Context, now time.Time) error {
 	if m.MemTotal == 0 {
 		m.MemTotal = hostMemory()
 	}
-	if elapsed := now.Sub(s.lastAt); elapsed > 0 && st.CPU >= s.lastCPU {
+	// The first sample is the baseline: its CPU share is 0, not the
+	// sandbox's start-up (or time in the warm pool) over a few milliseconds.
+	if elapsed := now.Sub(s.lastAt); !s.lastAt.IsZero() && elapsed > 0 && st.CPU >= s.lastCPU {
 		pct := 100 * float64(st.CPU-s.lastCPU) / (float64(elapsed) * float64(s.cpuCount))
 		m.CPUUsedPct = math.Round(min(pct, 100)*100) / 100
 	}

@@ -32,6 +32,9 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/template"
 )
 
+// DefaultTemplate is the template of create requests that name none.
+const DefaultTemplate = "base"
+
 // DefaultTimeout is a sandbox's life when the create request names none.
 const DefaultTimeout = 300 * time.Second
 
@@ -48,6 +51,10 @@ type Options struct {
 	DataDir string
 	// Resources are every sandbox's limits.
 	Resources runtime.Resources
+	// Warm is how many sandboxes of the default template ("base") are kept
+	// started ahead of demand, so that creating one costs milliseconds;
+	// 0 starts every sandbox on demand. The pool starts with Recover.
+	Warm int
 	Logger    *slog.Logger
 }
 
@@ -64,7 +71,9 @@ type Manager struct {
 	mu     sync.Mutex
 	timers map[string]*time.Timer
 	live   map[string]*live // every sandbox this manager runs
-	stop   chan struct{}    // closed by Close
+	pool   *pool            // nil without a warm pool
+	warm   int
+	stop   chan struct{} // closed by Close
 	closed bool
 }
 
@@ -74,7 +83,8 @@ type live struct {
 	metrics *series
 }
 
-// New returns a manager; call Recover before serving.
+// New returns a manager; call Recover before serving (it also starts the
+// warm pool).
 func New(opts Options) (*Manager, error) {
 	logger := opts.Logger
 	if logger == nil {
@@ -86,7 +96,7 @@ func New(opts Options) (*Manager, error) {
 	}
 	m := &Manager{
 		rt: opts.Runtime, store: opts.Store, templates: opts.Templates, sockets: sockets,
-		resources: opts.Resources, logger: logger, timers: map[string]*time.Timer{}, live: map[string]*live{}, stop: make(chan struct{}),
+		resources: opts.Resources, logger: logger, timers: map[string]*time.Timer{}, live: map[string]*live{}, stop: make(chan struct{}), warm: opts.Warm,
 	}
 	go m.sampleLoop()
 	return m, nil
@@ -113,7 +123,7 @@ type runtimeInfo struct {
 // envd is reachable when Create returns, as the SDKs expect.
 func (m *Manager) Create(ctx context.Context, req CreateRequest) (_ *store.Sandbox, retErr error) {
 	if req.Template == "" {
-		req.Template = "base"
+		req.Template = DefaultTemplate
 	}
 	tpl, err := m.templates.Get(req.Template)
 	if err != nil {
@@ -125,6 +135,59 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (_ *store.Sandb
 	if req.Timeout < 0 {
 		return nil, fmt.Errorf("timeout %v: %w", req.Timeout, errdefs.ErrInvalidArgument)
 	}
+	st := m.takeWarm(tpl)
+	if st == nil {
+		if st, err = m.start(ctx, tpl); err != nil {
+			return nil, err
+		}
+	}
+	defer func() {
+		if retErr != nil {
+			st.discard()
+		}
+	}()
+
+	rec := &store.Sandbox{
+		ID: st.sbx.ID(), TemplateID: tpl.Name, Alias: req.Template, ClientID: clientID, EnvdVersion: envd.Version,
+		Secure: req.Secure, AllowInternetAccess: req.AllowInternetAccess,
+		Metadata: req.Metadata, EnvVars: req.EnvVars, StartedAt: time.Now().UTC(),
+		CPUCount: int(max(m.resources.CPUs, 1)), MemoryMB: int(m.resources.MemoryBytes >> 20), DiskSizeMB: int(m.resources.DiskBytes >> 20),
+		State: store.StateRunning, KeyID: req.KeyID,
+	}
+	rec.EndAt = rec.StartedAt.Add(req.Timeout)
+	if req.Secure {
+		rec.EnvdAccessToken = randomHex(32)
+	}
+	if err := m.initEnvd(ctx, st.route, rec, tpl.DefaultUser); err != nil {
+		return nil, err
+	}
+	info, _ := json.Marshal(runtimeInfo{Socket: st.route.sock})
+	rec.Runtime = string(info)
+	if err := m.store.CreateSandbox(ctx, rec); err != nil {
+		return nil, err
+	}
+	m.adopt(st.sbx, st.route, rec.EndAt)
+	return rec, nil
+}
+
+// started is a sandbox whose envd runs but has not been given to anyone:
+// no token, no environment, no record.
+type started struct {
+	sbx   runtime.Sandbox
+	route *route
+	built time.Time // its template's build, to tell a stale warm sandbox
+}
+
+// discard kills a started sandbox and removes its socket.
+func (s *started) discard() {
+	s.route.close()
+	s.sbx.Delete(context.Background())
+	os.Remove(s.route.sock)
+}
+
+// start makes a sandbox of tpl with envd as its first process, listening
+// on a socket the manager made in DataDir/sockets.
+func (m *Manager) start(ctx context.Context, tpl *template.Template) (*started, error) {
 	id := newID()
 	sock := m.socketPath(id)
 	ln, err := net.Listen("unix", sock)
@@ -139,12 +202,6 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (_ *store.Sandb
 		return nil, fmt.Errorf("envd socket: %w", err)
 	}
 	defer f.Close()
-	defer func() {
-		if retErr != nil {
-			os.Remove(sock)
-		}
-	}()
-
 	sbx, err := m.rt.Create(ctx, runtime.Spec{
 		ID: id, Template: tpl.Name, Resources: m.resources,
 		Labels: map[string]string{controlPlaneLabel: "true"},
@@ -154,44 +211,16 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (_ *store.Sandb
 		},
 	})
 	if err != nil {
+		os.Remove(sock)
 		return nil, err
 	}
-	defer func() {
-		if retErr != nil {
-			sbx.Delete(context.Background())
-		}
-	}()
-
-	rec := &store.Sandbox{
-		ID: id, TemplateID: tpl.Name, Alias: req.Template, ClientID: clientID, EnvdVersion: envd.Version,
-		Secure: req.Secure, AllowInternetAccess: req.AllowInternetAccess,
-		Metadata: req.Metadata, EnvVars: req.EnvVars, StartedAt: time.Now().UTC(),
-		CPUCount: int(max(m.resources.CPUs, 1)), MemoryMB: int(m.resources.MemoryBytes >> 20), DiskSizeMB: int(m.resources.DiskBytes >> 20),
-		State: store.StateRunning, KeyID: req.KeyID,
-	}
-	rec.EndAt = rec.StartedAt.Add(req.Timeout)
-	if req.Secure {
-		rec.EnvdAccessToken = randomHex(32)
-	}
-	rt := newRoute(sock)
-	if err := m.initEnvd(ctx, rt, rec, tpl.DefaultUser); err != nil {
-		rt.close()
-		return nil, err
-	}
-	info, _ := json.Marshal(runtimeInfo{Socket: sock})
-	rec.Runtime = string(info)
-	if err := m.store.CreateSandbox(ctx, rec); err != nil {
-		rt.close()
-		return nil, err
-	}
-	m.adopt(sbx, rt, rec.StartedAt, rec.EndAt)
-	return rec, nil
+	return &started{sbx: sbx, route: newRoute(sock), built: tpl.Built}, nil
 }
 
 // adopt makes a running sandbox routable, starts sampling it and arms its
 // expiry.
-func (m *Manager) adopt(sbx runtime.Sandbox, rt *route, started, end time.Time) {
-	l := &live{route: rt, metrics: newSeries(sbx, m.resources, started)}
+func (m *Manager) adopt(sbx runtime.Sandbox, rt *route, end time.Time) {
+	l := &live{route: rt, metrics: newSeries(sbx, m.resources)}
 	m.mu.Lock()
 	m.live[sbx.ID()] = l
 	m.mu.Unlock()
@@ -371,7 +400,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 			}
 			continue
 		}
-		m.adopt(sbx, newRoute(info.Socket), rec.StartedAt, rec.EndAt)
+		m.adopt(sbx, newRoute(info.Socket), rec.EndAt)
 	}
 	statuses, err := m.rt.List(ctx)
 	if err != nil {
@@ -395,14 +424,16 @@ func (m *Manager) Recover(ctx context.Context) error {
 			os.Remove(filepath.Join(m.sockets, e.Name()))
 		}
 	}
+	// Only now: warm sandboxes are not recorded, so the orphan sweep above
+	// must not see the pool's.
+	m.startPool(DefaultTemplate, m.warm)
 	return nil
 }
 
-// Close stops the expiry timers. Sandboxes keep running: a restarted
-// server adopts them with Recover.
+// Close stops the expiry timers and sampling and removes the warm pool.
+// Sandboxes keep running: a restarted server adopts them with Recover.
 func (m *Manager) Close() {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	for id, t := range m.timers {
 		t.Stop()
 		delete(m.timers, id)
@@ -411,6 +442,8 @@ func (m *Manager) Close() {
 		m.closed = true
 		close(m.stop)
 	}
+	m.mu.Unlock()
+	m.stopPool()
 }
 
 // newID returns an id in E2B's shape: "i" and 20 of [a-z0-9].

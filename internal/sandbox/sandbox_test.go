@@ -57,10 +57,13 @@ func newEnv(t *testing.T) *env {
 	return e
 }
 
-func (e *env) manager(t *testing.T) *Manager {
+func (e *env) manager(t *testing.T) *Manager { t.Helper(); return e.managerWarm(t, 0) }
+
+// managerWarm returns a manager that keeps warm sandboxes once Recover ran.
+func (e *env) managerWarm(t *testing.T, warm int) *Manager {
 	t.Helper()
 	m, err := New(Options{Runtime: e.rt, Store: e.st, Templates: e.tpl, DataDir: e.dataDir,
-		Resources: runtime.Resources{MemoryBytes: 256 << 20, CPUs: 1, Pids: 256}})
+		Resources: runtime.Resources{MemoryBytes: 256 << 20, CPUs: 1, Pids: 256}, Warm: warm})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -421,5 +424,82 @@ sleep 1`)
 	}
 	if _, err := m.Metrics(ctx, "another-key", rec.ID, time.Time{}, time.Time{}); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("another key's metrics: %v, want not found", err)
+	}
+}
+
+// TestWarmPool: with a warm pool, creates hand out sandboxes started ahead
+// of time, each still used once, with its own token and environment; the
+// pool refills, and closing the manager removes the unused ones only.
+func TestWarmPool(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	m := e.managerWarm(t, 2)
+	if err := m.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	controlPlane := func() map[string]bool {
+		list, err := e.rt.List(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids := map[string]bool{}
+		for _, st := range list {
+			if st.Labels[controlPlaneLabel] == "true" && st.State == runtime.StateRunning {
+				ids[st.ID] = true
+			}
+		}
+		return ids
+	}
+	waitWarm := func(n int) map[string]bool {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			if ids := controlPlane(); len(ids) >= n && m.pool.idle.Load() == 2 {
+				return ids
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the pool never reached %d sandboxes", n)
+			}
+		}
+	}
+	warm := waitWarm(2)
+
+	var made []string
+	for i, envs := range []map[string]string{{"N": "one"}, {"N": "two"}, {"N": "three"}} {
+		rec, err := m.Create(ctx, CreateRequest{Secure: true, EnvVars: envs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i < 2 && !warm[rec.ID] {
+			t.Errorf("create %d did not take a warm sandbox", i)
+		}
+		for _, id := range made {
+			if id == rec.ID {
+				t.Fatalf("sandbox %s handed out twice", id)
+			}
+		}
+		made = append(made, rec.ID)
+		if _, err := run(t, m, rec.ID, "", "true"); connect.CodeOf(err) != connect.CodeUnauthenticated {
+			t.Errorf("a warm sandbox answered without its token: %v", err)
+		}
+		out, err := run(t, m, rec.ID, rec.EnvdAccessToken, `echo "$N $(hostname)"`)
+		if want := envs["N"] + " " + rec.ID + "\n"; err != nil || out != want {
+			t.Errorf("sandbox %d: %q, %v; want %q", i, out, err, want)
+		}
+	}
+	// The pool refills behind the creates.
+	waitWarm(len(made) + 2)
+
+	m.Close()
+	left := controlPlane()
+	if len(left) != len(made) {
+		t.Errorf("after Close %d sandboxes run, want the %d created (warm ones removed)", len(left), len(made))
+	}
+	for _, id := range made {
+		if !left[id] {
+			t.Errorf("Close removed the created sandbox %s", id)
+		}
+	}
+	if ents, _ := os.ReadDir(filepath.Join(e.dataDir, "sockets")); len(ents) != len(made) {
+		t.Errorf("%d sockets left, want %d", len(ents), len(made))
 	}
 }

@@ -33,6 +33,8 @@ type server struct {
 	addr string
 	env  []string
 
+	args []string // extra flags of hutch serve
+
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 	done chan struct{} // closed when cmd has exited
@@ -66,9 +68,10 @@ func hutchBinary(t *testing.T) string {
 	return builtBin
 }
 
-// startServe starts a server with a fresh data dir; everything it made is
-// removed when the test ends (sandboxes outlive servers by design).
-func startServe(t *testing.T) *server {
+// startServe starts a server with a fresh data dir and the flags given;
+// everything it made is removed when the test ends (sandboxes outlive
+// servers by design).
+func startServe(t *testing.T, args ...string) *server {
 	t.Helper()
 	tmp := t.TempDir()
 	// Sandboxes' uids must traverse to their layers under the data dir.
@@ -85,7 +88,7 @@ func startServe(t *testing.T) *server {
 		templates = "/var/lib/hutch/templates"
 	}
 	s := &server{
-		t: t, bin: hutchBinary(t), addr: addr,
+		t: t, bin: hutchBinary(t), addr: addr, args: args,
 		env: append(os.Environ(), "HUTCH_DATA_DIR="+filepath.Join(tmp, "data"), "HUTCH_TEMPLATES="+templates, "HUTCH_API_KEY="+testKey),
 	}
 	t.Cleanup(func() {
@@ -103,7 +106,7 @@ func startServe(t *testing.T) *server {
 // start runs the server and waits until it answers.
 func (s *server) start() {
 	s.t.Helper()
-	cmd := exec.Command(s.bin, "serve", "--listen", s.addr, "--domain", testDomain)
+	cmd := exec.Command(s.bin, append([]string{"serve", "--listen", s.addr, "--domain", testDomain}, s.args...)...)
 	cmd.Env = s.env
 	log := logWriter(s.t, "serve: ")
 	cmd.Stdout, cmd.Stderr = log, log
@@ -269,7 +272,9 @@ assert.deepEqual(listed, [keepId])
 // reports: no runtime sandbox, socket or record of a half-made one.
 func TestKilledMidCreateLeavesNothing(t *testing.T) {
 	dir := jsPackage(t)
-	s := startServe(t)
+	// Without a warm pool: its sandboxes are the control plane's but not
+	// the API's until handed out.
+	s := startServe(t, "--warm", "0")
 	node := exec.Command("node", "--input-type=module", "-e", `
 import { Sandbox } from 'e2b'
 // Creates back to back, four at a time, until the server dies.
