@@ -54,8 +54,8 @@ type Options struct {
 	// Warm is how many sandboxes of the default template ("base") are kept
 	// started ahead of demand, so that creating one costs milliseconds;
 	// 0 starts every sandbox on demand. The pool starts with Recover.
-	Warm int
-	Logger    *slog.Logger
+	Warm   int
+	Logger *slog.Logger
 }
 
 // Manager runs the sandboxes of one control plane. It is safe for
