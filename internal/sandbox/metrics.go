@@ -141,7 +141,7 @@ func (m *Manager) sampleLoop() {
 	defer tick.Stop()
 	for {
 		select {
-		case <-m.stop:
+		case <-m.ctx.Done():
 			return
 		case now := <-tick.C:
 			m.mu.Lock()

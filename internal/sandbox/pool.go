@@ -40,11 +40,9 @@ func (m *Manager) startPool(tpl string, n int) {
 	m.mu.Lock()
 	m.pool = p
 	m.mu.Unlock()
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() { <-m.stop; cancel() }()
 	for range workers {
 		p.wg.Add(1)
-		go m.refill(ctx, p)
+		go m.refill(m.ctx, p)
 	}
 }
 

@@ -73,8 +73,9 @@ type Manager struct {
 	live   map[string]*live // every sandbox this manager runs
 	pool   *pool            // nil without a warm pool
 	warm   int
-	stop   chan struct{} // closed by Close
-	closed bool
+	// ctx ends with Close: it stops the sampler, the pool and the watches.
+	ctx    context.Context
+	cancel context.CancelFunc
 }
 
 // live is what the manager keeps of a running sandbox.
@@ -96,8 +97,9 @@ func New(opts Options) (*Manager, error) {
 	}
 	m := &Manager{
 		rt: opts.Runtime, store: opts.Store, templates: opts.Templates, sockets: sockets,
-		resources: opts.Resources, logger: logger, timers: map[string]*time.Timer{}, live: map[string]*live{}, stop: make(chan struct{}), warm: opts.Warm,
+		resources: opts.Resources, logger: logger, timers: map[string]*time.Timer{}, live: map[string]*live{}, warm: opts.Warm,
 	}
+	m.ctx, m.cancel = context.WithCancel(context.Background())
 	go m.sampleLoop()
 	return m, nil
 }
@@ -136,6 +138,11 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (_ *store.Sandb
 		return nil, fmt.Errorf("timeout %v: %w", req.Timeout, errdefs.ErrInvalidArgument)
 	}
 	st := m.takeWarm(tpl)
+	if st != nil && !st.alive(ctx) {
+		// Its envd died while it waited in the pool.
+		st.discard()
+		st = nil
+	}
 	if st == nil {
 		if st, err = m.start(ctx, tpl); err != nil {
 			return nil, err
@@ -176,6 +183,12 @@ type started struct {
 	sbx   runtime.Sandbox
 	route *route
 	built time.Time // its template's build, to tell a stale warm sandbox
+}
+
+// alive reports whether the sandbox still runs.
+func (s *started) alive(ctx context.Context) bool {
+	st, err := s.sbx.Status(ctx)
+	return err == nil && st.State == runtime.StateRunning
 }
 
 // discard kills a started sandbox and removes its socket.
@@ -225,12 +238,34 @@ func (m *Manager) adopt(sbx runtime.Sandbox, rt *route, end time.Time) {
 	m.live[sbx.ID()] = l
 	m.mu.Unlock()
 	m.schedule(sbx.ID(), end)
+	go m.watch(sbx)
 	// A first sample at once, so metrics are never empty for long.
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), metricsInterval)
 		defer cancel()
 		l.metrics.sample(ctx, time.Now())
 	}()
+}
+
+// watch removes a sandbox whose first process, its envd, ended on its own
+// (killed from inside, say): it is reported gone at once, not half-alive
+// until its timeout.
+func (m *Manager) watch(sbx runtime.Sandbox) {
+	if _, err := sbx.Wait(m.ctx); err != nil {
+		return // the manager is closing, or the sandbox is not ours to wait on
+	}
+	m.mu.Lock()
+	_, running := m.live[sbx.ID()]
+	m.mu.Unlock()
+	if !running {
+		return // killed or expired through the manager
+	}
+	m.logger.Info("sandbox ended: its envd exited", "id", sbx.ID())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := m.remove(ctx, sbx.ID()); err != nil {
+		m.logger.Warn("remove ended sandbox", "id", sbx.ID(), "err", err)
+	}
 }
 
 // initEnvd waits for the sandbox's envd and gives it the sandbox-wide
@@ -438,11 +473,8 @@ func (m *Manager) Close() {
 		t.Stop()
 		delete(m.timers, id)
 	}
-	if !m.closed {
-		m.closed = true
-		close(m.stop)
-	}
 	m.mu.Unlock()
+	m.cancel()
 	m.stopPool()
 }
 

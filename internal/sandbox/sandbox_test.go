@@ -503,3 +503,45 @@ func TestWarmPool(t *testing.T) {
 		t.Errorf("%d sockets left, want %d", len(ents), len(made))
 	}
 }
+
+// TestSandboxThatKillsItsEnvd: code inside a sandbox that kills its own
+// envd ends the sandbox, and the manager reports it gone at once (not
+// running until its timeout), both for sandboxes it made and for ones it
+// adopted after a restart.
+func TestSandboxThatKillsItsEnvd(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	first := e.manager(t)
+	adopted, err := first.Create(ctx, CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.Close()
+	m := e.manager(t)
+	if err := m.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	made, err := m.Create(ctx, CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{made.ID, adopted.ID} {
+		// The command's shell is envd's child: kill its parent.
+		run(t, m, id, "", "sudo kill -9 $PPID")
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			_, err := m.Get(ctx, "", id)
+			if errors.Is(err, errdefs.ErrNotFound) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("sandbox %s still reported after its envd died: %v", id, err)
+			}
+		}
+		if _, ok := m.Transport(id, envd.Port); ok {
+			t.Errorf("sandbox %s is still routable", id)
+		}
+		if _, err := e.rt.Load(ctx, id); !errors.Is(err, errdefs.ErrNotFound) {
+			t.Errorf("sandbox %s left in the runtime: %v", id, err)
+		}
+	}
+}

@@ -135,3 +135,15 @@ test('50 creates at once: each sandbox is whole, distinct and listed once', opts
     await Promise.all(made.map((s) => s.kill()))
   }
 })
+
+test('a sandbox that kills its own envd is reported gone, and the server carries on', opts, async () => {
+  const sbx = await Sandbox.create({ timeoutMs: 120_000 })
+  // The command's shell is envd's child: its parent is envd.
+  await sbx.commands.run('kill -9 $PPID', { user: 'root' }).catch(() => {})
+  await waitFor(async () => !(await sbx.isRunning()), 10_000, 'isRunning() to turn false')
+  await waitFor(async () => (await sbx.getInfo().then(() => false, (e) => e instanceof SandboxNotFoundError)), 10_000, 'getInfo to say not found')
+  await assert.rejects(sbx.commands.run('true'))
+  const next = await Sandbox.create({ timeoutMs: 60_000 })
+  assert.equal((await next.commands.run('echo fine')).stdout, 'fine\n')
+  await next.kill()
+})
