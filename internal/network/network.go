@@ -1,0 +1,499 @@
+// Package network gives sandboxes their own network and enforces their
+// egress policy in the kernel: a veth pair from each sandbox's network
+// namespace to the host, numbered from a private range (a /31 per
+// sandbox: the host's end, the sandbox's end), routed and masqueraded by
+// the host, and an nftables table (see nft.go) that confines each sandbox
+// to what its policy (internal/network/policy) allows. Domain rules are
+// enforced by two services the caller runs with this package's Policy,
+// Resolved and Answered: a DNS resolver (internal/network/resolver) every
+// sandbox's DNS is redirected to, and a transparent proxy
+// (internal/network/egress) for TCP 80/443 of sandboxes with domain rules.
+//
+// Everything is set up and torn down through netlink (vishvananda/netlink,
+// google/nftables), never by running ip or nft. The kernel is the state:
+// a sandbox's host link carries the sandbox's id as its alias, so a
+// restarted server finds every link again, and a sandbox's links vanish
+// with its network namespace when it dies.
+package network
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/nftables"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+
+	"github.com/hutch-sandbox/hutch/internal/network/policy"
+)
+
+// Options configure a Manager.
+type Options struct {
+	// Prefix is the range sandbox links are numbered from, a /31 each;
+	// default 10.200.0.0/16. It must be private (sandboxes never reach
+	// private ranges, each other included).
+	Prefix netip.Prefix
+	// ResolverPort and ProxyPort are the host ports the resolver and the
+	// egress proxy listen on (on every address; the firewall closes them to
+	// all but sandboxes). Defaults 15353 and 15380.
+	ResolverPort, ProxyPort uint16
+	// MaxConns caps each sandbox's concurrent outgoing connections; 0 means
+	// 1024.
+	MaxConns uint32
+	// RateBits caps each sandbox's bandwidth in each direction, in bits per
+	// second; 0 means 1 Gbit/s.
+	RateBits uint64
+	Logger   *slog.Logger
+}
+
+// Manager runs the networks of a host's sandboxes. Safe for concurrent use.
+type Manager struct {
+	prefix                  netip.Prefix
+	resolverPort, proxyPort uint16
+	maxConns                uint32
+	rate                    uint64
+	logger                  *slog.Logger
+
+	mu    sync.Mutex
+	nets  map[string]*sandboxNet    // by sandbox id
+	addrs map[netip.Addr]*sandboxNet // by the sandbox's own address
+	slots map[int]bool
+}
+
+// sandboxNet is one sandbox's network.
+type sandboxNet struct {
+	id      string
+	slot    int
+	link    string     // host-side link name
+	host    netip.Addr // host end: the sandbox's gateway and resolver
+	addr    netip.Addr // sandbox end
+	policy  *policy.Egress
+	proxied bool // in the proxied set
+	// resolved are the addresses allowed names answered, until when.
+	resolved map[netip.Addr]time.Time
+}
+
+// New returns a manager; call Start before attaching sandboxes.
+func New(opts Options) (*Manager, error) {
+	if !opts.Prefix.IsValid() {
+		opts.Prefix = netip.MustParsePrefix("10.200.0.0/16")
+	}
+	if !opts.Prefix.Addr().Is4() || opts.Prefix.Bits() > 30 || !opts.Prefix.Addr().IsPrivate() {
+		return nil, fmt.Errorf("network prefix %s: want a private IPv4 range of /30 or more", opts.Prefix)
+	}
+	if opts.ResolverPort == 0 {
+		opts.ResolverPort = 15353
+	}
+	if opts.ProxyPort == 0 {
+		opts.ProxyPort = 15380
+	}
+	if opts.MaxConns == 0 {
+		opts.MaxConns = 1024
+	}
+	if opts.RateBits == 0 {
+		opts.RateBits = 1_000_000_000
+	}
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Manager{
+		prefix: opts.Prefix.Masked(), resolverPort: opts.ResolverPort, proxyPort: opts.ProxyPort,
+		maxConns: opts.MaxConns, rate: opts.RateBits, logger: logger,
+		nets: map[string]*sandboxNet{}, addrs: map[netip.Addr]*sandboxNet{}, slots: map[int]bool{},
+	}, nil
+}
+
+// Live is a sandbox that runs, for Start: its id and policy.
+type Live struct {
+	ID     string
+	Policy *policy.Egress
+}
+
+// Start enables IPv4 forwarding, finds the links of the sandboxes that run
+// (after a restart), removes every other sandbox link, and writes the
+// whole firewall for them in one atomic batch, replacing the one a
+// previous server left (which kept confining sandboxes meanwhile).
+func (m *Manager) Start(ctx context.Context, live []Live) error {
+	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644); err != nil {
+		return fmt.Errorf("enable IPv4 forwarding: %w", err)
+	}
+	want := map[string]*policy.Egress{}
+	for _, l := range live {
+		want[l.ID] = l.Policy
+	}
+	links, err := netlink.LinkList()
+	if err != nil {
+		return fmt.Errorf("list links: %w", err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, l := range links {
+		attrs := l.Attrs()
+		if !strings.HasPrefix(attrs.Name, linkPrefix) {
+			continue
+		}
+		slot, err := strconv.ParseInt(strings.TrimPrefix(attrs.Name, linkPrefix), 16, 32)
+		p, ok := want[attrs.Alias]
+		if err != nil || !ok {
+			m.logger.Info("removing the link of no running sandbox", "link", attrs.Name, "sandbox", attrs.Alias)
+			netlink.LinkDel(l)
+			continue
+		}
+		sb := m.newNet(attrs.Alias, int(slot), p)
+		m.nets[sb.id] = sb
+		m.addrs[sb.addr] = sb
+		m.slots[sb.slot] = true
+	}
+	c, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("nftables: %w", err)
+	}
+	// Delete and re-create in one batch: atomic. Deleting a table that is
+	// not there fails the batch, so only when there is one.
+	if tbl, err := c.ListTableOfFamily(tableName, nftables.TableFamilyINet); err == nil && tbl != nil {
+		c.DelTable(tbl)
+	}
+	tb := m.addBase(c)
+	for _, sb := range m.nets {
+		if err := m.addSandbox(c, tb, sb, true); err != nil {
+			return err
+		}
+		sb.proxied = sb.policy.Internet && sb.policy.HasDomains()
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("write the firewall: %w", err)
+	}
+	return nil
+}
+
+// newNet numbers a sandbox's link from its slot.
+func (m *Manager) newNet(id string, slot int, p *policy.Egress) *sandboxNet {
+	base := m.prefix.Addr().As4()
+	n := uint32(base[0])<<24 | uint32(base[1])<<16 | uint32(base[2])<<8 | uint32(base[3])
+	host := n + uint32(2*slot)
+	ip := func(v uint32) netip.Addr { return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}) }
+	return &sandboxNet{id: id, slot: slot, link: fmt.Sprintf("%s%x", linkPrefix, slot),
+		host: ip(host), addr: ip(host + 1), policy: p, resolved: map[netip.Addr]time.Time{}}
+}
+
+// Addr is a sandbox's place on the network.
+type Addr struct {
+	// Sandbox is the sandbox's own address; Gateway the host's end, which is
+	// also its DNS server.
+	Sandbox, Gateway netip.Addr
+}
+
+// Attach gives the sandbox whose init runs as pid (in its own network
+// namespace) a link to the host and its policy. It undoes itself on error.
+func (m *Manager) Attach(ctx context.Context, id string, pid int, p *policy.Egress) (_ Addr, retErr error) {
+	m.mu.Lock()
+	if _, ok := m.nets[id]; ok {
+		m.mu.Unlock()
+		return Addr{}, fmt.Errorf("sandbox %s already has a network", id)
+	}
+	slot := -1
+	for i := 0; i < 1<<(32-m.prefix.Bits()-1); i++ {
+		if !m.slots[i] {
+			slot = i
+			break
+		}
+	}
+	if slot < 0 {
+		m.mu.Unlock()
+		return Addr{}, fmt.Errorf("no free address in %s", m.prefix)
+	}
+	m.slots[slot] = true
+	sb := m.newNet(id, slot, p)
+	m.mu.Unlock()
+	defer func() {
+		if retErr != nil {
+			if l, err := netlink.LinkByName(sb.link); err == nil {
+				netlink.LinkDel(l)
+			}
+			m.mu.Lock()
+			delete(m.slots, slot)
+			m.mu.Unlock()
+		}
+	}()
+
+	if err := m.plumb(sb, pid); err != nil {
+		return Addr{}, err
+	}
+	c, err := nftables.New()
+	if err != nil {
+		return Addr{}, fmt.Errorf("nftables: %w", err)
+	}
+	if err := m.addSandbox(c, m.existing(), sb, true); err != nil {
+		return Addr{}, err
+	}
+	if err := c.Flush(); err != nil {
+		return Addr{}, fmt.Errorf("firewall of sandbox %s: %w", id, err)
+	}
+	sb.proxied = p.Internet && p.HasDomains()
+	m.mu.Lock()
+	m.nets[id] = sb
+	m.addrs[sb.addr] = sb
+	m.mu.Unlock()
+	return Addr{Sandbox: sb.addr, Gateway: sb.host}, nil
+}
+
+// plumb makes the veth pair: the host end named for the slot and aliased
+// with the sandbox id, the other end "eth0" inside the sandbox's network
+// namespace, addressed, up, with a default route to the host and a
+// bandwidth cap on both ends.
+func (m *Manager) plumb(sb *sandboxNet, pid int) error {
+	veth := &netlink.Veth{
+		LinkAttrs: netlink.LinkAttrs{Name: sb.link, Alias: sb.id, MTU: 1500, TxQLen: 1000},
+		PeerName:  "eth0", PeerNamespace: netlink.NsPid(pid),
+	}
+	if err := netlink.LinkAdd(veth); err != nil {
+		return fmt.Errorf("veth for sandbox %s: %w", sb.id, err)
+	}
+	host, err := netlink.LinkByName(sb.link)
+	if err != nil {
+		return err
+	}
+	if err := netlink.LinkSetAlias(host, sb.id); err != nil {
+		return fmt.Errorf("alias %s: %w", sb.link, err)
+	}
+	if err := netlink.AddrAdd(host, &netlink.Addr{IPNet: ipnet(sb.host, 31)}); err != nil {
+		return fmt.Errorf("address of %s: %w", sb.link, err)
+	}
+	if err := netlink.LinkSetUp(host); err != nil {
+		return err
+	}
+	if err := m.shape(netlink.Handle{}, host); err != nil {
+		return err
+	}
+
+	ns, err := netns.GetFromPid(pid)
+	if err != nil {
+		return fmt.Errorf("network namespace of sandbox %s: %w", sb.id, err)
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return fmt.Errorf("netlink in sandbox %s: %w", sb.id, err)
+	}
+	defer h.Close()
+	peer, err := h.LinkByName("eth0")
+	if err != nil {
+		return fmt.Errorf("eth0 of sandbox %s: %w", sb.id, err)
+	}
+	if err := h.AddrAdd(peer, &netlink.Addr{IPNet: ipnet(sb.addr, 31)}); err != nil {
+		return fmt.Errorf("address of sandbox %s: %w", sb.id, err)
+	}
+	if err := h.LinkSetUp(peer); err != nil {
+		return err
+	}
+	if lo, err := h.LinkByName("lo"); err == nil {
+		h.LinkSetUp(lo)
+	}
+	if err := h.RouteAdd(&netlink.Route{LinkIndex: peer.Attrs().Index, Gw: sb.host.AsSlice()}); err != nil {
+		return fmt.Errorf("default route of sandbox %s: %w", sb.id, err)
+	}
+	return m.shape(*h, peer)
+}
+
+// shape caps what a link sends (a token bucket): on the host end that is
+// the sandbox's download, on its own end its upload. The sandbox cannot
+// lift its cap: it has no CAP_NET_ADMIN.
+func (m *Manager) shape(h netlink.Handle, l netlink.Link) error {
+	bytesPerSec := m.rate / 8
+	q := &netlink.Tbf{
+		QdiscAttrs: netlink.QdiscAttrs{LinkIndex: l.Attrs().Index, Handle: netlink.MakeHandle(1, 0), Parent: netlink.HANDLE_ROOT},
+		Rate:       bytesPerSec,
+		Limit:      uint32(min(bytesPerSec/10, 64<<20)), // ~100 ms of queue
+		Buffer:     uint32(max(bytesPerSec/250, 16<<10)),
+	}
+	if err := h.QdiscAdd(q); err != nil {
+		return fmt.Errorf("bandwidth cap on %s: %w", l.Attrs().Name, err)
+	}
+	return nil
+}
+
+func ipnet(a netip.Addr, bits int) *net.IPNet {
+	return &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(bits, 32)}
+}
+
+// conntrackByID matches the flows listed, by their conntrack ids.
+type conntrackByID struct{ ids []*netlink.ConntrackFlow }
+
+// MatchConntrackFlow implements netlink.CustomConntrackFilter.
+func (f *conntrackByID) MatchConntrackFlow(flow *netlink.ConntrackFlow) bool {
+	for _, g := range f.ids {
+		if flow.Forward.SrcIP.Equal(g.Forward.SrcIP) && flow.Forward.DstIP.Equal(g.Forward.DstIP) &&
+			flow.Forward.SrcPort == g.Forward.SrcPort && flow.Forward.DstPort == g.Forward.DstPort && flow.Forward.Protocol == g.Forward.Protocol {
+			return true
+		}
+	}
+	return false
+}
+
+// Update replaces a running sandbox's policy at once: the firewall in one
+// batch, then every tracked connection the new policy denies is cut.
+func (m *Manager) Update(ctx context.Context, id string, p *policy.Egress) error {
+	m.mu.Lock()
+	sb, ok := m.nets[id]
+	m.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("sandbox %s has no network: %w", id, ErrNoNetwork)
+	}
+	c, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("nftables: %w", err)
+	}
+	m.mu.Lock()
+	old := sb.policy
+	sb.policy = p
+	clear(sb.resolved)
+	m.mu.Unlock()
+	if err := m.addSandbox(c, m.existing(), sb, false); err != nil {
+		return err
+	}
+	if err := c.Flush(); err != nil {
+		m.mu.Lock()
+		sb.policy = old
+		m.mu.Unlock()
+		return fmt.Errorf("firewall of sandbox %s: %w", id, err)
+	}
+	m.mu.Lock()
+	sb.proxied = p.Internet && p.HasDomains()
+	m.mu.Unlock()
+	return m.cut(sb)
+}
+
+// ErrNoNetwork is returned for sandboxes without a network (no internet).
+var ErrNoNetwork = errors.New("sandbox has no network")
+
+// cut deletes the conntrack entries of a sandbox's connections its policy
+// now denies; their next packet is judged as new, and dropped.
+func (m *Manager) cut(sb *sandboxNet) error {
+	flows, err := netlink.ConntrackTableList(netlink.ConntrackTable, netlink.FAMILY_V4)
+	if err != nil {
+		return fmt.Errorf("conntrack: %w", err)
+	}
+	filter := &conntrackByID{}
+	for _, f := range flows {
+		src, ok1 := netip.AddrFromSlice(f.Forward.SrcIP)
+		dst, ok2 := netip.AddrFromSlice(f.Forward.DstIP)
+		if !ok1 || !ok2 || src.Unmap() != sb.addr {
+			continue
+		}
+		dst = dst.Unmap()
+		if dst == sb.host {
+			continue // the resolver and the proxy: the proxy re-judges its own
+		}
+		if sb.policy.Addr(dst, false) != policy.Allow {
+			filter.ids = append(filter.ids, f)
+		}
+	}
+	if len(filter.ids) == 0 {
+		return nil
+	}
+	if _, err := netlink.ConntrackDeleteFilters(netlink.ConntrackTable, netlink.FAMILY_V4, filter); err != nil {
+		return fmt.Errorf("cut connections of sandbox %s: %w", sb.id, err)
+	}
+	return nil
+}
+
+// Detach removes a sandbox's firewall entries and link (the link also goes
+// by itself when the sandbox's namespace dies). Detaching a sandbox without
+// a network does nothing.
+func (m *Manager) Detach(ctx context.Context, id string) error {
+	m.mu.Lock()
+	sb, ok := m.nets[id]
+	if ok {
+		delete(m.nets, id)
+		delete(m.addrs, sb.addr)
+	}
+	m.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	c, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("nftables: %w", err)
+	}
+	delSandbox(c, m.existing(), sb)
+	ferr := c.Flush()
+	if l, err := netlink.LinkByName(sb.link); err == nil {
+		netlink.LinkDel(l)
+	}
+	m.mu.Lock()
+	delete(m.slots, sb.slot)
+	m.mu.Unlock()
+	if ferr != nil {
+		return fmt.Errorf("firewall of sandbox %s: %w", id, ferr)
+	}
+	return nil
+}
+
+// Policy returns the policy of the sandbox at a source address (for the
+// resolver and the proxy).
+func (m *Manager) Policy(client netip.Addr) (*policy.Egress, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	sb, ok := m.addrs[client.Unmap()]
+	if !ok {
+		return nil, false
+	}
+	return sb.policy, true
+}
+
+// Resolved reports whether dst answered one of the client's lookups of an
+// allowed name, and is still within the answer's TTL.
+func (m *Manager) Resolved(client, dst netip.Addr) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	sb, ok := m.addrs[client.Unmap()]
+	if !ok {
+		return false
+	}
+	until, ok := sb.resolved[dst.Unmap()]
+	return ok && time.Now().Before(until)
+}
+
+// Answered records the addresses an allowed name resolved to for a
+// sandbox and opens the firewall to them for ttl. The resolver calls it
+// before it answers, so the sandbox's first packet already passes.
+func (m *Manager) Answered(client netip.Addr, name string, addrs []netip.Addr, ttl time.Duration) {
+	m.mu.Lock()
+	sb, ok := m.addrs[client.Unmap()]
+	if ok {
+		until := time.Now().Add(ttl)
+		for _, a := range addrs {
+			sb.resolved[a.Unmap()] = until
+		}
+		// Forget what has expired, so the map stays small.
+		now := time.Now()
+		for a, t := range sb.resolved {
+			if now.After(t) {
+				delete(sb.resolved, a)
+			}
+		}
+	}
+	m.mu.Unlock()
+	if !ok {
+		return
+	}
+	c, err := nftables.New()
+	if err == nil {
+		if err = addResolved(c, m.existing(), sb.id, addrs, ttl); err == nil {
+			err = c.Flush()
+		}
+	}
+	if err != nil {
+		m.logger.Warn("open the firewall to resolved addresses", "sandbox", sb.id, "name", name, "err", err)
+	}
+}

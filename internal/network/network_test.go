@@ -1,0 +1,408 @@
+package network
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+
+	"github.com/hutch-sandbox/hutch/internal/network/policy"
+)
+
+// The tests build their own world out of network namespaces, and never
+// send a packet anywhere else:
+//
+//	host      where the Manager runs (a fresh namespace, not the real host):
+//	          203.0.113.254/24 on "inet0", default route to the internet;
+//	          a fake API on :3000 and the resolver's and proxy's ports.
+//	internet  the other end of inet0: 203.0.113.1, and the addresses tests
+//	          expect to reach or to be refused — 203.0.113.10 (a public
+//	          server), 198.51.100.7 (another), 169.254.169.254 (cloud
+//	          metadata), 10.99.0.1 (a private host) — each with TCP echo
+//	          servers on ports 80 and 8080 that first say who connected.
+//	sandboxes namespaces of `sleep` processes, attached by the Manager.
+type world struct {
+	t        *testing.T
+	host     netns.NsHandle
+	internet netns.NsHandle
+	m        *Manager
+}
+
+// inNS runs f on a thread in ns.
+func inNS(t *testing.T, ns netns.NsHandle, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread()
+		// The thread is left in ns and dies with the goroutine: never
+		// returned to the pool in the wrong namespace.
+		if err := netns.Set(ns); err != nil {
+			t.Errorf("setns: %v", err)
+			return
+		}
+		f()
+	}()
+	<-done
+}
+
+var internetAddrs = []string{"203.0.113.10", "198.51.100.7", "169.254.169.254", "10.99.0.1"}
+
+func newWorld(t *testing.T) *world {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: network namespaces")
+	}
+	w := &world{t: t}
+	var err error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread()
+		if w.internet, err = netns.New(); err != nil {
+			return
+		}
+		w.host, err = netns.New()
+	}()
+	<-done
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.host.Close(); w.internet.Close() })
+
+	inNS(t, w.host, func() {
+		lo, _ := netlink.LinkByName("lo")
+		netlink.LinkSetUp(lo)
+		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "inet0"}, PeerName: "up0", PeerNamespace: netlink.NsFd(w.internet)}
+		if err := netlink.LinkAdd(veth); err != nil {
+			t.Fatal(err)
+		}
+		l, _ := netlink.LinkByName("inet0")
+		netlink.AddrAdd(l, &netlink.Addr{IPNet: ipnet(netip.MustParseAddr("203.0.113.254"), 24)})
+		netlink.LinkSetUp(l)
+		if err := netlink.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Gw: net.ParseIP("203.0.113.1")}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	inNS(t, w.internet, func() {
+		lo, _ := netlink.LinkByName("lo")
+		netlink.LinkSetUp(lo)
+		l, err := netlink.LinkByName("up0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		netlink.AddrAdd(l, &netlink.Addr{IPNet: ipnet(netip.MustParseAddr("203.0.113.1"), 24)})
+		for _, a := range internetAddrs {
+			netlink.AddrAdd(lo, &netlink.Addr{IPNet: ipnet(netip.MustParseAddr(a), 32)})
+		}
+		netlink.LinkSetUp(l)
+		// Replies to the host's (masqueraded) address are on link.
+		for _, a := range internetAddrs {
+			for _, port := range []string{"80", "8080"} {
+				ln, err := net.Listen("tcp", a+":"+port)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { ln.Close() })
+				go echoServer(ln)
+			}
+		}
+	})
+	inNS(t, w.host, func() {
+		// What a sandbox must never reach on the host: its API port.
+		for _, addr := range []string{"0.0.0.0:3000", "0.0.0.0:15353", "0.0.0.0:15380"} {
+			ln, err := net.Listen("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { ln.Close() })
+			go echoServer(ln)
+		}
+		udp, err := net.ListenPacket("udp", "0.0.0.0:15353")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { udp.Close() })
+		go func() { // a "resolver" that says who asked
+			buf := make([]byte, 512)
+			for {
+				n, from, err := udp.ReadFrom(buf)
+				if err != nil {
+					return
+				}
+				udp.WriteTo([]byte("dns:"+from.(*net.UDPAddr).IP.String()+":"+string(buf[:n])), from)
+			}
+		}()
+		w.m, err = New(Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.m.Start(context.Background(), nil); err != nil {
+			t.Fatal(err)
+		}
+	})
+	return w
+}
+
+// echoServer greets each connection with "hello <client address>\n" and
+// echoes what it reads.
+func echoServer(ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			fmt.Fprintf(c, "hello %s\n", c.RemoteAddr().(*net.TCPAddr).IP)
+			io.Copy(c, c)
+		}()
+	}
+}
+
+// sandbox starts a process in a fresh network namespace and attaches it.
+func (w *world) sandbox(id string, p *policy.Egress) (pid int, addr Addr) {
+	w.t.Helper()
+	cmd := exec.Command("sleep", "600")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET}
+	if err := cmd.Start(); err != nil {
+		w.t.Fatal(err)
+	}
+	w.t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	var err error
+	inNS(w.t, w.host, func() {
+		addr, err = w.m.Attach(context.Background(), id, cmd.Process.Pid, p)
+	})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return cmd.Process.Pid, addr
+}
+
+// dial connects from inside the sandbox of pid and reads the greeting;
+// "" means the connection could not be made in a short time.
+func (w *world) dial(pid int, addr string) (greeting string, conn net.Conn) {
+	w.t.Helper()
+	ns, err := netns.GetFromPid(pid)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	defer ns.Close()
+	inNS(w.t, ns, func() {
+		c, err := net.DialTimeout("tcp", addr, 400*time.Millisecond)
+		if err != nil {
+			return
+		}
+		c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		line, err := bufio.NewReader(c).ReadString('\n')
+		if err != nil {
+			c.Close()
+			return
+		}
+		c.SetReadDeadline(time.Time{})
+		greeting, conn = strings.TrimSpace(line), c
+	})
+	return greeting, conn
+}
+
+func (w *world) reaches(pid int, addr string) bool {
+	g, c := w.dial(pid, addr)
+	if c != nil {
+		c.Close()
+	}
+	return g != ""
+}
+
+func mustPolicy(t *testing.T, internet bool, allow, deny []string) *policy.Egress {
+	t.Helper()
+	p, err := policy.Parse(internet, allow, deny)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestDefaultPolicy(t *testing.T) {
+	w := newWorld(t)
+	pid, addr := w.sandbox("iopen", mustPolicy(t, true, nil, nil))
+	neighbour, naddr := w.sandbox("ineighbour", mustPolicy(t, true, nil, nil))
+
+	// The public internet, seen from it through the host's masquerade.
+	if g, c := w.dial(pid, "203.0.113.10:80"); g != "hello 203.0.113.254" {
+		t.Errorf("public server: greeting %q, want it to see the host's address", g)
+	} else {
+		c.Close()
+	}
+	for _, blocked := range []string{
+		"169.254.169.254:80", // cloud metadata
+		"10.99.0.1:80",       // a private host
+		net.JoinHostPort(addr.Gateway.String(), "3000"), // the host's API port
+		"203.0.113.254:3000",                            // the host by its other address
+		net.JoinHostPort(naddr.Sandbox.String(), "80"),  // a neighbour
+	} {
+		if w.reaches(pid, blocked) {
+			t.Errorf("the sandbox reached %s", blocked)
+		}
+	}
+	if w.reaches(neighbour, net.JoinHostPort(addr.Sandbox.String(), "80")) {
+		t.Error("a neighbour reached the sandbox")
+	}
+	// DNS to anywhere lands at the host's resolver, which sees who asked.
+	ns, _ := netns.GetFromPid(pid)
+	defer ns.Close()
+	var answer string
+	inNS(t, ns, func() {
+		c, err := net.Dial("udp", "198.51.100.53:53")
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(2 * time.Second))
+		c.Write([]byte("q"))
+		buf := make([]byte, 100)
+		n, _ := c.Read(buf)
+		answer = string(buf[:n])
+	})
+	if want := "dns:" + addr.Sandbox.String() + ":q"; answer != want {
+		t.Errorf("DNS answer %q, want %q (redirected to the resolver)", answer, want)
+	}
+}
+
+func TestNoInternetAndAllowList(t *testing.T) {
+	w := newWorld(t)
+	none, _ := w.sandbox("inone", mustPolicy(t, false, nil, nil))
+	if w.reaches(none, "203.0.113.10:80") {
+		t.Error("a sandbox without internet reached a public server")
+	}
+	list, addr := w.sandbox("ilist", mustPolicy(t, true, []string{"203.0.113.10", "allowed.test"}, []string{"0.0.0.0/0"}))
+	if !w.reaches(list, "203.0.113.10:8080") {
+		t.Error("an allowed address was refused")
+	}
+	if w.reaches(list, "198.51.100.7:8080") {
+		t.Error("an address outside the allow list was reached")
+	}
+	// With a domain rule, the sandbox's web traffic goes to the egress
+	// proxy (here the host's fake one on 15380, which greets with the
+	// sandbox's own address), wherever it was meant to go.
+	if g, c := w.dial(list, "198.51.100.7:80"); g != "hello "+addr.Sandbox.String() {
+		t.Errorf("port 80 of a sandbox with domain rules: greeting %q, want the egress proxy's", g)
+	} else {
+		c.Close()
+	}
+	// Once an allowed name resolved to it, it is open (the resolver calls
+	// Answered before it answers).
+	inNS(t, w.host, func() {
+		w.m.Answered(addr.Sandbox, "allowed.test", []netip.Addr{netip.MustParseAddr("198.51.100.7")}, time.Minute)
+	})
+	if !w.reaches(list, "198.51.100.7:8080") {
+		t.Error("the address of an allowed name was refused")
+	}
+	if !w.m.Resolved(addr.Sandbox, netip.MustParseAddr("198.51.100.7")) {
+		t.Error("Resolved does not know the answer")
+	}
+	if p, ok := w.m.Policy(addr.Sandbox); !ok || !p.HasDomains() {
+		t.Errorf("Policy(%s) = %v, %v", addr.Sandbox, p, ok)
+	}
+	// Never private or metadata, even when listed.
+	bad, _ := w.sandbox("ibad", mustPolicy(t, true, []string{"169.254.169.254", "10.0.0.0/8"}, nil))
+	if w.reaches(bad, "169.254.169.254:80") || w.reaches(bad, "10.99.0.1:80") {
+		t.Error("an allow rule opened a range no sandbox may reach")
+	}
+}
+
+func TestUpdateCutsConnections(t *testing.T) {
+	w := newWorld(t)
+	pid, _ := w.sandbox("iupdate", mustPolicy(t, true, nil, nil))
+	g, c := w.dial(pid, "203.0.113.10:80")
+	if g == "" {
+		t.Fatal("no connection before the update")
+	}
+	defer c.Close()
+	g2, c2 := w.dial(pid, "198.51.100.7:80")
+	if g2 == "" {
+		t.Fatal("no second connection before the update")
+	}
+	defer c2.Close()
+	var err error
+	inNS(t, w.host, func() {
+		err = w.m.Update(context.Background(), "iupdate", mustPolicy(t, true, nil, []string{"203.0.113.0/24"}))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The denied connection is dead; the other still echoes.
+	echo := func(c net.Conn) bool {
+		c.SetDeadline(time.Now().Add(500 * time.Millisecond))
+		if _, err := c.Write([]byte("ping\n")); err != nil {
+			return false
+		}
+		line, err := bufio.NewReader(c).ReadString('\n')
+		return err == nil && line == "ping\n"
+	}
+	if echo(c) {
+		t.Error("a connection the new policy denies still works")
+	}
+	if !echo(c2) {
+		t.Error("a connection the new policy allows was cut")
+	}
+	if w.reaches(pid, "203.0.113.10:80") {
+		t.Error("a new connection to a denied range was made")
+	}
+}
+
+func TestDetachAndRestart(t *testing.T) {
+	w := newWorld(t)
+	keep, _ := w.sandbox("ikeep", mustPolicy(t, true, nil, []string{"198.51.100.0/24"}))
+	gone, _ := w.sandbox("igone", mustPolicy(t, true, nil, nil))
+	_ = gone
+	inNS(t, w.host, func() {
+		// A new server: it knows only "ikeep" runs.
+		m2, err := New(Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m2.Start(context.Background(), []Live{{ID: "ikeep", Policy: mustPolicy(t, true, nil, []string{"198.51.100.0/24"})}}); err != nil {
+			t.Fatal(err)
+		}
+		w.m = m2
+		links, _ := netlink.LinkList()
+		var names []string
+		for _, l := range links {
+			if strings.HasPrefix(l.Attrs().Name, linkPrefix) {
+				names = append(names, l.Attrs().Alias)
+			}
+		}
+		if len(names) != 1 || names[0] != "ikeep" {
+			t.Errorf("sandbox links after the restart: %v, want only ikeep's", names)
+		}
+	})
+	if !w.reaches(keep, "203.0.113.10:80") || w.reaches(keep, "198.51.100.7:80") {
+		t.Error("the adopted sandbox's policy is not in force after the restart")
+	}
+	var err error
+	inNS(t, w.host, func() { err = w.m.Detach(context.Background(), "ikeep") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.reaches(keep, "203.0.113.10:80") {
+		t.Error("a detached sandbox still reaches out")
+	}
+	inNS(t, w.host, func() {
+		if err := w.m.Update(context.Background(), "ikeep", mustPolicy(t, true, nil, nil)); !errors.Is(err, ErrNoNetwork) {
+			t.Errorf("Update of a detached sandbox: %v", err)
+		}
+	})
+}

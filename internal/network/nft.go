@@ -1,0 +1,338 @@
+package network
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+
+	"github.com/hutch-sandbox/hutch/internal/network/policy"
+)
+
+// The firewall is one nftables table, "inet hutch", written through netlink
+// (google/nftables) in atomic batches:
+//
+//	chain forward     (filter, forward hook): packets from sandbox links
+//	                  go to their sandbox's chain through the "dispatch"
+//	                  verdict map; nothing may start a connection into a
+//	                  sandbox; IPv6 from sandboxes is dropped.
+//	chain input       (filter, input hook): a sandbox reaches the host only
+//	                  at the resolver's and the proxy's ports; those ports
+//	                  are closed to everyone else.
+//	chain prerouting  (nat): DNS from sandboxes goes to Hutch's resolver;
+//	                  TCP 80/443 of sandboxes with domain rules ("proxied"
+//	                  set) goes to the egress proxy.
+//	chain postrouting (nat): sandboxes' traffic leaving the host is
+//	                  masqueraded.
+//	chain sbx-<id>    one per sandbox: its egress policy.
+//	set res-<id>      one per sandbox: addresses its allowed names resolved
+//	                  to, each for the answer's TTL.
+const tableName = "hutch"
+
+// linkPrefix starts the name of every sandbox's host-side link.
+const linkPrefix = "hv"
+
+// Handwritten expressions: google/nftables is the netlink encoding only;
+// these helpers are the few rule shapes Hutch uses.
+
+// ifname pads an interface name as the kernel compares it; a name without
+// the padding compares as a prefix ("hv" matches "hv*").
+func ifname(name string, exact bool) []byte {
+	if !exact {
+		return []byte(name)
+	}
+	b := make([]byte, unix.IFNAMSIZ)
+	copy(b, name)
+	return b
+}
+
+func iifname(name string, exact bool) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname(name, exact)},
+	}
+}
+
+func oifname(name string) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname(name, false)},
+	}
+}
+
+func notIifname(name string) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: ifname(name, false)},
+	}
+}
+
+func nfproto(p byte) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{p}},
+	}
+}
+
+func l4proto(p byte) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{p}},
+	}
+}
+
+func dport(port uint16) []expr.Any {
+	return []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binary.BigEndian.AppendUint16(nil, port)},
+	}
+}
+
+// addrIn matches the IPv4 source (src) or destination address in prefix.
+func addrIn(p netip.Prefix, src bool) []expr.Any {
+	off := uint32(16)
+	if src {
+		off = 12
+	}
+	mask := netipMask(p.Bits())
+	net := p.Masked().Addr().As4()
+	return []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: 4},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: mask, Xor: []byte{0, 0, 0, 0}},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: net[:]},
+	}
+}
+
+func netipMask(bits int) []byte {
+	m := make([]byte, 4)
+	binary.BigEndian.PutUint32(m, ^uint32(0)<<(32-bits))
+	if bits == 0 {
+		binary.BigEndian.PutUint32(m, 0)
+	}
+	return m
+}
+
+func daddrInSet(s *nftables.Set) []expr.Any {
+	return []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+		&expr.Lookup{SourceRegister: 1, SetName: s.Name, SetID: s.ID},
+	}
+}
+
+func ctState(bits uint32) []expr.Any {
+	return []expr.Any{
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binary.NativeEndian.AppendUint32(nil, bits), Xor: []byte{0, 0, 0, 0}},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte{0, 0, 0, 0}},
+	}
+}
+
+func verdict(k expr.VerdictKind) *expr.Verdict { return &expr.Verdict{Kind: k} }
+
+func rule(t *nftables.Table, c *nftables.Chain, parts ...[]expr.Any) *nftables.Rule {
+	var exprs []expr.Any
+	for _, p := range parts {
+		exprs = append(exprs, p...)
+	}
+	return &nftables.Rule{Table: t, Chain: c, Exprs: exprs}
+}
+
+func one(e expr.Any) []expr.Any { return []expr.Any{e} }
+
+// tables are the objects of the base table, for building batches.
+type tables struct {
+	t                                  *nftables.Table
+	forward, input, prerouting, sbxOut *nftables.Chain
+	dispatch, proxied                  *nftables.Set
+}
+
+// addBase queues the whole base table: chains, rules, the dispatch map and
+// the proxied set (both empty).
+func (m *Manager) addBase(c *nftables.Conn) *tables {
+	tb := &tables{t: c.AddTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: tableName})}
+	t := tb.t
+	accept := nftables.ChainPolicyAccept
+	tb.dispatch = &nftables.Set{Table: t, Name: "dispatch", IsMap: true,
+		KeyType: nftables.TypeIFName, DataType: nftables.TypeVerdict}
+	tb.proxied = &nftables.Set{Table: t, Name: "proxied", KeyType: nftables.TypeIFName}
+	for _, s := range []*nftables.Set{tb.dispatch, tb.proxied} {
+		if err := c.AddSet(s, nil); err != nil {
+			panic(fmt.Sprintf("network: set %s: %v", s.Name, err)) // only malformed sets fail here
+		}
+	}
+
+	tb.forward = c.AddChain(&nftables.Chain{Name: "forward", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityRef(*nftables.ChainPriorityFilter - 1), Policy: &accept})
+	// From a sandbox: IPv6 never; IPv4 to its own chain; a link with no
+	// chain (being set up or torn down) gets nothing.
+	c.AddRule(rule(t, tb.forward, iifname(linkPrefix, false), nfproto(unix.NFPROTO_IPV6), one(verdict(expr.VerdictDrop))))
+	c.AddRule(rule(t, tb.forward, iifname(linkPrefix, false), one(&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1}),
+		one(&expr.Lookup{SourceRegister: 1, SetName: tb.dispatch.Name, SetID: tb.dispatch.ID, IsDestRegSet: true, DestRegister: 0})))
+	c.AddRule(rule(t, tb.forward, iifname(linkPrefix, false), one(verdict(expr.VerdictDrop))))
+	// To a sandbox: only replies.
+	c.AddRule(rule(t, tb.forward, oifname(linkPrefix), ctState(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), one(verdict(expr.VerdictAccept))))
+	c.AddRule(rule(t, tb.forward, oifname(linkPrefix), one(verdict(expr.VerdictDrop))))
+
+	tb.input = c.AddChain(&nftables.Chain{Name: "input", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityRef(*nftables.ChainPriorityFilter - 1), Policy: &accept})
+	c.AddRule(rule(t, tb.input, iifname(linkPrefix, false), ctState(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), one(verdict(expr.VerdictAccept))))
+	for _, svc := range []struct {
+		proto byte
+		port  uint16
+	}{{unix.IPPROTO_UDP, m.resolverPort}, {unix.IPPROTO_TCP, m.resolverPort}, {unix.IPPROTO_TCP, m.proxyPort}} {
+		c.AddRule(rule(t, tb.input, iifname(linkPrefix, false), nfproto(unix.NFPROTO_IPV4), l4proto(svc.proto), dport(svc.port), one(verdict(expr.VerdictAccept))))
+		// The sandboxes' services are not the world's.
+		c.AddRule(rule(t, tb.input, notIifname(linkPrefix), l4proto(svc.proto), dport(svc.port), one(verdict(expr.VerdictDrop))))
+	}
+	// Nothing else of the host, its API port included, from a sandbox.
+	c.AddRule(rule(t, tb.input, iifname(linkPrefix, false), one(verdict(expr.VerdictDrop))))
+
+	tb.prerouting = c.AddChain(&nftables.Chain{Name: "prerouting", Table: t, Type: nftables.ChainTypeNAT,
+		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest})
+	for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
+		c.AddRule(rule(t, tb.prerouting, iifname(linkPrefix, false), nfproto(unix.NFPROTO_IPV4), l4proto(proto), dport(53), redirect(m.resolverPort)))
+	}
+	for _, port := range []uint16{80, 443} {
+		c.AddRule(rule(t, tb.prerouting,
+			one(&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1}),
+			one(&expr.Lookup{SourceRegister: 1, SetName: tb.proxied.Name, SetID: tb.proxied.ID}),
+			nfproto(unix.NFPROTO_IPV4), l4proto(unix.IPPROTO_TCP), dport(port), redirect(m.proxyPort)))
+	}
+
+	post := c.AddChain(&nftables.Chain{Name: "postrouting", Table: t, Type: nftables.ChainTypeNAT,
+		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource})
+	c.AddRule(rule(t, post, nfproto(unix.NFPROTO_IPV4), addrIn(m.prefix, true), notOifname(linkPrefix), one(&expr.Masq{})))
+	return tb
+}
+
+func notOifname(name string) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: ifname(name, false)},
+	}
+}
+
+func redirect(port uint16) []expr.Any {
+	return []expr.Any{
+		&expr.Immediate{Register: 1, Data: binary.BigEndian.AppendUint16(nil, port)},
+		&expr.Redir{RegisterProtoMin: 1},
+	}
+}
+
+// existing returns handles on the base table's objects as they are in the
+// kernel, for incremental batches.
+func (m *Manager) existing() *tables {
+	t := &nftables.Table{Family: nftables.TableFamilyINet, Name: tableName}
+	return &tables{
+		t:        t,
+		dispatch: &nftables.Set{Table: t, Name: "dispatch", IsMap: true, KeyType: nftables.TypeIFName, DataType: nftables.TypeVerdict},
+		proxied:  &nftables.Set{Table: t, Name: "proxied", KeyType: nftables.TypeIFName},
+	}
+}
+
+func chainName(id string) string    { return "sbx-" + id }
+func resolvedName(id string) string { return "res-" + id }
+
+// addSandbox queues a sandbox's chain, its resolved-addresses set and its
+// dispatch entry. With fresh false the chain and set exist already and are
+// emptied first (a policy update): the whole change is one batch, so no
+// packet ever sees half a policy.
+func (m *Manager) addSandbox(c *nftables.Conn, tb *tables, sb *sandboxNet, fresh bool) error {
+	t := tb.t
+	ch := &nftables.Chain{Name: chainName(sb.id), Table: t}
+	res := &nftables.Set{Table: t, Name: resolvedName(sb.id), KeyType: nftables.TypeIPAddr, HasTimeout: true}
+	if fresh {
+		c.AddChain(ch)
+		if err := c.AddSet(res, nil); err != nil {
+			return err
+		}
+	} else {
+		c.FlushChain(ch)
+		c.FlushSet(res) // names allowed before may not be now
+	}
+	p := sb.policy
+	c.AddRule(rule(t, ch, ctState(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), one(verdict(expr.VerdictAccept))))
+	for _, bl := range policy.AlwaysBlockedPrefixes() {
+		c.AddRule(rule(t, ch, addrIn(bl, false), one(verdict(expr.VerdictDrop))))
+	}
+	if !p.Internet {
+		c.AddRule(rule(t, ch, one(verdict(expr.VerdictDrop))))
+	} else {
+		if m.maxConns > 0 {
+			// ct count over N: new connections past the cap are dropped.
+			c.AddRule(rule(t, ch, ctState(expr.CtStateBitNEW), one(&expr.Connlimit{Count: m.maxConns, Flags: 1}), one(verdict(expr.VerdictDrop))))
+		}
+		for _, r := range p.Allow {
+			if r.Prefix.IsValid() {
+				c.AddRule(rule(t, ch, addrIn(r.Prefix, false), one(verdict(expr.VerdictAccept))))
+			}
+		}
+		c.AddRule(rule(t, ch, daddrInSet(res), one(verdict(expr.VerdictAccept))))
+		for _, r := range p.Deny {
+			if r.Prefix.IsValid() {
+				c.AddRule(rule(t, ch, addrIn(r.Prefix, false), one(verdict(expr.VerdictDrop))))
+			}
+		}
+		// A final verdict either way: a jump that returns would go on to
+		// the forward chain's drop of sandbox traffic.
+		if p.DeniesAll() {
+			c.AddRule(rule(t, ch, one(verdict(expr.VerdictDrop))))
+		} else {
+			c.AddRule(rule(t, ch, one(verdict(expr.VerdictAccept))))
+		}
+	}
+	if fresh {
+		if err := c.SetAddElements(tb.dispatch, []nftables.SetElement{{
+			Key: ifname(sb.link, true), VerdictData: &expr.Verdict{Kind: expr.VerdictJump, Chain: ch.Name},
+		}}); err != nil {
+			return err
+		}
+	}
+	el := []nftables.SetElement{{Key: ifname(sb.link, true)}}
+	if p.Internet && p.HasDomains() {
+		return c.SetAddElements(tb.proxied, el)
+	}
+	if !fresh {
+		// Deleting an absent element fails the batch: only when it was in.
+		if sb.proxied {
+			return c.SetDeleteElements(tb.proxied, el)
+		}
+	}
+	return nil
+}
+
+// delSandbox queues the removal of everything of one sandbox.
+func delSandbox(c *nftables.Conn, tb *tables, sb *sandboxNet) {
+	el := []nftables.SetElement{{Key: ifname(sb.link, true)}}
+	c.SetDeleteElements(tb.dispatch, el)
+	if sb.proxied {
+		c.SetDeleteElements(tb.proxied, el)
+	}
+	ch := &nftables.Chain{Name: chainName(sb.id), Table: tb.t}
+	c.FlushChain(ch)
+	c.DelChain(ch)
+	c.DelSet(&nftables.Set{Table: tb.t, Name: resolvedName(sb.id)})
+}
+
+// addResolved lets a sandbox reach addresses its allowed names resolved to,
+// for ttl.
+func addResolved(c *nftables.Conn, tb *tables, id string, addrs []netip.Addr, ttl time.Duration) error {
+	res := &nftables.Set{Table: tb.t, Name: resolvedName(id), KeyType: nftables.TypeIPAddr, HasTimeout: true}
+	var els []nftables.SetElement
+	for _, a := range addrs {
+		if !a.Is4() {
+			continue
+		}
+		b := a.As4()
+		els = append(els, nftables.SetElement{Key: b[:], Timeout: ttl})
+	}
+	if len(els) == 0 {
+		return nil
+	}
+	return c.SetAddElements(res, els)
+}
