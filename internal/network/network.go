@@ -64,7 +64,7 @@ type Manager struct {
 	logger                  *slog.Logger
 
 	mu    sync.Mutex
-	nets  map[string]*sandboxNet    // by sandbox id
+	nets  map[string]*sandboxNet     // by sandbox id
 	addrs map[netip.Addr]*sandboxNet // by the sandbox's own address
 	slots map[int]bool
 }
@@ -181,7 +181,9 @@ func (m *Manager) newNet(id string, slot int, p *policy.Egress) *sandboxNet {
 	base := m.prefix.Addr().As4()
 	n := uint32(base[0])<<24 | uint32(base[1])<<16 | uint32(base[2])<<8 | uint32(base[3])
 	host := n + uint32(2*slot)
-	ip := func(v uint32) netip.Addr { return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}) }
+	ip := func(v uint32) netip.Addr {
+		return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+	}
 	return &sandboxNet{id: id, slot: slot, link: fmt.Sprintf("%s%x", linkPrefix, slot),
 		host: ip(host), addr: ip(host + 1), policy: p, resolved: map[netip.Addr]time.Time{}}
 }
