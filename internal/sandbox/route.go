@@ -117,6 +117,26 @@ type bufferedConn struct {
 
 func (c *bufferedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
 
+// Ingress is how requests to a sandbox's ports (not envd's) are let in.
+type Ingress struct {
+	// TrafficToken, when set, must come in the e2b-traffic-access-token
+	// header.
+	TrafficToken string
+	// MaskHost replaces the Host header ("${PORT}" becomes the port).
+	MaskHost string
+}
+
+// Ingress returns the inbound rules of a running sandbox's ports.
+func (m *Manager) Ingress(id string) (Ingress, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l := m.live[id]
+	if l == nil {
+		return Ingress{}, false
+	}
+	return Ingress{TrafficToken: l.trafficToken, MaskHost: l.maskHost}, true
+}
+
 // Transport returns the round tripper that reaches port inside a running
 // sandbox (envd.Port for envd itself), and false when the manager runs no
 // sandbox with that id. Routing does not check API keys: envd checks its

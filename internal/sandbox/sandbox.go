@@ -27,6 +27,7 @@ import (
 
 	"github.com/hutch-sandbox/hutch/internal/envd"
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
+	"github.com/hutch-sandbox/hutch/internal/network"
 	"github.com/hutch-sandbox/hutch/internal/runtime"
 	"github.com/hutch-sandbox/hutch/internal/store"
 	"github.com/hutch-sandbox/hutch/internal/template"
@@ -51,6 +52,9 @@ type Options struct {
 	DataDir string
 	// Resources are every sandbox's limits.
 	Resources runtime.Resources
+	// Network gives sandboxes their network and enforces their egress
+	// policy; nil leaves every sandbox with loopback only.
+	Network *network.Manager
 	// Warm is how many sandboxes of the default template ("base") are kept
 	// started ahead of demand, so that creating one costs milliseconds;
 	// 0 starts every sandbox on demand. The pool starts with Recover.
@@ -72,6 +76,7 @@ type Manager struct {
 	timers map[string]*time.Timer
 	live   map[string]*live // every sandbox this manager runs
 	pool   *pool            // nil without a warm pool
+	net    *network.Manager
 	warm   int
 	// ctx ends with Close: it stops the sampler, the pool and the watches.
 	ctx    context.Context
@@ -82,6 +87,8 @@ type Manager struct {
 type live struct {
 	route   *route
 	metrics *series
+	// trafficToken and maskHost are the inbound rules of its ports.
+	trafficToken, maskHost string
 }
 
 // New returns a manager; call Recover before serving (it also starts the
@@ -97,7 +104,7 @@ func New(opts Options) (*Manager, error) {
 	}
 	m := &Manager{
 		rt: opts.Runtime, store: opts.Store, templates: opts.Templates, sockets: sockets,
-		resources: opts.Resources, logger: logger, timers: map[string]*time.Timer{}, live: map[string]*live{}, warm: opts.Warm,
+		resources: opts.Resources, logger: logger, timers: map[string]*time.Timer{}, live: map[string]*live{}, warm: opts.Warm, net: opts.Network,
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	go m.sampleLoop()
@@ -114,6 +121,7 @@ type CreateRequest struct {
 	// Secure makes envd require an access token (returned in the record).
 	Secure              bool
 	AllowInternetAccess *bool
+	Network             Network
 }
 
 // runtimeInfo is what the store keeps for re-adopting a sandbox.
@@ -156,7 +164,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (_ *store.Sandb
 
 	rec := &store.Sandbox{
 		ID: st.sbx.ID(), TemplateID: tpl.Name, Alias: req.Template, ClientID: clientID, EnvdVersion: envd.Version,
-		Secure: req.Secure, AllowInternetAccess: req.AllowInternetAccess,
+		Secure: req.Secure, AllowInternetAccess: req.AllowInternetAccess, Network: req.Network.JSON,
 		Metadata: req.Metadata, EnvVars: req.EnvVars, StartedAt: time.Now().UTC(),
 		CPUCount: int(max(m.resources.CPUs, 1)), MemoryMB: int(m.resources.MemoryBytes >> 20), DiskSizeMB: int(m.resources.DiskBytes >> 20),
 		State: store.StateRunning, KeyID: req.KeyID,
@@ -164,6 +172,16 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (_ *store.Sandb
 	rec.EndAt = rec.StartedAt.Add(req.Timeout)
 	if req.Secure {
 		rec.EnvdAccessToken = randomHex(32)
+	}
+	if p := req.Network.AllowPublicTraffic; p != nil && !*p {
+		rec.TrafficAccessToken = randomHex(32)
+	}
+	egress, err := egressOf(rec)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
+	}
+	if err := m.attachNetwork(ctx, st.sbx, st.route, egress); err != nil {
+		return nil, err
 	}
 	if err := m.initEnvd(ctx, st.route, rec, tpl.DefaultUser); err != nil {
 		return nil, err
@@ -173,7 +191,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (_ *store.Sandb
 	if err := m.store.CreateSandbox(ctx, rec); err != nil {
 		return nil, err
 	}
-	m.adopt(st.sbx, st.route, rec.EndAt)
+	m.adopt(st.sbx, st.route, rec)
 	return rec, nil
 }
 
@@ -232,8 +250,13 @@ func (m *Manager) start(ctx context.Context, tpl *template.Template) (*started, 
 
 // adopt makes a running sandbox routable, starts sampling it and arms its
 // expiry.
-func (m *Manager) adopt(sbx runtime.Sandbox, rt *route, end time.Time) {
-	l := &live{route: rt, metrics: newSeries(sbx, m.resources)}
+func (m *Manager) adopt(sbx runtime.Sandbox, rt *route, rec *store.Sandbox) {
+	end := rec.EndAt
+	l := &live{route: rt, metrics: newSeries(sbx, m.resources), trafficToken: rec.TrafficAccessToken}
+	var n netRecord
+	if json.Unmarshal([]byte(rec.Network), &n) == nil && n.MaskRequestHost != nil {
+		l.maskHost = *n.MaskRequestHost
+	}
 	m.mu.Lock()
 	m.live[sbx.ID()] = l
 	m.mu.Unlock()
@@ -328,6 +351,11 @@ func (m *Manager) remove(ctx context.Context, id string) error {
 	if l != nil {
 		l.route.close()
 	}
+	if m.net != nil {
+		if err := m.net.Detach(ctx, id); err != nil {
+			m.logger.Warn("detach sandbox network", "id", id, "err", err)
+		}
+	}
 	if sbx, err := m.rt.Load(ctx, id); err == nil {
 		if err := sbx.Delete(ctx); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 			return fmt.Errorf("kill sandbox %s: %w", id, err)
@@ -415,6 +443,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 		return err
 	}
 	known := map[string]bool{}
+	var nets []network.Live
 	for _, rec := range all {
 		known[rec.ID] = true
 		alive := false
@@ -435,7 +464,10 @@ func (m *Manager) Recover(ctx context.Context) error {
 			}
 			continue
 		}
-		m.adopt(sbx, newRoute(info.Socket), rec.EndAt)
+		m.adopt(sbx, newRoute(info.Socket), &rec)
+		if p, err := egressOf(&rec); err == nil && p.Internet {
+			nets = append(nets, network.Live{ID: rec.ID, Policy: p})
+		}
 	}
 	statuses, err := m.rt.List(ctx)
 	if err != nil {
@@ -457,6 +489,13 @@ func (m *Manager) Recover(ctx context.Context) error {
 	for _, e := range socks {
 		if id, ok := strings.CutSuffix(e.Name(), ".sock"); !ok || !known[id] {
 			os.Remove(filepath.Join(m.sockets, e.Name()))
+		}
+	}
+	if m.net != nil {
+		// The firewall for the adopted sandboxes, replacing the previous
+		// server's in one step; links of sandboxes gone are removed.
+		if err := m.net.Start(ctx, nets); err != nil {
+			return fmt.Errorf("sandbox networks: %w", err)
 		}
 	}
 	// Only now: warm sandboxes are not recorded, so the orphan sweep above

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -9,10 +10,16 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strconv"
+	"strings"
 
+	"github.com/hutch-sandbox/hutch/internal/envd"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
 	"github.com/hutch-sandbox/hutch/internal/server/e2bapi"
 )
+
+// trafficTokenHeader carries a sandbox's traffic access token (E2B's
+// "restrict public access").
+const trafficTokenHeader = "E2b-Traffic-Access-Token"
 
 // proxy sends a request to a port of a sandbox: envd's (49983) or any
 // other, tunnelled through envd's socket. Unknown and dead sandboxes answer
@@ -28,10 +35,26 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id string, port i
 		e2bapi.WriteSandboxNotFound502(w, id)
 		return
 	}
+	host := r.Host
+	if port != envd.Port {
+		in, _ := s.mgr.Ingress(id)
+		if in.TrafficToken != "" {
+			got := r.Header.Get(trafficTokenHeader)
+			if subtle.ConstantTimeCompare([]byte(got), []byte(in.TrafficToken)) != 1 {
+				e2bapi.WriteError(w, http.StatusForbidden, "the sandbox's ports need its traffic access token in the "+trafficTokenHeader+" header", "")
+				return
+			}
+		}
+		// The sandbox's services never see the token.
+		r.Header.Del(trafficTokenHeader)
+		if in.MaskHost != "" {
+			host = strings.ReplaceAll(in.MaskHost, "${PORT}", strconv.Itoa(port))
+		}
+	}
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(&url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))})
-			pr.Out.Host = r.Host
+			pr.Out.Host = host
 		},
 		Transport: transport,
 		// Stream responses as they come (Connect server streams, SSE).

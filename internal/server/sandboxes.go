@@ -1,6 +1,7 @@
 package server
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -29,6 +30,7 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /sandboxes/{id}/connect", s.authed(s.connect))
 	m.HandleFunc("GET /sandboxes/{id}/metrics", s.authed(s.metrics))
 	m.HandleFunc("GET /sandboxes/metrics", s.authed(s.batchMetrics))
+	m.HandleFunc("PUT /sandboxes/{id}/network", s.authed(s.updateNetwork))
 	// Known to the SDKs, not in Hutch yet: a clear 501, never a silent success.
 	for pattern, feature := range map[string]string{
 		"POST /sandboxes/{id}/pause":     "pausing sandboxes",
@@ -36,7 +38,6 @@ func (s *Server) routes() {
 		"POST /sandboxes/{id}/fork":      "forking sandboxes",
 		"POST /sandboxes/{id}/snapshots": "snapshots",
 		"GET /snapshots":                 "snapshots",
-		"PUT /sandboxes/{id}/network":    "updating a sandbox's network",
 		"GET /volumes":                   "volumes",
 		"POST /volumes":                  "volumes",
 	} {
@@ -100,9 +101,23 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, req e2bapi.NewSa
 		e2bapi.Write(w, s.logger, e2bapi.NotSupported("volumes"))
 		return
 	}
+	var netReq sandbox.Network
+	if n := req.Network; n != nil {
+		if n.EgressProxy != nil {
+			e2bapi.Write(w, s.logger, e2bapi.NotSupported("egress proxies"))
+			return
+		}
+		if err := sandbox.ValidateNetwork(n.AllowOut, n.DenyOut); err != nil {
+			e2bapi.Write(w, s.logger, e2bapi.BadRequest("network: "+err.Error()))
+			return
+		}
+		b, _ := json.Marshal(n)
+		netReq = sandbox.Network{AllowOut: n.AllowOut, DenyOut: n.DenyOut, AllowPublicTraffic: n.AllowPublicTraffic, JSON: string(b)}
+	}
 	rec, err := s.mgr.Create(r.Context(), sandbox.CreateRequest{
 		KeyID: keyID(r), Template: req.TemplateID, Timeout: time.Duration(*req.Timeout) * time.Second,
 		Metadata: req.Metadata, EnvVars: req.EnvVars, Secure: secure, AllowInternetAccess: req.AllowInternetAccess,
+		Network: netReq,
 	})
 	if err != nil {
 		if errors.Is(err, errdefs.ErrNotFound) {
@@ -122,6 +137,10 @@ func (s *Server) sandboxJSON(rec *store.Sandbox) e2bapi.Sandbox {
 	if s.domain != "" {
 		d := s.domain
 		out.Domain = &d
+	}
+	if rec.TrafficAccessToken != "" {
+		t := rec.TrafficAccessToken
+		out.TrafficAccessToken = &t
 	}
 	return out
 }
@@ -156,6 +175,12 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 		detail.Domain = &d
 	}
 	detail.Lifecycle = &e2bapi.Lifecycle{OnTimeout: "kill", AutoResume: false}
+	if rec.Network != "" {
+		var n e2bapi.NetworkConfig
+		if json.Unmarshal([]byte(rec.Network), &n) == nil {
+			detail.Network = n.Redacted()
+		}
+	}
 	writeJSON(w, http.StatusOK, detail)
 }
 
@@ -328,4 +353,53 @@ func metricJSON(m sandbox.Metric) e2bapi.SandboxMetric {
 	out.MemUsed, out.MemTotal, out.MemCache = int64(m.MemUsed), int64(m.MemTotal), int64(m.MemCache)
 	out.DiskUsed, out.DiskTotal = int64(m.DiskUsed), int64(m.DiskTotal)
 	return out
+}
+
+// networkUpdate is PUT /sandboxes/{id}/network's body; absent fields stay
+// as they are.
+type networkUpdate struct {
+	AllowOut            *[]string       `json:"allowOut"`
+	DenyOut             *[]string       `json:"denyOut"`
+	AllowInternetAccess *bool           `json:"allow_internet_access"`
+	EgressProxy         json.RawMessage `json:"egressProxy"`
+	Rules               json.RawMessage `json:"rules"`
+}
+
+// Validate checks the egress rules.
+func (u *networkUpdate) Validate() error {
+	if len(u.EgressProxy) > 0 && string(u.EgressProxy) != "null" {
+		return e2bapi.NotSupported("egress proxies")
+	}
+	var allow, deny []string
+	if u.AllowOut != nil {
+		allow = *u.AllowOut
+	}
+	if u.DenyOut != nil {
+		deny = *u.DenyOut
+	}
+	if err := sandbox.ValidateNetwork(allow, deny); err != nil {
+		return e2bapi.BadRequest("network: " + err.Error())
+	}
+	return nil
+}
+
+// updateNetwork changes a running sandbox's egress rules at once (spec
+// §2.4 updateNetwork): 204, connections the new rules deny are cut.
+func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	var req networkUpdate
+	if !s.decode(w, r, &req, false) {
+		return
+	}
+	_, err := s.mgr.UpdateNetwork(r.Context(), keyID(r), id, sandbox.NetworkUpdate{
+		AllowOut: req.AllowOut, DenyOut: req.DenyOut, AllowInternet: req.AllowInternetAccess,
+	})
+	if err != nil {
+		if errors.Is(err, errdefs.ErrInvalidArgument) {
+			err = e2bapi.BadRequest(err.Error())
+		}
+		s.notFound(w, id, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }

@@ -282,6 +282,18 @@ func (s *Store) SetRuntime(ctx context.Context, id, runtime string) error {
 	return s.updateOne(ctx, "set runtime of", id, `UPDATE sandboxes SET runtime = ? WHERE id = ?`, runtime, id)
 }
 
+// SetNetwork replaces the sandbox's network object and internet access
+// (after PUT /sandboxes/{id}/network). A missing sandbox gives
+// errdefs.ErrNotFound.
+func (s *Store) SetNetwork(ctx context.Context, id, network string, allowInternet *bool) error {
+	var internet sql.NullBool
+	if allowInternet != nil {
+		internet = sql.NullBool{Bool: *allowInternet, Valid: true}
+	}
+	return s.updateOne(ctx, "set network of", id,
+		`UPDATE sandboxes SET network = ?, allow_internet_access = ? WHERE id = ?`, network, internet, id)
+}
+
 // DeleteSandbox removes the sandbox's record. A missing sandbox gives
 // errdefs.ErrNotFound (kill of an unknown sandbox answers 404).
 func (s *Store) DeleteSandbox(ctx context.Context, id string) error {

@@ -458,3 +458,23 @@ func TestListBadInput(t *testing.T) {
 		t.Errorf("padded token: %v", err)
 	}
 }
+
+func TestSetNetwork(t *testing.T) {
+	s, _ := openTest(t)
+	ctx := context.Background()
+	sb := &Sandbox{ID: "inet", TemplateID: "base", ClientID: "c", EnvdVersion: "0.6.4", StartedAt: t0, EndAt: t0.Add(time.Minute), Network: `{"allowOut":["1.1.1.1"]}`}
+	if err := s.CreateSandbox(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	no := false
+	if err := s.SetNetwork(ctx, "inet", `{"denyOut":["0.0.0.0/0"]}`, &no); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.GetSandbox(ctx, "", "inet")
+	if err != nil || got.Network != `{"denyOut":["0.0.0.0/0"]}` || got.AllowInternetAccess == nil || *got.AllowInternetAccess {
+		t.Errorf("after SetNetwork: %+v, %v", got, err)
+	}
+	if err := s.SetNetwork(ctx, "inope", "", nil); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("SetNetwork of a missing sandbox: %v", err)
+	}
+}
