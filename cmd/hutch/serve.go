@@ -25,6 +25,9 @@ func newServeCmd(g *globals) *cobra.Command {
 	var (
 		listen, domain string
 		warm           int
+		withNet        bool
+		netCIDR        string
+		dnsUpstream    []string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -55,9 +58,17 @@ Stopping the server leaves sandboxes running; a restart adopts them.`,
 			if err != nil {
 				return err
 			}
+			var nets *sandboxNets
+			if withNet {
+				if nets, err = startNetworks(ctx, netCIDR, dnsUpstream, logger); err != nil {
+					return err
+				}
+				defer nets.close()
+			}
 			mgr, err := sandbox.New(sandbox.Options{
 				Runtime: rt, Store: st, Templates: template.Open(g.templates), DataDir: g.dataDir, Logger: logger,
 				Resources: runtime.Resources{MemoryBytes: 512 << 20, CPUs: 1, Pids: 512}, Warm: warm,
+				Network: nets.manager(),
 			})
 			if err != nil {
 				return err
@@ -65,6 +76,11 @@ Stopping the server leaves sandboxes running; a restart adopts them.`,
 			defer mgr.Close()
 			if err := mgr.Recover(ctx); err != nil {
 				return fmt.Errorf("adopt running sandboxes: %w", err)
+			}
+			if nets != nil {
+				if err := nets.serve(ctx); err != nil {
+					return err
+				}
 			}
 			ln, err := net.Listen("tcp", listen)
 			if err != nil {
@@ -91,6 +107,9 @@ Stopping the server leaves sandboxes running; a restart adopts them.`,
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:3000", "address to serve on")
 	cmd.Flags().StringVar(&domain, "domain", "", `sandbox domain: route Host "<port>-<id>.<domain>" to sandboxes`)
 	cmd.Flags().IntVar(&warm, "warm", 4, "sandboxes of the base template kept started ahead of demand (0: start each on demand)")
+	cmd.Flags().BoolVar(&withNet, "network", true, "give sandboxes a network with egress policies (nftables, IPv4 forwarding); false: loopback only")
+	cmd.Flags().StringVar(&netCIDR, "network-cidr", "10.200.0.0/16", "private range sandbox links are numbered from (a /31 each)")
+	cmd.Flags().StringSliceVar(&dnsUpstream, "dns-upstream", nil, "DNS servers (ip:port) the sandboxes' resolver forwards to (default: the host's /etc/resolv.conf)")
 	return cmd
 }
 

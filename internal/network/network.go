@@ -52,6 +52,9 @@ type Options struct {
 	// RateBits caps each sandbox's bandwidth in each direction, in bits per
 	// second; 0 means 1 Gbit/s.
 	RateBits uint64
+	// OnUpdate is called with a sandbox's address after its policy changed
+	// (the egress proxy re-judges its connections).
+	OnUpdate func(sandbox netip.Addr)
 	Logger   *slog.Logger
 }
 
@@ -61,7 +64,9 @@ type Manager struct {
 	resolverPort, proxyPort uint16
 	maxConns                uint32
 	rate                    uint64
+	onUpdate                func(netip.Addr)
 	logger                  *slog.Logger
+	owner                   net.Listener // held while this manager owns the namespace's sandbox networks
 
 	mu    sync.Mutex
 	nets  map[string]*sandboxNet     // by sandbox id
@@ -108,7 +113,7 @@ func New(opts Options) (*Manager, error) {
 	}
 	return &Manager{
 		prefix: opts.Prefix.Masked(), resolverPort: opts.ResolverPort, proxyPort: opts.ProxyPort,
-		maxConns: opts.MaxConns, rate: opts.RateBits, logger: logger,
+		maxConns: opts.MaxConns, rate: opts.RateBits, onUpdate: opts.OnUpdate, logger: logger,
 		nets: map[string]*sandboxNet{}, addrs: map[netip.Addr]*sandboxNet{}, slots: map[int]bool{},
 	}, nil
 }
@@ -124,6 +129,16 @@ type Live struct {
 // whole firewall for them in one atomic batch, replacing the one a
 // previous server left (which kept confining sandboxes meanwhile).
 func (m *Manager) Start(ctx context.Context, live []Live) error {
+	// One manager per network namespace: a second would rewrite the first's
+	// firewall and take its links. An abstract unix socket is per network
+	// namespace and goes with the process, also on kill -9.
+	if m.owner == nil {
+		ln, err := net.Listen("unix", "@hutch-network")
+		if err != nil {
+			return fmt.Errorf("another hutch serve manages sandbox networks in this network namespace (%w)", err)
+		}
+		m.owner = ln
+	}
 	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644); err != nil {
 		return fmt.Errorf("enable IPv4 forwarding: %w", err)
 	}
@@ -372,8 +387,26 @@ func (m *Manager) Update(ctx context.Context, id string, p *policy.Egress) error
 	m.mu.Lock()
 	sb.proxied = p.Internet && p.HasDomains()
 	m.mu.Unlock()
+	if m.onUpdate != nil {
+		m.onUpdate(sb.addr)
+	}
 	return m.cut(sb)
 }
+
+// Close gives up the namespace's sandbox networks (for another server);
+// links and firewall stay, confining the sandboxes meanwhile.
+func (m *Manager) Close() error {
+	if m.owner != nil {
+		return m.owner.Close()
+	}
+	return nil
+}
+
+// Ports are the host ports of the sandboxes' services.
+type Ports struct{ Resolver, Proxy uint16 }
+
+// Ports returns where the resolver and the egress proxy must listen.
+func (m *Manager) Ports() Ports { return Ports{Resolver: m.resolverPort, Proxy: m.proxyPort} }
 
 // ErrNoNetwork is returned for sandboxes without a network (no internet).
 var ErrNoNetwork = errors.New("sandbox has no network")
@@ -498,4 +531,21 @@ func (m *Manager) Answered(client netip.Addr, name string, addrs []netip.Addr, t
 	if err != nil {
 		m.logger.Warn("open the firewall to resolved addresses", "sandbox", sb.id, "name", name, "err", err)
 	}
+}
+
+// IsHostAddr reports whether a is one of the host's own addresses (in the
+// manager's network namespace). The egress proxy dials from the host, past
+// the sandboxes' forward chain: it must refuse these itself.
+func IsHostAddr(a netip.Addr) bool {
+	addrs, err := netlink.AddrList(nil, netlink.FAMILY_ALL)
+	if err != nil {
+		return true // unknown: refuse
+	}
+	a = a.Unmap()
+	for _, ad := range addrs {
+		if b, ok := netip.AddrFromSlice(ad.IP); ok && b.Unmap() == a {
+			return true
+		}
+	}
+	return a.IsLoopback() || a.IsUnspecified()
 }

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/hutch-sandbox/hutch/internal/network"
+	"github.com/hutch-sandbox/hutch/internal/network/egress"
+	"github.com/hutch-sandbox/hutch/internal/network/policy"
+	"github.com/hutch-sandbox/hutch/internal/network/resolver"
+)
+
+// sandboxNets is the network side of `hutch serve`: the network manager
+// (links and firewall), the resolver every sandbox's DNS goes to, and the
+// egress proxy that enforces domain rules on web traffic.
+type sandboxNets struct {
+	mgr   *network.Manager
+	res   *resolver.Resolver
+	proxy *egress.Proxy
+
+	udp     net.PacketConn
+	tcp     net.Listener
+	proxyLn net.Listener
+	cancel  context.CancelFunc
+}
+
+// startNetworks makes the network manager and the services' listeners; the
+// firewall is written by the sandbox manager's Recover, then serve starts
+// the services.
+func startNetworks(ctx context.Context, cidr string, upstream []string, logger *slog.Logger) (*sandboxNets, error) {
+	prefix, err := netip.ParsePrefix(cidr)
+	if err != nil {
+		return nil, fmt.Errorf("--network-cidr: %w", err)
+	}
+	n := &sandboxNets{}
+	n.proxy = egress.New(egress.Options{
+		Policy:   func(a netip.Addr) (*policy.Egress, bool) { return n.mgr.Policy(a) },
+		Resolved: func(client, dst netip.Addr) bool { return n.mgr.Resolved(client, dst) },
+		Dial:     dialOut,
+		Logger:   logger.With("component", "egress-proxy"),
+	})
+	n.mgr, err = network.New(network.Options{
+		Prefix: prefix, Logger: logger.With("component", "network"),
+		OnUpdate: func(sandbox netip.Addr) { n.proxy.Recheck(sandbox) },
+	})
+	if err != nil {
+		return nil, err
+	}
+	n.res, err = resolver.New(resolver.Options{
+		Upstream: upstream,
+		Policy:   n.mgr.Policy,
+		OnAnswer: n.mgr.Answered,
+		Logger:   logger.With("component", "resolver"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	ports := n.mgr.Ports()
+	if n.udp, err = net.ListenPacket("udp4", fmt.Sprintf("0.0.0.0:%d", ports.Resolver)); err != nil {
+		return nil, fmt.Errorf("sandboxes' resolver: %w", err)
+	}
+	if n.tcp, err = net.Listen("tcp4", fmt.Sprintf("0.0.0.0:%d", ports.Resolver)); err != nil {
+		n.udp.Close()
+		return nil, fmt.Errorf("sandboxes' resolver: %w", err)
+	}
+	if n.proxyLn, err = net.Listen("tcp4", fmt.Sprintf("0.0.0.0:%d", ports.Proxy)); err != nil {
+		n.udp.Close()
+		n.tcp.Close()
+		return nil, fmt.Errorf("sandboxes' egress proxy: %w", err)
+	}
+	return n, nil
+}
+
+// manager is nil for a nil sandboxNets (serve --network=false).
+func (n *sandboxNets) manager() *network.Manager {
+	if n == nil {
+		return nil
+	}
+	return n.mgr
+}
+
+// serve starts the resolver and the proxy; they stop with close.
+func (n *sandboxNets) serve(ctx context.Context) error {
+	ctx, n.cancel = context.WithCancel(ctx)
+	go n.res.Serve(ctx, n.udp, n.tcp)
+	go n.proxy.Serve(ctx, n.proxyLn)
+	return nil
+}
+
+func (n *sandboxNets) close() {
+	if n.cancel != nil {
+		n.cancel()
+	}
+	n.mgr.Close()
+	n.udp.Close()
+	n.tcp.Close()
+	n.proxyLn.Close()
+}
+
+// dialOut is the egress proxy's dialer: it connects from the host, where
+// the sandboxes' forward chain does not apply, so it refuses the host's
+// own addresses itself (the policy refuses every other range no sandbox may
+// reach).
+func dialOut(ctx context.Context, network_, addr string) (net.Conn, error) {
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	if network.IsHostAddr(ap.Addr()) {
+		return nil, fmt.Errorf("egress proxy: %s is the host's own address", ap.Addr())
+	}
+	d := net.Dialer{Timeout: 10 * time.Second}
+	return d.DialContext(ctx, network_, addr)
+}
