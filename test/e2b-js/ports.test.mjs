@@ -158,3 +158,42 @@ test('a closed port and a gone sandbox answer the edge proxy 502s', opts, async 
   assert.equal(gone.status, 502)
   assert.equal(JSON.parse(gone.body).message, 'The sandbox was not found')
 })
+
+test('allowPublicTraffic: false needs the traffic token; maskRequestHost rewrites Host', opts, async () => {
+  const priv = await Sandbox.create({ timeoutMs: 60_000, network: { allowPublicTraffic: false, maskRequestHost: 'masked-${PORT}.example' } })
+  try {
+    assert.ok(priv.trafficAccessToken, 'no traffic access token on a private sandbox')
+    // A server that echoes the Host header it got.
+    await priv.files.write('/tmp/host.py', String.raw`
+import http.server
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = (self.headers['Host'] + '|' + str(self.headers.get('e2b-traffic-access-token'))).encode()
+        self.send_response(200); self.send_header('Content-Length', str(len(body))); self.end_headers(); self.wfile.write(body)
+    def log_message(self, *a): pass
+http.server.HTTPServer(('127.0.0.1', 8080), H).serve_forever()
+`)
+    await priv.commands.run('python3 /tmp/host.py', { background: true, timeoutMs: 0 })
+    await waitFor(async () => (await priv.commands.run('(exec 3<>/dev/tcp/127.0.0.1/8080) 2>/dev/null && echo up || true')).stdout === 'up\n', 10_000, 'port 8080')
+
+    const without = await get(priv.getHost(8080), '/')
+    assert.equal(without.status, 403)
+    assert.equal(JSON.parse(without.body).code, 403)
+    const wrong = await get(priv.getHost(8080), '/', { headers: { 'e2b-traffic-access-token': 'nope' } })
+    assert.equal(wrong.status, 403)
+    const right = await get(priv.getHost(8080), '/', { headers: { 'e2b-traffic-access-token': priv.trafficAccessToken } })
+    assert.equal(right.status, 200)
+    // The service sees the masked host and never the token.
+    assert.equal(right.body, 'masked-8080.example|None')
+    // envd itself is guarded by its own token, not the traffic token.
+    assert.equal((await priv.commands.run('echo envd-ok')).stdout, 'envd-ok\n')
+    const info = await priv.getInfo()
+    assert.equal(info.network?.allowPublicTraffic, false)
+    assert.equal(info.network?.maskRequestHost, 'masked-${PORT}.example')
+  } finally {
+    await priv.kill()
+  }
+  // A public sandbox needs no token.
+  assert.equal(sbx.trafficAccessToken, undefined)
+  assert.equal((await get(sbx.getHost(8000), '/hello.txt')).status, 200)
+})

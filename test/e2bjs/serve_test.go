@@ -88,7 +88,9 @@ func startServe(t *testing.T, args ...string) *server {
 		templates = "/var/lib/hutch/templates"
 	}
 	s := &server{
-		t: t, bin: hutchBinary(t), addr: addr, args: args,
+		// Networking has tests of its own, in namespaces they make; these
+		// servers leave the host's firewall alone.
+		t: t, bin: hutchBinary(t), addr: addr, args: append([]string{"--network=false"}, args...),
 		env: append(os.Environ(), "HUTCH_DATA_DIR="+filepath.Join(tmp, "data"), "HUTCH_TEMPLATES="+templates, "HUTCH_API_KEY="+testKey),
 	}
 	t.Cleanup(func() {
