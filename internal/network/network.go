@@ -67,6 +67,11 @@ type Manager struct {
 	onUpdate                func(netip.Addr)
 	logger                  *slog.Logger
 	owner                   net.Listener // held while this manager owns the namespace's sandbox networks
+	// ns is the network namespace the manager was made in, and h a netlink
+	// handle bound to it: every host-side call goes there, from whatever
+	// thread (goroutines move between threads; a namespace is a thread's).
+	ns netns.NsHandle
+	h  *netlink.Handle
 
 	mu    sync.Mutex
 	nets  map[string]*sandboxNet     // by sandbox id
@@ -111,7 +116,16 @@ func New(opts Options) (*Manager, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Manager{
+	ns, err := netns.Get()
+	if err != nil {
+		return nil, fmt.Errorf("network namespace: %w", err)
+	}
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		ns.Close()
+		return nil, fmt.Errorf("netlink: %w", err)
+	}
+	return &Manager{ns: ns, h: h,
 		prefix: opts.Prefix.Masked(), resolverPort: opts.ResolverPort, proxyPort: opts.ProxyPort,
 		maxConns: opts.MaxConns, rate: opts.RateBits, onUpdate: opts.OnUpdate, logger: logger,
 		nets: map[string]*sandboxNet{}, addrs: map[netip.Addr]*sandboxNet{}, slots: map[int]bool{},
@@ -146,7 +160,7 @@ func (m *Manager) Start(ctx context.Context, live []Live) error {
 	for _, l := range live {
 		want[l.ID] = l.Policy
 	}
-	links, err := netlink.LinkList()
+	links, err := m.h.LinkList()
 	if err != nil {
 		return fmt.Errorf("list links: %w", err)
 	}
@@ -161,7 +175,7 @@ func (m *Manager) Start(ctx context.Context, live []Live) error {
 		p, ok := want[attrs.Alias]
 		if err != nil || !ok {
 			m.logger.Info("removing the link of no running sandbox", "link", attrs.Name, "sandbox", attrs.Alias)
-			netlink.LinkDel(l)
+			m.h.LinkDel(l)
 			continue
 		}
 		sb := m.newNet(attrs.Alias, int(slot), p)
@@ -169,7 +183,7 @@ func (m *Manager) Start(ctx context.Context, live []Live) error {
 		m.addrs[sb.addr] = sb
 		m.slots[sb.slot] = true
 	}
-	c, err := nftables.New()
+	c, err := m.nft()
 	if err != nil {
 		return fmt.Errorf("nftables: %w", err)
 	}
@@ -234,8 +248,8 @@ func (m *Manager) Attach(ctx context.Context, id string, pid int, p *policy.Egre
 	m.mu.Unlock()
 	defer func() {
 		if retErr != nil {
-			if l, err := netlink.LinkByName(sb.link); err == nil {
-				netlink.LinkDel(l)
+			if l, err := m.h.LinkByName(sb.link); err == nil {
+				m.h.LinkDel(l)
 			}
 			m.mu.Lock()
 			delete(m.slots, slot)
@@ -246,7 +260,7 @@ func (m *Manager) Attach(ctx context.Context, id string, pid int, p *policy.Egre
 	if err := m.plumb(sb, pid); err != nil {
 		return Addr{}, err
 	}
-	c, err := nftables.New()
+	c, err := m.nft()
 	if err != nil {
 		return Addr{}, fmt.Errorf("nftables: %w", err)
 	}
@@ -273,23 +287,23 @@ func (m *Manager) plumb(sb *sandboxNet, pid int) error {
 		LinkAttrs: netlink.LinkAttrs{Name: sb.link, Alias: sb.id, MTU: 1500, TxQLen: 1000},
 		PeerName:  "eth0", PeerNamespace: netlink.NsPid(pid),
 	}
-	if err := netlink.LinkAdd(veth); err != nil {
+	if err := m.h.LinkAdd(veth); err != nil {
 		return fmt.Errorf("veth for sandbox %s: %w", sb.id, err)
 	}
-	host, err := netlink.LinkByName(sb.link)
+	host, err := m.h.LinkByName(sb.link)
 	if err != nil {
 		return err
 	}
-	if err := netlink.LinkSetAlias(host, sb.id); err != nil {
+	if err := m.h.LinkSetAlias(host, sb.id); err != nil {
 		return fmt.Errorf("alias %s: %w", sb.link, err)
 	}
-	if err := netlink.AddrAdd(host, &netlink.Addr{IPNet: ipnet(sb.host, 31)}); err != nil {
+	if err := m.h.AddrAdd(host, &netlink.Addr{IPNet: ipnet(sb.host, 31)}); err != nil {
 		return fmt.Errorf("address of %s: %w", sb.link, err)
 	}
-	if err := netlink.LinkSetUp(host); err != nil {
+	if err := m.h.LinkSetUp(host); err != nil {
 		return err
 	}
-	if err := m.shape(netlink.Handle{}, host); err != nil {
+	if err := m.shape(*m.h, host); err != nil {
 		return err
 	}
 
@@ -366,7 +380,7 @@ func (m *Manager) Update(ctx context.Context, id string, p *policy.Egress) error
 	if !ok {
 		return fmt.Errorf("sandbox %s has no network: %w", id, ErrNoNetwork)
 	}
-	c, err := nftables.New()
+	c, err := m.nft()
 	if err != nil {
 		return fmt.Errorf("nftables: %w", err)
 	}
@@ -396,10 +410,17 @@ func (m *Manager) Update(ctx context.Context, id string, p *policy.Egress) error
 // Close gives up the namespace's sandbox networks (for another server);
 // links and firewall stay, confining the sandboxes meanwhile.
 func (m *Manager) Close() error {
+	m.h.Close()
+	m.ns.Close()
 	if m.owner != nil {
 		return m.owner.Close()
 	}
 	return nil
+}
+
+// nft returns an nftables connection in the manager's namespace.
+func (m *Manager) nft() (*nftables.Conn, error) {
+	return nftables.New(nftables.WithNetNSFd(int(m.ns)))
 }
 
 // Ports are the host ports of the sandboxes' services.
@@ -414,7 +435,7 @@ var ErrNoNetwork = errors.New("sandbox has no network")
 // cut deletes the conntrack entries of a sandbox's connections its policy
 // now denies; their next packet is judged as new, and dropped.
 func (m *Manager) cut(sb *sandboxNet) error {
-	flows, err := netlink.ConntrackTableList(netlink.ConntrackTable, netlink.FAMILY_V4)
+	flows, err := m.h.ConntrackTableList(netlink.ConntrackTable, netlink.FAMILY_V4)
 	if err != nil {
 		return fmt.Errorf("conntrack: %w", err)
 	}
@@ -436,7 +457,7 @@ func (m *Manager) cut(sb *sandboxNet) error {
 	if len(filter.ids) == 0 {
 		return nil
 	}
-	if _, err := netlink.ConntrackDeleteFilters(netlink.ConntrackTable, netlink.FAMILY_V4, filter); err != nil {
+	if _, err := m.h.ConntrackDeleteFilters(netlink.ConntrackTable, netlink.FAMILY_V4, filter); err != nil {
 		return fmt.Errorf("cut connections of sandbox %s: %w", sb.id, err)
 	}
 	return nil
@@ -456,18 +477,23 @@ func (m *Manager) Detach(ctx context.Context, id string) error {
 	if !ok {
 		return nil
 	}
-	c, err := nftables.New()
+	c, err := m.nft()
 	if err != nil {
 		return fmt.Errorf("nftables: %w", err)
 	}
 	delSandbox(c, m.existing(), sb)
 	ferr := c.Flush()
-	if l, err := netlink.LinkByName(sb.link); err == nil {
-		netlink.LinkDel(l)
-	}
-	m.mu.Lock()
-	delete(m.slots, sb.slot)
-	m.mu.Unlock()
+	// Deleting a veth waits for the kernel to unregister it (~20 ms): not
+	// on the caller's time. The slot is free again only once the link is
+	// gone, so a new sandbox never meets its name.
+	go func() {
+		if l, err := m.h.LinkByName(sb.link); err == nil {
+			m.h.LinkDel(l)
+		}
+		m.mu.Lock()
+		delete(m.slots, sb.slot)
+		m.mu.Unlock()
+	}()
 	if ferr != nil {
 		return fmt.Errorf("firewall of sandbox %s: %w", id, ferr)
 	}
@@ -522,7 +548,7 @@ func (m *Manager) Answered(client netip.Addr, name string, addrs []netip.Addr, t
 	if !ok {
 		return
 	}
-	c, err := nftables.New()
+	c, err := m.nft()
 	if err == nil {
 		if err = addResolved(c, m.existing(), sb.id, addrs, ttl); err == nil {
 			err = c.Flush()
