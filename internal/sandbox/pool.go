@@ -25,7 +25,15 @@ type pool struct {
 	ready    chan *started
 	wg       sync.WaitGroup
 	idle     atomic.Int32 // sandboxes ready to hand out (sent or being sent)
+	lastTake atomic.Int64 // when a sandbox was last handed out, Unix ns
 }
+
+// refillQuiet is how long the refill waits after a hand-out before it
+// starts a sandbox: a start takes all of a core for tens of milliseconds,
+// and right after a hand-out that core is wanted by the new sandbox's
+// first commands (measured: the first command took 38 ms instead of 22
+// with the refill starting at once).
+const refillQuiet = 150 * time.Millisecond
 
 // startPool starts keeping n sandboxes of tpl warm.
 func (m *Manager) startPool(tpl string, n int) {
@@ -52,6 +60,18 @@ func (m *Manager) refill(ctx context.Context, p *pool) {
 	defer p.wg.Done()
 	backoff := time.Second
 	for ctx.Err() == nil {
+		// Unless the pool is empty (a burst: the next create is cold anyway).
+		for p.idle.Load() > 0 {
+			wait := time.Until(time.Unix(0, p.lastTake.Load()).Add(refillQuiet))
+			if wait <= 0 {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
+		}
 		st, err := m.startWarm(ctx, p.template)
 		if err != nil {
 			if ctx.Err() == nil {
@@ -113,6 +133,7 @@ func (m *Manager) takeWarm(tpl *template.Template) *started {
 	select {
 	case st := <-p.ready:
 		p.idle.Add(-1)
+		p.lastTake.Store(time.Now().UnixNano())
 		if !st.built.Equal(tpl.Built) {
 			go st.discard()
 			return nil
