@@ -187,8 +187,10 @@ func (e *Egress) Addr(a netip.Addr, resolvedAllowed bool) Verdict {
 }
 
 // AllowsConn judges a connection to a, made for name when the name is
-// known (TLS SNI, HTTP Host; "" when not): the name's own verdict decides
-// when a domain rule matches it, the address's otherwise. A connection to an
+// known (TLS SNI, HTTP Host; "" when not). A denied name is refused; an
+// allowed name still needs an address an allowed name resolved to (or one
+// the address rules allow), since the client chooses the name it sends; a
+// name no rule mentions is judged by the address rules alone. A connection to an
 // address allowed only because an allowed name resolved to it, made for
 // another name, is denied: that is how a domain rule is kept from opening
 // every site sharing the same address.
@@ -199,7 +201,10 @@ func (e *Egress) AllowsConn(a netip.Addr, name string, resolvedAllowed bool) boo
 	if name != "" {
 		switch e.Name(name) {
 		case Allow:
-			return true
+			// The name alone proves nothing: a client writes any SNI or
+			// Host it likes. The address must be one an allowed name
+			// resolved to, or allowed by itself.
+			return resolvedAllowed || e.Addr(a, false) == Allow
 		case Deny:
 			return false
 		}
