@@ -91,15 +91,17 @@ func (m *Manager) attachNetwork(ctx context.Context, sbx runtime.Sandbox, rt *ro
 	return nil
 }
 
-// NetworkUpdate is PUT /sandboxes/{id}/network: nil fields stay as they
-// are.
+// NetworkUpdate is PUT /sandboxes/{id}/network. As E2B's, it replaces the
+// egress configuration: an omitted list is cleared, an omitted
+// AllowInternet means the default (internet allowed).
 type NetworkUpdate struct {
-	AllowOut, DenyOut *[]string
+	AllowOut, DenyOut []string
 	AllowInternet     *bool
 }
 
 // UpdateNetwork changes a running sandbox's egress policy at once:
-// connections the new policy denies are cut.
+// connections the new policy denies are cut. Inbound settings
+// (allowPublicTraffic, maskRequestHost) are not egress and stay.
 func (m *Manager) UpdateNetwork(ctx context.Context, keyID, id string, upd NetworkUpdate) (*store.Sandbox, error) {
 	rec, err := m.store.GetSandbox(ctx, keyID, id)
 	if err != nil {
@@ -111,18 +113,21 @@ func (m *Manager) UpdateNetwork(ctx context.Context, keyID, id string, upd Netwo
 			return nil, fmt.Errorf("sandbox %s: network record: %w", id, err)
 		}
 	}
-	if upd.AllowOut != nil {
-		obj["allowOut"] = *upd.AllowOut
+	delete(obj, "allowOut")
+	delete(obj, "denyOut")
+	if len(upd.AllowOut) > 0 {
+		obj["allowOut"] = upd.AllowOut
 	}
-	if upd.DenyOut != nil {
-		obj["denyOut"] = *upd.DenyOut
+	if len(upd.DenyOut) > 0 {
+		obj["denyOut"] = upd.DenyOut
 	}
-	b, _ := json.Marshal(obj)
 	next := rec
-	next.Network = string(b)
-	if upd.AllowInternet != nil {
-		next.AllowInternetAccess = upd.AllowInternet
+	next.Network = ""
+	if len(obj) > 0 {
+		b, _ := json.Marshal(obj)
+		next.Network = string(b)
 	}
+	next.AllowInternetAccess = upd.AllowInternet
 	p, err := egressOf(&next)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)

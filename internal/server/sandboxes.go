@@ -355,8 +355,8 @@ func metricJSON(m sandbox.Metric) e2bapi.SandboxMetric {
 	return out
 }
 
-// networkUpdate is PUT /sandboxes/{id}/network's body; absent fields stay
-// as they are.
+// networkUpdate is PUT /sandboxes/{id}/network's body. It replaces the
+// egress configuration: absent fields are cleared (E2B's semantics).
 type networkUpdate struct {
 	AllowOut            *[]string       `json:"allowOut"`
 	DenyOut             *[]string       `json:"denyOut"`
@@ -383,17 +383,23 @@ func (u *networkUpdate) Validate() error {
 	return nil
 }
 
-// updateNetwork changes a running sandbox's egress rules at once (spec
-// §2.4 updateNetwork): 204, connections the new rules deny are cut.
+// updateNetwork replaces a running sandbox's egress rules at once (spec
+// §2.4 updateNetwork; omitted fields are cleared, as E2B documents): 204,
+// connections the new rules deny are cut.
 func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	var req networkUpdate
 	if !s.decode(w, r, &req, false) {
 		return
 	}
-	_, err := s.mgr.UpdateNetwork(r.Context(), keyID(r), id, sandbox.NetworkUpdate{
-		AllowOut: req.AllowOut, DenyOut: req.DenyOut, AllowInternet: req.AllowInternetAccess,
-	})
+	upd := sandbox.NetworkUpdate{AllowInternet: req.AllowInternetAccess}
+	if req.AllowOut != nil {
+		upd.AllowOut = *req.AllowOut
+	}
+	if req.DenyOut != nil {
+		upd.DenyOut = *req.DenyOut
+	}
+	_, err := s.mgr.UpdateNetwork(r.Context(), keyID(r), id, upd)
 	if err != nil {
 		if errors.Is(err, errdefs.ErrInvalidArgument) {
 			err = e2bapi.BadRequest(err.Error())
