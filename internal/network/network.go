@@ -77,6 +77,8 @@ type Manager struct {
 	nets  map[string]*sandboxNet     // by sandbox id
 	addrs map[netip.Addr]*sandboxNet // by the sandbox's own address
 	slots map[int]bool
+	// nextSlot is where the search for a free slot starts.
+	nextSlot int
 }
 
 // sandboxNet is one sandbox's network.
@@ -88,8 +90,9 @@ type sandboxNet struct {
 	addr    netip.Addr // sandbox end
 	policy  *policy.Egress
 	proxied bool // in the proxied set
-	// resolved are the addresses allowed names answered, until when.
-	resolved map[netip.Addr]time.Time
+	// answers are, per name an allowOut domain rule allowed, the addresses
+	// it resolved to and until when.
+	answers map[string]answer
 }
 
 // New returns a manager; call Start before attaching sandboxes.
@@ -214,7 +217,25 @@ func (m *Manager) newNet(id string, slot int, p *policy.Egress) *sandboxNet {
 		return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
 	}
 	return &sandboxNet{id: id, slot: slot, link: fmt.Sprintf("%s%x", linkPrefix, slot),
-		host: ip(host), addr: ip(host + 1), policy: p, resolved: map[netip.Addr]time.Time{}}
+		host: ip(host), addr: ip(host + 1), policy: p, answers: map[string]answer{}}
+}
+
+// answer is one DNS answer for an allowed name.
+type answer struct {
+	addrs []netip.Addr
+	until time.Time
+}
+
+// kept returns the answers still valid at now for names p allows, for a
+// policy update: connections to allowed names must survive it.
+func keptAnswers(answers map[string]answer, p *policy.Egress, now time.Time) map[string]answer {
+	kept := map[string]answer{}
+	for name, a := range answers {
+		if now.Before(a.until) && p.Name(name) == policy.Allow {
+			kept[name] = a
+		}
+	}
+	return kept
 }
 
 // Addr is a sandbox's place on the network.
@@ -232,10 +253,12 @@ func (m *Manager) Attach(ctx context.Context, id string, pid int, p *policy.Egre
 		m.mu.Unlock()
 		return Addr{}, fmt.Errorf("sandbox %s already has a network", id)
 	}
+	// Next fit, not first fit: an address is reused as late as possible.
 	slot := -1
-	for i := 0; i < 1<<(32-m.prefix.Bits()-1); i++ {
-		if !m.slots[i] {
-			slot = i
+	n := 1 << (32 - m.prefix.Bits() - 1)
+	for i := 0; i < n; i++ {
+		if c := (m.nextSlot + i) % n; !m.slots[c] {
+			slot = c
 			break
 		}
 	}
@@ -244,6 +267,7 @@ func (m *Manager) Attach(ctx context.Context, id string, pid int, p *policy.Egre
 		return Addr{}, fmt.Errorf("no free address in %s", m.prefix)
 	}
 	m.slots[slot] = true
+	m.nextSlot = slot + 1
 	sb := m.newNet(id, slot, p)
 	m.mu.Unlock()
 	defer func() {
@@ -384,17 +408,27 @@ func (m *Manager) Update(ctx context.Context, id string, p *policy.Egress) error
 	if err != nil {
 		return fmt.Errorf("nftables: %w", err)
 	}
+	now := time.Now()
 	m.mu.Lock()
-	old := sb.policy
+	old, oldAnswers := sb.policy, sb.answers
 	sb.policy = p
-	clear(sb.resolved)
+	sb.answers = keptAnswers(sb.answers, p, now)
+	kept := sb.answers
 	m.mu.Unlock()
-	if err := m.addSandbox(c, m.existing(), sb, false); err != nil {
+	tb := m.existing()
+	if err := m.addSandbox(c, tb, sb, false); err != nil {
 		return err
+	}
+	// The set was emptied in the batch: what names still allowed resolved
+	// to goes back in, in the same batch.
+	for _, a := range kept {
+		if err := addResolved(c, tb, sb.id, a.addrs, a.until.Sub(now)); err != nil {
+			return err
+		}
 	}
 	if err := c.Flush(); err != nil {
 		m.mu.Lock()
-		sb.policy = old
+		sb.policy, sb.answers = old, oldAnswers
 		m.mu.Unlock()
 		return fmt.Errorf("firewall of sandbox %s: %w", id, err)
 	}
@@ -447,10 +481,15 @@ func (m *Manager) cut(sb *sandboxNet) error {
 			continue
 		}
 		dst = dst.Unmap()
-		if dst == sb.host {
-			continue // the resolver and the proxy: the proxy re-judges its own
+		// Flows redirected to the resolver or the egress proxy answer from
+		// the host's end: the proxy re-judges its own connections.
+		if rsrc, ok := netip.AddrFromSlice(f.Reverse.SrcIP); dst == sb.host || (ok && rsrc.Unmap() == sb.host) {
+			continue
 		}
-		if sb.policy.Addr(dst, false) != policy.Allow {
+		m.mu.Lock()
+		allowed := sb.policy.Addr(dst, sb.resolvedLocked(dst, time.Now())) == policy.Allow
+		m.mu.Unlock()
+		if !allowed {
 			filter.ids = append(filter.ids, f)
 		}
 	}
@@ -461,6 +500,21 @@ func (m *Manager) cut(sb *sandboxNet) error {
 		return fmt.Errorf("cut connections of sandbox %s: %w", sb.id, err)
 	}
 	return nil
+}
+
+// forget deletes every conntrack entry to or from a.
+func (m *Manager) forget(a netip.Addr) error {
+	var errs []error
+	for _, t := range []netlink.ConntrackFilterType{netlink.ConntrackOrigSrcIP, netlink.ConntrackReplyDstIP, netlink.ConntrackOrigDstIP} {
+		f := &netlink.ConntrackFilter{}
+		if err := f.AddIP(t, a.AsSlice()); err != nil {
+			return err
+		}
+		if _, err := m.h.ConntrackDeleteFilters(netlink.ConntrackTable, netlink.FAMILY_V4, f); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Detach removes a sandbox's firewall entries and link (the link also goes
@@ -483,6 +537,15 @@ func (m *Manager) Detach(ctx context.Context, id string) error {
 	}
 	delSandbox(c, m.existing(), sb)
 	ferr := c.Flush()
+	// Nothing of the sandbox may outlive it: its tracked connections (a
+	// peer still sending would otherwise reach the next sandbox at this
+	// address as "established") and the egress proxy's.
+	if err := m.forget(sb.addr); err != nil {
+		m.logger.Warn("conntrack of a removed sandbox", "sandbox", id, "err", err)
+	}
+	if m.onUpdate != nil {
+		m.onUpdate(sb.addr)
+	}
 	// Deleting a veth waits for the kernel to unregister it (~20 ms): not
 	// on the caller's time. The slot is free again only once the link is
 	// gone, so a new sandbox never meets its name.
@@ -521,28 +584,49 @@ func (m *Manager) Resolved(client, dst netip.Addr) bool {
 	if !ok {
 		return false
 	}
-	until, ok := sb.resolved[dst.Unmap()]
-	return ok && time.Now().Before(until)
+	return sb.resolvedLocked(dst.Unmap(), time.Now())
 }
 
-// Answered records the addresses an allowed name resolved to for a
-// sandbox and opens the firewall to them for ttl. The resolver calls it
-// before it answers, so the sandbox's first packet already passes.
+// resolvedLocked reports whether an allowed name's valid answer holds a.
+func (sb *sandboxNet) resolvedLocked(a netip.Addr, now time.Time) bool {
+	for _, an := range sb.answers {
+		if now.Before(an.until) {
+			for _, b := range an.addrs {
+				if b == a {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// Answered records the addresses a name resolved to for a sandbox and,
+// when an allowOut domain rule allows the name, opens the firewall to them
+// for ttl. The resolver calls it before it answers, so the sandbox's first
+// packet already passes. Answers for names no rule mentions open nothing:
+// the address rules judge those addresses (a lookup must never open what
+// denyOut denies).
 func (m *Manager) Answered(client netip.Addr, name string, addrs []netip.Addr, ttl time.Duration) {
 	m.mu.Lock()
 	sb, ok := m.addrs[client.Unmap()]
-	if ok {
-		until := time.Now().Add(ttl)
-		for _, a := range addrs {
-			sb.resolved[a.Unmap()] = until
-		}
-		// Forget what has expired, so the map stays small.
+	if ok && sb.policy.Name(name) == policy.Allow {
 		now := time.Now()
-		for a, t := range sb.resolved {
-			if now.After(t) {
-				delete(sb.resolved, a)
+		var v4 []netip.Addr
+		for _, a := range addrs {
+			if a = a.Unmap(); a.Is4() {
+				v4 = append(v4, a)
 			}
 		}
+		sb.answers[name] = answer{addrs: v4, until: now.Add(ttl)}
+		// Forget what has expired, so the map stays small.
+		for n, an := range sb.answers {
+			if !now.Before(an.until) {
+				delete(sb.answers, n)
+			}
+		}
+	} else {
+		ok = false
 	}
 	m.mu.Unlock()
 	if !ok {

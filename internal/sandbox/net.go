@@ -60,7 +60,8 @@ func ValidateNetwork(allowOut, denyOut []string) error {
 // attachNetwork gives a sandbox that may reach the internet its link, its
 // firewall and a resolv.conf naming the host's resolver; a sandbox without
 // internet keeps loopback only. Nothing happens without a network manager.
-func (m *Manager) attachNetwork(ctx context.Context, sbx runtime.Sandbox, rt *route, p *policy.Egress) error {
+// token is envd's access token once /init has set it ("" before).
+func (m *Manager) attachNetwork(ctx context.Context, sbx runtime.Sandbox, rt *route, p *policy.Egress, token string) error {
 	if m.net == nil || !p.Internet {
 		return nil
 	}
@@ -77,6 +78,9 @@ func (m *Manager) attachNetwork(ctx context.Context, sbx runtime.Sandbox, rt *ro
 	body := "# written by hutch: the host's resolver for this sandbox\nnameserver " + addr.Gateway.String() + "\n"
 	req, _ := http.NewRequestWithContext(ctx, "POST", "http://envd/files?path=/etc/resolv.conf&username=root", bytes.NewReader([]byte(body)))
 	req.Header.Set("Content-Type", "application/octet-stream")
+	if token != "" {
+		req.Header.Set("X-Access-Token", token)
+	}
 	resp, err := (&http.Client{Transport: rt.transport(envd.Port)}).Do(req)
 	if err == nil {
 		resp.Body.Close()
@@ -142,7 +146,7 @@ func (m *Manager) UpdateNetwork(ctx context.Context, keyID, id string, upd Netwo
 			if l == nil {
 				return nil, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
 			}
-			err = m.attachNetwork(ctx, l.metrics.sbx, l.route, p)
+			err = m.attachNetwork(ctx, l.metrics.sbx, l.route, p, rec.EnvdAccessToken)
 		} else if errors.Is(err, network.ErrNoNetwork) {
 			err = nil // no internet before, none now
 		}

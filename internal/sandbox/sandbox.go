@@ -180,7 +180,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (_ *store.Sandb
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
 	}
-	if err := m.attachNetwork(ctx, st.sbx, st.route, egress); err != nil {
+	if err := m.attachNetwork(ctx, st.sbx, st.route, egress, ""); err != nil {
 		return nil, err
 	}
 	if err := m.initEnvd(ctx, st.route, rec, tpl.DefaultUser); err != nil {

@@ -1,0 +1,905 @@
+// Package netpolicy tests sandbox networking end to end: a real `hutch
+// serve` (the binary built from this checkout) creates sandboxes through
+// the official E2B SDK, and what those sandboxes can reach is tried from
+// inside them with curl and python3.
+//
+// Nothing here touches the machine's own network or firewall, and no packet
+// is sent to any address outside the namespaces the tests make:
+//
+//	host      a fresh network namespace where `hutch serve` runs (its
+//	          nftables table, links, conntrack and ip_forward are that
+//	          namespace's): 203.0.113.254/24 on "inet0", default route to
+//	          the internet; the API on :3000 and a test service on :8081
+//	          (every address, IPv4 and IPv6), which no sandbox may reach.
+//	internet  the other end of inet0, 203.0.113.1, holding every address a
+//	          test reaches or expects refused: 203.0.113.10 (HTTP :80 and
+//	          :8080, HTTPS :443 with a certificate for the test names, a
+//	          slow TCP stream on :9000), 198.51.100.7 (the same), 169.254.169.254
+//	          (cloud metadata), 10.99.0.1 (a private host), and the DNS
+//	          server of the test zone at 203.0.113.53:53, Hutch's
+//	          --dns-upstream.
+//	sandboxes made by hutch serve; their links are the host's hv* links.
+//
+// The servers are goroutines of the test whose sockets were opened on a
+// thread inside the internet namespace; every server says who it is
+// ("served-by ADDR host HOST sni SNI"), so a test can tell which server it
+// reached and under which name.
+package netpolicy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/nftables"
+	"github.com/miekg/dns"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+)
+
+// The test world's addresses.
+const (
+	hostAddr     = "203.0.113.254" // the host's address on the internet link
+	upstreamGW   = "203.0.113.1"   // the internet's end of that link
+	webAddr      = "203.0.113.10"  // a public server: HTTP, HTTPS, stream
+	otherAddr    = "198.51.100.7"  // another public server, in another range
+	metadataAddr = "169.254.169.254"
+	privateAddr  = "10.99.0.1"
+	dnsAddr      = "203.0.113.53"
+
+	apiPort     = 3000 // hutch serve's listener, on every host address
+	hostSvcPort = 8081 // a service of the host's that sandboxes must not reach
+	streamPort  = 9000 // slow TCP streams, for cut connections
+	altPort     = 8080 // HTTP on a port the egress proxy does not see
+
+	sandboxRange = "10.200.0.0/16" // hutch serve's default --network-cidr
+
+	testKey = "e2b_0123456789012345678901234567890123456789"
+)
+
+// zone is what the test DNS server answers (A records); every other name
+// is NXDOMAIN. Names under exfil.test all resolve: tests use fresh ones to
+// see whether a query was forwarded upstream.
+var zone = map[string]string{
+	"allowed.test.":       webAddr,
+	"other.test.":         webAddr,
+	"wild.test.":          webAddr,
+	"api.wild.test.":      webAddr,
+	"deep.api.wild.test.": webAddr,
+	"denied.test.":        otherAddr,
+	"metadata.test.":      metadataAddr,
+	"private.test.":       privateAddr,
+}
+
+// certNames are the names the HTTPS servers' certificate is for.
+var certNames = []string{"allowed.test", "other.test", "wild.test", "api.wild.test", "denied.test"}
+
+var (
+	buildOnce sync.Once
+	builtBin  string
+	buildErr  error
+	buildOut  []byte
+	buildDir  string
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if buildDir != "" {
+		os.RemoveAll(buildDir)
+	}
+	os.Exit(code)
+}
+
+// hutchBinary builds cmd/hutch once per test binary.
+func hutchBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		buildDir, buildErr = os.MkdirTemp("", "hutch-netpolicy-bin-")
+		if buildErr != nil {
+			return
+		}
+		os.Chmod(buildDir, 0o755)
+		builtBin = filepath.Join(buildDir, "hutch")
+		build := exec.Command("go", "build", "-o", builtBin, "../../cmd/hutch")
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		buildOut, buildErr = build.CombinedOutput()
+	})
+	if buildErr != nil {
+		t.Fatalf("build hutch: %v\n%s", buildErr, buildOut)
+	}
+	return builtBin
+}
+
+// world is one host namespace with its internet, a hutch serve in the host
+// and an SDK driver talking to it.
+type world struct {
+	t        *testing.T
+	host     netns.NsHandle
+	internet netns.NsHandle
+	bin      string
+	env      []string // hutch's environment (data dir, templates, key)
+	dataDir  string
+
+	dns     *dnsServer
+	streams *streams
+	closers []io.Closer
+
+	serveMu   sync.Mutex
+	serve     *exec.Cmd
+	serveDone chan struct{}
+	serveLog  *tailBuffer
+
+	sdk *driver
+}
+
+// inNS runs f on a thread in ns. The thread is left there and dies with
+// its goroutine: it never goes back to the pool in the wrong namespace.
+func inNS(ns netns.NsHandle, f func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		if err := netns.Set(ns); err != nil {
+			errc <- fmt.Errorf("setns: %w", err)
+			return
+		}
+		errc <- f()
+	}()
+	return <-errc
+}
+
+func ipnet(a string, bits int) *net.IPNet {
+	return &net.IPNet{IP: net.ParseIP(a).To4(), Mask: net.CIDRMask(bits, 32)}
+}
+
+// newWorld builds the namespaces and servers and starts hutch serve; all of
+// it goes when the test ends.
+func newWorld(t *testing.T) *world {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: network namespaces, sandboxes")
+	}
+	for _, tool := range []string{"nsenter", "node"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("needs %s: %v", tool, err)
+		}
+	}
+	w := &world{t: t, bin: hutchBinary(t), dns: &dnsServer{}, streams: newStreams()}
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // the thread ends up in a new namespace: never unlocked
+		var err error
+		if w.internet, err = netns.New(); err == nil {
+			w.host, err = netns.New()
+		}
+		errc <- err
+	}()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, c := range w.closers {
+			c.Close()
+		}
+		w.streams.closeAll()
+		w.host.Close()
+		w.internet.Close()
+	})
+
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(inNS(w.host, func() error {
+		lo, err := netlink.LinkByName("lo")
+		if err != nil {
+			return err
+		}
+		if err := netlink.LinkSetUp(lo); err != nil {
+			return err
+		}
+		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "inet0"}, PeerName: "up0", PeerNamespace: netlink.NsFd(w.internet)}
+		if err := netlink.LinkAdd(veth); err != nil {
+			return err
+		}
+		l, err := netlink.LinkByName("inet0")
+		if err != nil {
+			return err
+		}
+		if err := netlink.AddrAdd(l, &netlink.Addr{IPNet: ipnet(hostAddr, 24)}); err != nil {
+			return err
+		}
+		if err := netlink.LinkSetUp(l); err != nil {
+			return err
+		}
+		return netlink.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Gw: net.ParseIP(upstreamGW)})
+	}))
+	must(inNS(w.internet, func() error {
+		lo, err := netlink.LinkByName("lo")
+		if err != nil {
+			return err
+		}
+		if err := netlink.LinkSetUp(lo); err != nil {
+			return err
+		}
+		l, err := netlink.LinkByName("up0")
+		if err != nil {
+			return err
+		}
+		if err := netlink.AddrAdd(l, &netlink.Addr{IPNet: ipnet(upstreamGW, 24)}); err != nil {
+			return err
+		}
+		for _, a := range []string{webAddr, otherAddr, metadataAddr, privateAddr, dnsAddr} {
+			if err := netlink.AddrAdd(lo, &netlink.Addr{IPNet: ipnet(a, 32)}); err != nil {
+				return fmt.Errorf("%s: %w", a, err)
+			}
+		}
+		// Replies to the host's (masqueraded) address are on link.
+		return netlink.LinkSetUp(l)
+	}))
+
+	cert := selfSigned(t)
+	handler := echoHandler(w.streams)
+	must(inNS(w.internet, func() error {
+		for _, a := range []string{webAddr, otherAddr, metadataAddr, privateAddr} {
+			if err := w.serveHTTP(a+":80", handler, nil); err != nil {
+				return err
+			}
+		}
+		for _, a := range []string{webAddr, otherAddr} {
+			if err := w.serveHTTP(a+":443", handler, &tls.Config{Certificates: []tls.Certificate{cert}}); err != nil {
+				return err
+			}
+			if err := w.serveHTTP(fmt.Sprintf("%s:%d", a, altPort), handler, nil); err != nil {
+				return err
+			}
+			ln, err := net.Listen("tcp", fmt.Sprintf("%s:%d", a, streamPort))
+			if err != nil {
+				return err
+			}
+			w.closers = append(w.closers, ln)
+			go w.streams.serveTCP(ln)
+		}
+		return w.dns.start(w, dnsAddr+":53")
+	}))
+	must(inNS(w.host, func() error {
+		return w.serveHTTP(fmt.Sprintf(":%d", hostSvcPort), handler, nil) // IPv4 and IPv6
+	}))
+
+	// hutch serve's data: sandboxes' uids must traverse to their layers.
+	tmp := t.TempDir()
+	os.Chmod(filepath.Dir(tmp), 0o711)
+	os.Chmod(tmp, 0o711)
+	w.dataDir = filepath.Join(tmp, "data")
+	templates := os.Getenv("HUTCH_TEMPLATES")
+	if templates == "" {
+		templates = "/var/lib/hutch/templates"
+	}
+	w.env = append(os.Environ(), "HUTCH_DATA_DIR="+w.dataDir, "HUTCH_TEMPLATES="+templates, "HUTCH_API_KEY="+testKey)
+	t.Cleanup(w.cleanupSandboxes)
+
+	// The world itself works: from the host, every server answers, so a
+	// refusal seen from a sandbox is the policy's doing.
+	for _, u := range []string{
+		"http://" + webAddr + "/", "https://" + webAddr + "/", "http://" + otherAddr + "/", "https://" + otherAddr + "/",
+		fmt.Sprintf("http://%s:%d/", webAddr, altPort),
+		"http://" + metadataAddr + "/", "http://" + privateAddr + "/",
+		fmt.Sprintf("http://%s:%d/", hostAddr, hostSvcPort),
+	} {
+		if body, err := w.hostGet(u); err != nil || !strings.Contains(body, "served-by") {
+			t.Fatalf("the test world is broken: %s from the host: %q, %v", u, body, err)
+		}
+	}
+	if a, err := w.hostLookup("allowed.test"); err != nil || a != webAddr {
+		t.Fatalf("the test world is broken: allowed.test from the host: %q, %v", a, err)
+	}
+
+	w.startServe()
+	t.Cleanup(func() { w.stopServe(syscall.SIGTERM) })
+	w.sdk = startDriver(t, w)
+	return w
+}
+
+// serveHTTP serves h (over TLS with tc) on addr; call it inside a namespace.
+func (w *world) serveHTTP(addr string, h http.Handler, tc *tls.Config) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: h, TLSConfig: tc, ReadHeaderTimeout: 10 * time.Second}
+	w.closers = append(w.closers, srv)
+	if tc != nil {
+		go srv.ServeTLS(ln, "", "")
+	} else {
+		go srv.Serve(ln)
+	}
+	return nil
+}
+
+// echoHandler says who it is, for which name it was asked; /stream?id=ID
+// streams ticks until the client goes (for cut connections).
+func echoHandler(st *streams) http.Handler {
+	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		local, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+		sni := "-"
+		if r.TLS != nil {
+			sni = r.TLS.ServerName
+		}
+		if r.URL.Path == "/stream" {
+			st.serveHTTP(rw, r)
+			return
+		}
+		fmt.Fprintf(rw, "served-by %s host %s sni %s\n", local, r.Host, sni)
+	})
+}
+
+// selfSigned makes a certificate for the test names and addresses.
+func selfSigned(t *testing.T) tls.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "netpolicy test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		DNSNames: certNames, IPAddresses: []net.IP{net.ParseIP(webAddr), net.ParseIP(otherAddr)},
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tpl, tpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+// dnsServer answers the test zone and remembers every name it was asked.
+type dnsServer struct {
+	mu   sync.Mutex
+	seen map[string]int
+}
+
+func (d *dnsServer) start(w *world, addr string) error {
+	pc, err := net.ListenPacket("udp", addr)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		pc.Close()
+		return err
+	}
+	d.seen = map[string]int{}
+	for _, srv := range []*dns.Server{{PacketConn: pc, Handler: d}, {Listener: ln, Handler: d}} {
+		w.closers = append(w.closers, closerFunc(srv.Shutdown))
+		go srv.ActivateAndServe()
+	}
+	return nil
+}
+
+type closerFunc func() error
+
+func (f closerFunc) Close() error { return f() }
+
+func (d *dnsServer) ServeDNS(rw dns.ResponseWriter, req *dns.Msg) {
+	resp := new(dns.Msg)
+	resp.SetReply(req)
+	resp.Authoritative = true
+	if len(req.Question) == 1 {
+		q := req.Question[0]
+		name := strings.ToLower(q.Name)
+		d.mu.Lock()
+		d.seen[strings.TrimSuffix(name, ".")]++
+		d.mu.Unlock()
+		a, ok := zone[name]
+		if !ok && strings.HasSuffix(name, ".exfil.test.") {
+			a, ok = webAddr, true
+		}
+		switch {
+		case !ok:
+			resp.Rcode = dns.RcodeNameError
+		case q.Qtype == dns.TypeA:
+			resp.Answer = append(resp.Answer, &dns.A{
+				Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60},
+				A:   net.ParseIP(a).To4(),
+			})
+		}
+	}
+	rw.WriteMsg(resp)
+}
+
+// asked reports whether the server was ever asked for name.
+func (d *dnsServer) asked(name string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.seen[name] > 0
+}
+
+// streams are the slow streams the internet serves: raw TCP on streamPort
+// (the client first sends "id ID\n") and HTTP /stream?id=ID. Each sends a
+// tick every 100 ms until a write fails or the client goes.
+type streams struct {
+	mu     sync.Mutex
+	byID   map[string]*stream
+	closed bool
+	conns  map[net.Conn]struct{}
+}
+
+type stream struct {
+	mu    sync.Mutex
+	ticks int
+	err   error // why it ended; nil while it runs
+	ended bool
+}
+
+func newStreams() *streams {
+	return &streams{byID: map[string]*stream{}, conns: map[net.Conn]struct{}{}}
+}
+
+func (s *streams) get(id string) *stream {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.byID[id]
+	if st == nil {
+		st = &stream{}
+		s.byID[id] = st
+	}
+	return st
+}
+
+// state returns how many ticks the stream id has sent and whether it ended.
+func (s *streams) state(id string) (ticks int, ended bool, err error) {
+	st := s.get(id)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.ticks, st.ended, st.err
+}
+
+func (s *streams) track(c net.Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		c.Close()
+		return false
+	}
+	s.conns[c] = struct{}{}
+	return true
+}
+
+func (s *streams) untrack(c net.Conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+	c.Close()
+}
+
+func (s *streams) closeAll() {
+	s.mu.Lock()
+	s.closed = true
+	for c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+}
+
+func (s *streams) serveTCP(ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		if !s.track(c) {
+			return
+		}
+		go func() {
+			defer s.untrack(c)
+			c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			line, err := bufio.NewReader(c).ReadString('\n')
+			if err != nil {
+				return
+			}
+			c.SetReadDeadline(time.Time{})
+			id, _ := strings.CutPrefix(strings.TrimSpace(line), "id ")
+			s.run(s.get(id), func(n int) error {
+				_, err := fmt.Fprintf(c, "tick %d\n", n)
+				return err
+			}, nil)
+		}()
+	}
+}
+
+func (s *streams) serveHTTP(rw http.ResponseWriter, r *http.Request) {
+	rw.Header().Set("Content-Type", "text/plain")
+	fl, _ := rw.(http.Flusher)
+	s.run(s.get(r.URL.Query().Get("id")), func(n int) error {
+		if _, err := fmt.Fprintf(rw, "tick %d\n", n); err != nil {
+			return err
+		}
+		fl.Flush()
+		return nil
+	}, r.Context().Done())
+}
+
+// run ticks until a write fails, done closes or the world ends (at most
+// ten minutes).
+func (s *streams) run(st *stream, write func(n int) error, done <-chan struct{}) {
+	end := func(err error) {
+		st.mu.Lock()
+		st.ended, st.err = true, err
+		st.mu.Unlock()
+	}
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(10 * time.Minute)
+	for n := 1; ; n++ {
+		if err := write(n); err != nil {
+			end(err)
+			return
+		}
+		st.mu.Lock()
+		st.ticks = n
+		st.mu.Unlock()
+		select {
+		case <-tick.C:
+		case <-done:
+			end(fmt.Errorf("client gone"))
+			return
+		case <-deadline:
+			end(fmt.Errorf("ten minutes"))
+			return
+		}
+		s.mu.Lock()
+		closed := s.closed
+		s.mu.Unlock()
+		if closed {
+			end(fmt.Errorf("world closed"))
+			return
+		}
+	}
+}
+
+// dialIn returns a dialer whose sockets are made in ns.
+func dialIn(ns netns.NsHandle) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		var c net.Conn
+		err := inNS(ns, func() error {
+			var err error
+			c, err = (&net.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, network, addr)
+			return err
+		})
+		return c, err
+	}
+}
+
+// hostClient is an HTTP client whose connections start in the host
+// namespace (the API listens there).
+func (w *world) hostClient() *http.Client {
+	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		DialContext:     dialIn(w.host),
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true},
+	}}
+}
+
+func (w *world) hostGet(url string) (string, error) {
+	resp, err := w.hostClient().Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
+
+// hostLookup asks the test DNS server from the host.
+func (w *world) hostLookup(name string) (string, error) {
+	var addr string
+	err := inNS(w.host, func() error {
+		c := &dns.Client{Timeout: 5 * time.Second}
+		m := new(dns.Msg)
+		m.SetQuestion(dns.Fqdn(name), dns.TypeA)
+		r, _, err := c.Exchange(m, dnsAddr+":53")
+		if err != nil {
+			return err
+		}
+		for _, rr := range r.Answer {
+			if a, ok := rr.(*dns.A); ok {
+				addr = a.A.String()
+			}
+		}
+		return nil
+	})
+	return addr, err
+}
+
+// startServe runs hutch serve in the host namespace and waits until it
+// answers.
+func (w *world) startServe() {
+	w.t.Helper()
+	args := []string{
+		fmt.Sprintf("--net=/proc/%d/fd/%d", os.Getpid(), int(w.host)), "--",
+		w.bin, "serve", "--listen", fmt.Sprintf(":%d", apiPort), // every address, IPv6 too
+		"--dns-upstream", dnsAddr + ":53", "--warm", "0",
+	}
+	cmd := exec.Command("nsenter", args...)
+	cmd.Env = w.env
+	if w.serveLog == nil {
+		w.serveLog = &tailBuffer{max: 150}
+		w.t.Cleanup(func() {
+			if w.t.Failed() {
+				w.t.Logf("hutch serve's last log lines:\n%s", w.serveLog.String())
+			}
+		})
+	}
+	cmd.Stdout, cmd.Stderr = w.serveLog, w.serveLog
+	if err := cmd.Start(); err != nil {
+		w.t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	w.serveMu.Lock()
+	w.serve, w.serveDone = cmd, done
+	w.serveMu.Unlock()
+	client := w.hostClient()
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d/health", apiPort))
+		if err == nil {
+			resp.Body.Close()
+			return
+		}
+		select {
+		case <-done:
+			w.t.Fatalf("hutch serve exited: %s\n%s", cmd.ProcessState, w.serveLog.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			w.t.Fatalf("hutch serve never answered: %v", err)
+		}
+	}
+}
+
+// stopServe signals hutch serve and waits for it to exit.
+func (w *world) stopServe(sig syscall.Signal) {
+	w.serveMu.Lock()
+	cmd, done := w.serve, w.serveDone
+	w.serve = nil
+	w.serveMu.Unlock()
+	if cmd == nil {
+		return
+	}
+	cmd.Process.Signal(sig)
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		cmd.Process.Kill()
+		<-done
+	}
+}
+
+// servePid is the pid of the running hutch serve (nsenter execs it).
+func (w *world) servePid() int {
+	w.serveMu.Lock()
+	defer w.serveMu.Unlock()
+	if w.serve == nil {
+		return 0
+	}
+	return w.serve.Process.Pid
+}
+
+// runtimeStatus is the part of `hutch ps --json` the tests read.
+type runtimeStatus struct {
+	ID     string
+	Pid    int
+	State  string
+	Labels map[string]string
+}
+
+// runtimeSandboxes lists the runtime's sandboxes in the data dir.
+func (w *world) runtimeSandboxes() []runtimeStatus {
+	ps := exec.Command(w.bin, "ps", "--json")
+	ps.Env = w.env
+	out, err := ps.Output()
+	if err != nil {
+		w.t.Errorf("hutch ps: %v", err)
+		return nil
+	}
+	var list []runtimeStatus
+	if err := json.Unmarshal(out, &list); err != nil {
+		w.t.Errorf("hutch ps --json: %v\n%s", err, out)
+	}
+	return list
+}
+
+// cleanupSandboxes removes every sandbox left in the data dir (sandboxes
+// outlive servers by design).
+func (w *world) cleanupSandboxes() {
+	ps := exec.Command(w.bin, "ps", "-q")
+	ps.Env = w.env
+	out, _ := ps.Output()
+	ids := strings.Fields(string(out))
+	if len(ids) == 0 {
+		return
+	}
+	rm := exec.Command(w.bin, append([]string{"rm"}, ids...)...)
+	rm.Env = w.env
+	if out, err := rm.CombinedOutput(); err != nil {
+		w.t.Logf("hutch rm %v: %v\n%s", ids, err, out)
+	}
+}
+
+// hostState is what the kernel of the host namespace holds for sandboxes.
+type hostState struct {
+	links     map[string]string // hv* link name -> alias (the sandbox id)
+	chains    []string          // sbx-* chains of the hutch table
+	sets      []string          // res-* sets
+	dispatch  int               // elements of the dispatch map
+	proxied   int               // elements of the proxied set
+	table     bool              // the inet hutch table exists
+	conntrack []string          // flows from or to the sandbox range
+}
+
+// inspect reads the host namespace's links, firewall and conntrack table.
+func (w *world) inspect(t *testing.T) hostState {
+	t.Helper()
+	st := hostState{links: map[string]string{}}
+	h, err := netlink.NewHandleAt(w.host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	links, err := h.LinkList()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range links {
+		if strings.HasPrefix(l.Attrs().Name, "hv") {
+			st.links[l.Attrs().Name] = l.Attrs().Alias
+		}
+	}
+	c, err := nftables.New(nftables.WithNetNSFd(int(w.host)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tbl, err := c.ListTableOfFamily("hutch", nftables.TableFamilyINet); err == nil && tbl != nil {
+		st.table = true
+		chains, err := c.ListChainsOfTableFamily(nftables.TableFamilyINet)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ch := range chains {
+			if ch.Table.Name == "hutch" && strings.HasPrefix(ch.Name, "sbx-") {
+				st.chains = append(st.chains, ch.Name)
+			}
+		}
+		sets, err := c.GetSets(tbl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range sets {
+			switch {
+			case strings.HasPrefix(s.Name, "res-"):
+				st.sets = append(st.sets, s.Name)
+			case s.Name == "dispatch" || s.Name == "proxied":
+				els, err := c.GetSetElements(s)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if s.Name == "dispatch" {
+					st.dispatch = len(els)
+				} else {
+					st.proxied = len(els)
+				}
+			}
+		}
+	}
+	sort.Strings(st.chains)
+	sort.Strings(st.sets)
+	flows := w.flows(t)
+	rng := netip.MustParsePrefix(sandboxRange)
+	in := func(ip net.IP) bool {
+		a, ok := netip.AddrFromSlice(ip)
+		return ok && rng.Contains(a.Unmap())
+	}
+	for _, f := range flows {
+		if in(f.Forward.SrcIP) || in(f.Forward.DstIP) || in(f.Reverse.SrcIP) || in(f.Reverse.DstIP) {
+			st.conntrack = append(st.conntrack, describeFlow(f))
+		}
+	}
+	return st
+}
+
+// flows returns the host namespace's IPv4 conntrack table.
+func (w *world) flows(t *testing.T) []*netlink.ConntrackFlow {
+	t.Helper()
+	h, err := netlink.NewHandleAt(w.host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	flows, err := h.ConntrackTableList(netlink.ConntrackTable, netlink.FAMILY_V4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return flows
+}
+
+// tcpEstablished is conntrack's TCP state ESTABLISHED.
+const tcpEstablished = 3
+
+var tcpStates = []string{"NONE", "SYN_SENT", "SYN_RECV", "ESTABLISHED", "FIN_WAIT", "CLOSE_WAIT", "LAST_ACK", "TIME_WAIT", "CLOSE", "SYN_SENT2"}
+
+func describeFlow(f *netlink.ConntrackFlow) string {
+	state := ""
+	if p, ok := f.ProtoInfo.(*netlink.ProtoInfoTCP); ok && int(p.State) < len(tcpStates) {
+		state = tcpStates[p.State] + " "
+	}
+	proto := map[uint8]string{6: "tcp", 17: "udp", 1: "icmp"}[f.Forward.Protocol]
+	return fmt.Sprintf("%s %s%s:%d -> %s:%d (reply %s:%d -> %s:%d) timeout %ds", proto, state,
+		f.Forward.SrcIP, f.Forward.SrcPort, f.Forward.DstIP, f.Forward.DstPort,
+		f.Reverse.SrcIP, f.Reverse.SrcPort, f.Reverse.DstIP, f.Reverse.DstPort, f.TimeOut)
+}
+
+// linkOf returns the host-side link of a sandbox ("" if none).
+func (st hostState) linkOf(id string) string {
+	for name, alias := range st.links {
+		if alias == id {
+			return name
+		}
+	}
+	return ""
+}
+
+// tailBuffer keeps the last max lines written to it.
+type tailBuffer struct {
+	mu      sync.Mutex
+	max     int
+	lines   []string
+	partial []byte
+}
+
+func (b *tailBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.partial = append(b.partial, p...)
+	for {
+		i := bytes.IndexByte(b.partial, '\n')
+		if i < 0 {
+			break
+		}
+		b.lines = append(b.lines, string(b.partial[:i]))
+		b.partial = b.partial[i+1:]
+		if len(b.lines) > b.max {
+			b.lines = b.lines[len(b.lines)-b.max:]
+		}
+	}
+	return len(p), nil
+}
+
+func (b *tailBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return strings.Join(b.lines, "\n") + string(b.partial)
+}
