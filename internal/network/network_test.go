@@ -61,7 +61,10 @@ func inNS(t *testing.T, ns netns.NsHandle, f func()) {
 
 var internetAddrs = []string{"203.0.113.10", "198.51.100.7", "169.254.169.254", "10.99.0.1"}
 
-func newWorld(t *testing.T) *world {
+func newWorld(t *testing.T) *world { t.Helper(); return newWorldWith(t, Options{}) }
+
+// newWorldWith builds the world with a manager made from opts.
+func newWorldWith(t *testing.T, opts Options) *world {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: network namespaces")
@@ -146,7 +149,7 @@ func newWorld(t *testing.T) *world {
 				udp.WriteTo([]byte("dns:"+from.(*net.UDPAddr).IP.String()+":"+string(buf[:n])), from)
 			}
 		}()
-		w.m, err = New(Options{})
+		w.m, err = New(opts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -426,4 +429,65 @@ func TestDetachAndRestart(t *testing.T) {
 			t.Errorf("Update of a detached sandbox: %v", err)
 		}
 	})
+}
+
+// TestLimits: a sandbox's concurrent connections are capped in the kernel,
+// and both ends of its link carry a bandwidth cap it cannot lift.
+func TestLimits(t *testing.T) {
+	const rate = 8_000_000 // bits/s
+	w := newWorldWith(t, Options{MaxConns: 3, RateBits: rate})
+	pid, _ := w.sandbox("ilimits", mustPolicy(t, true, nil, nil))
+	var open []net.Conn
+	for i := 0; i < 3; i++ {
+		g, c := w.dial(pid, "203.0.113.10:8080")
+		if g == "" {
+			t.Fatalf("connection %d under the cap refused", i+1)
+		}
+		open = append(open, c)
+	}
+	if !w.refused(pid, "198.51.100.7:8080") {
+		t.Error("a fourth connection passed a cap of 3")
+	}
+	for _, c := range open {
+		c.Close()
+	}
+
+	ns, err := netns.GetFromPid(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	check := func(where string, h *netlink.Handle, link string) {
+		l, err := h.LinkByName(link)
+		if err != nil {
+			t.Fatalf("%s: %v", where, err)
+		}
+		qs, err := h.QdiscList(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range qs {
+			if tbf, ok := q.(*netlink.Tbf); ok && tbf.Rate == rate/8 {
+				return
+			}
+		}
+		t.Errorf("%s: no tbf qdisc of %d bytes/s on %s: %v", where, rate/8, link, qs)
+	}
+	inNS(t, w.host, func() {
+		w.m.mu.Lock()
+		link := w.m.nets["ilimits"].link
+		w.m.mu.Unlock()
+		h, err := netlink.NewHandle()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Close()
+		check("host end (the sandbox's download)", h, link)
+	})
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	check("sandbox end (its upload)", h, "eth0")
 }
