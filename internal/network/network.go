@@ -95,7 +95,9 @@ type sandboxNet struct {
 	answers map[string]answer
 }
 
-// New returns a manager; call Start before attaching sandboxes.
+// New returns a manager for the calling thread's network namespace (the
+// only one there: a second is refused); call Start before attaching
+// sandboxes.
 func New(opts Options) (*Manager, error) {
 	if !opts.Prefix.IsValid() {
 		opts.Prefix = netip.MustParsePrefix("10.200.0.0/16")
@@ -119,16 +121,25 @@ func New(opts Options) (*Manager, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	// One manager per network namespace: a second would rewrite the first's
+	// firewall and take its links. An abstract unix socket is per network
+	// namespace and goes with the process, also on kill -9.
+	owner, err := net.Listen("unix", "@hutch-network")
+	if err != nil {
+		return nil, fmt.Errorf("another hutch serve manages sandbox networks in this network namespace (%w)", err)
+	}
 	ns, err := netns.Get()
 	if err != nil {
+		owner.Close()
 		return nil, fmt.Errorf("network namespace: %w", err)
 	}
 	h, err := netlink.NewHandleAt(ns)
 	if err != nil {
 		ns.Close()
+		owner.Close()
 		return nil, fmt.Errorf("netlink: %w", err)
 	}
-	return &Manager{ns: ns, h: h,
+	return &Manager{ns: ns, h: h, owner: owner,
 		prefix: opts.Prefix.Masked(), resolverPort: opts.ResolverPort, proxyPort: opts.ProxyPort,
 		maxConns: opts.MaxConns, rate: opts.RateBits, onUpdate: opts.OnUpdate, logger: logger,
 		nets: map[string]*sandboxNet{}, addrs: map[netip.Addr]*sandboxNet{}, slots: map[int]bool{},
@@ -146,16 +157,6 @@ type Live struct {
 // whole firewall for them in one atomic batch, replacing the one a
 // previous server left (which kept confining sandboxes meanwhile).
 func (m *Manager) Start(ctx context.Context, live []Live) error {
-	// One manager per network namespace: a second would rewrite the first's
-	// firewall and take its links. An abstract unix socket is per network
-	// namespace and goes with the process, also on kill -9.
-	if m.owner == nil {
-		ln, err := net.Listen("unix", "@hutch-network")
-		if err != nil {
-			return fmt.Errorf("another hutch serve manages sandbox networks in this network namespace (%w)", err)
-		}
-		m.owner = ln
-	}
 	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644); err != nil {
 		return fmt.Errorf("enable IPv4 forwarding: %w", err)
 	}

@@ -390,14 +390,14 @@ func TestDetachAndRestart(t *testing.T) {
 	inNS(t, w.host, func() {
 		// A new server: it knows only "ikeep" runs. One manager per
 		// namespace: it is refused while the old one runs.
+		if _, err := New(Options{}); err == nil || !strings.Contains(err.Error(), "another hutch serve") {
+			t.Errorf("a second manager in the namespace: %v", err)
+		}
+		w.m.Close()
 		m2, err := New(Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := m2.Start(context.Background(), nil); err == nil || !strings.Contains(err.Error(), "another hutch serve") {
-			t.Errorf("a second manager in the namespace: %v", err)
-		}
-		w.m.Close()
 		if err := m2.Start(context.Background(), []Live{{ID: "ikeep", Policy: mustPolicy(t, true, nil, []string{"198.51.100.0/24"})}}); err != nil {
 			t.Fatal(err)
 		}
