@@ -212,30 +212,16 @@ func (b *bench) removeLeftovers() {
 			}
 		}
 	}
-	for _, tool := range []string{"runc", "crun"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			continue
+	harness.RemoveLeftoverOCI(b.legacy, idPrefix, func(args ...string) ([]byte, error) {
+		if _, err := exec.LookPath(args[0]); err != nil {
+			return nil, err
 		}
-		do := func(f func()) { f() }
-		if tool == "crun" {
-			if b.legacy == nil {
-				continue
-			}
-			do = b.legacy.Do
+		return b.output(args...)
+	}, func(tool string, ids []string) {
+		for _, id := range ids {
+			fmt.Printf("removed %s container %s left by an earlier run\n", tool, id)
 		}
-		do(func() {
-			out, err := b.output(tool, "list", "-q")
-			if err != nil {
-				return
-			}
-			for _, id := range strings.Fields(string(out)) {
-				if strings.HasPrefix(id, idPrefix) {
-					fmt.Printf("removing %s container %s left by an earlier run\n", tool, id)
-					b.output(tool, "delete", "-f", id)
-				}
-			}
-		})
-	}
+	})
 }
 
 // cleanup removes the sandbox and the containers; it runs however the

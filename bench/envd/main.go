@@ -103,20 +103,10 @@ func realMain() int {
 		fmt.Fprintln(os.Stderr, "bench-envd: -n and -n-large must be >= 1 and -warmup >= 0")
 		return 2
 	}
-	if only != "" {
-		cfg.only = map[string]bool{}
-		for _, k := range strings.Split(only, ",") {
-			k = strings.TrimSpace(k)
-			found := false
-			for _, known := range sectionKeys {
-				found = found || known == k
-			}
-			if !found {
-				fmt.Fprintf(os.Stderr, "bench-envd: -only: unknown row %q (known: %s)\n", k, strings.Join(sectionKeys, ","))
-				return 2
-			}
-			cfg.only[k] = true
-		}
+	var err error
+	if cfg.only, err = harness.ParseOnly(only, sectionKeys); err != nil {
+		fmt.Fprintf(os.Stderr, "bench-envd: %v\n", err)
+		return 2
 	}
 	for _, s := range strings.Split(sizes, ",") {
 		n, err := parseSize(strings.TrimSpace(s))

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -379,35 +380,15 @@ func (b *bench) cleanup(report bool) {
 			b.output(append([]string{b.cfg.hutch, "rm"}, left...)...)
 		}
 	}
-	for _, tool := range []string{"runc", "crun"} {
-		bin := b.bins[tool]
+	harness.RemoveLeftoverOCI(b.legacy, idPrefix, func(args ...string) ([]byte, error) {
+		bin := b.bins[args[0]]
 		if bin == "" {
-			continue
+			return nil, errors.New(args[0] + " is not installed")
 		}
-		do := func(f func()) { f() }
-		if tool == "crun" {
-			if b.legacy == nil {
-				continue
-			}
-			do = b.legacy.Do
-		}
-		do(func() {
-			out, err := b.output(bin, "list", "-q")
-			if err != nil {
-				return
-			}
-			var left []string
-			for _, id := range strings.Fields(string(out)) {
-				if strings.HasPrefix(id, idPrefix) {
-					left = append(left, id)
-					b.output(bin, "delete", "-f", id)
-				}
-			}
-			if len(left) > 0 {
-				notes = append(notes, fmt.Sprintf("%s: %d containers left (%s); deleted", tool, len(left), strings.Join(left, " ")))
-			}
-		})
-	}
+		return b.output(append([]string{bin}, args[1:]...)...)
+	}, func(tool string, ids []string) {
+		notes = append(notes, fmt.Sprintf("%s: %d containers left (%s); deleted", tool, len(ids), strings.Join(ids, " ")))
+	})
 	if bin := b.bins["podman"]; bin != "" {
 		// In the namespace without cgroup2, so that podman can also call
 		// crun for containers made with --runtime=crun.

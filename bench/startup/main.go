@@ -50,23 +50,11 @@ type config struct {
 	hostID             int    // host uid of the OCI containers' root
 }
 
-func main() {
-	if !harness.InMountNS() {
-		if os.Geteuid() != 0 {
-			fmt.Fprintln(os.Stderr, "startup: run as root (bench/run.sh)")
-			os.Exit(1)
-		}
-		os.Exit(harness.ReexecInMountNS())
-	}
-	os.Exit(realMain())
-}
+func main() { harness.Main("startup", "bench/run.sh", realMain) }
 
 func realMain() int {
 	cfg := &config{}
-	templates := os.Getenv("HUTCH_TEMPLATES")
-	if templates == "" {
-		templates = "/var/lib/hutch/templates"
-	}
+	templates := harness.TemplatesDir()
 	var only string
 	flag.IntVar(&cfg.n, "n", 100, "measured runs per contender")
 	flag.IntVar(&cfg.warmup, "warmup", 5, "warm-up runs per contender (not measured)")

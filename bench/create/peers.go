@@ -1,0 +1,455 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hutch-sandbox/hutch/bench/internal/harness"
+)
+
+// idPrefix starts the name of every container this harness makes, so that
+// leftovers (also of a killed earlier run) can be found and removed.
+const idPrefix = "hutch-bench-create-"
+
+type bench struct {
+	ctx context.Context
+	cfg *config
+
+	devnull   *os.File
+	bins      map[string]string // tool name -> path, when installed
+	legacy    *harness.LegacyCgroupNS
+	legacyErr string
+	ociErr    string // why the OCI bundle cannot be used, if so
+	reported  bool   // cleanup(true) ran
+	mu        sync.Mutex
+}
+
+// peer is one container tool: start a detached container that idles, then
+// run /bin/true in it; remove it afterwards (not timed).
+type peer struct {
+	key, name           string
+	createName, runName string // the two phases, for the breakdown
+	// legacy: every command of this peer runs in the mount namespace
+	// without the cgroup2 tree (see harness.LegacyCgroupNS).
+	legacy      bool
+	unavailable string
+	start       func(id string) []string
+	exec        func(id string) []string
+	remove      func(id string) []string
+}
+
+func (b *bench) prepare() error {
+	var err error
+	if b.devnull, err = os.OpenFile(os.DevNull, os.O_RDWR, 0); err != nil {
+		return err
+	}
+	for _, t := range []string{"runc", "crun", "podman"} {
+		if p, err := exec.LookPath(t); err == nil {
+			b.bins[t] = p
+		}
+	}
+	if _, err := os.Stat(filepath.Join(b.cfg.rootfs, "bin", "true")); err != nil {
+		return fmt.Errorf("base template rootfs %s: %w (run bench/create.sh, or hutch template build base)", b.cfg.rootfs, err)
+	}
+	// The idmapped rootfs first: the namespace without cgroup2 is a copy
+	// of this one, and crun must see the rootfs there too.
+	hostID, err := harness.MountBundleRootfs(b.cfg.bundleIdle, b.cfg.rootfs, b.cfg.ociRootfs)
+	b.cfg.hostID = hostID
+	if err != nil {
+		b.ociErr = err.Error()
+	}
+	if ns, err := harness.NewLegacyCgroupNS(); err == nil {
+		b.legacy = ns
+	} else {
+		b.legacyErr = err.Error()
+	}
+	b.cleanup(false)
+	return nil
+}
+
+func (b *bench) close() {
+	if !b.reported {
+		b.cleanup(true)
+	}
+	if b.legacy != nil {
+		b.legacy.Close()
+		b.legacy = nil
+	}
+}
+
+// peers, in the order of the table.
+func (b *bench) peers() []*peer {
+	oci := func(tool string, legacy bool) *peer {
+		bin := b.bins[tool]
+		name := tool + " run -d + exec"
+		if legacy {
+			name += " (no cgroup2 mount)"
+		}
+		p := &peer{key: tool, name: name, legacy: legacy,
+			createName: tool + " run -d", runName: tool + " exec /bin/true",
+			start:  func(id string) []string { return []string{bin, "run", "-d", "--bundle", b.cfg.bundleIdle, id} },
+			exec:   func(id string) []string { return []string{bin, "exec", id, "/bin/true"} },
+			remove: func(id string) []string { return []string{bin, "delete", "-f", id} },
+		}
+		switch {
+		case bin == "":
+			p.unavailable = tool + " is not installed"
+		case b.ociErr != "":
+			p.unavailable = b.ociErr
+		case legacy && b.legacy == nil:
+			p.unavailable = b.legacyErr
+		}
+		return p
+	}
+	pm := b.bins["podman"]
+	podman := &peer{key: "podman", name: "podman run -d + exec (runc)",
+		createName: "podman run -d", runName: "podman exec /bin/true",
+		start: func(id string) []string { return b.podmanArgs(id) },
+		exec: func(id string) []string {
+			return append(b.podmanGlobal(), "exec", id, "/bin/true")
+		},
+		remove: func(id string) []string { return append(b.podmanGlobal(), "rm", "-f", "-t", "0", id) },
+	}
+	switch {
+	case pm == "":
+		podman.unavailable = "podman is not installed"
+	case b.ociErr != "":
+		podman.unavailable = b.ociErr
+	}
+	return []*peer{oci("runc", false), oci("crun", true), podman}
+}
+
+// podmanGlobal is podman's command and global flags: the runc runtime
+// (crun refuses this hybrid host), no systemd, no events file. As in
+// bench/startup (see "Hybrid cgroups" in bench/README.md).
+func (b *bench) podmanGlobal() []string {
+	return []string{b.bins["podman"], "--runtime=runc", "--cgroup-manager=cgroupfs", "--events-backend=none"}
+}
+
+// podmanArgs starts a detached podman container running sleep infinity, with
+// exactly bench/startup's flags for its idle podman container: the same
+// read-only rootfs under a private overlay (":O"), Hutch's limits, a user
+// namespace, and what this host needs (see bench/README.md).
+func (b *bench) podmanArgs(id string) []string {
+	hostID := strconv.Itoa(b.cfg.hostID)
+	return append(b.podmanGlobal(),
+		"run", "-d", "--name="+id, "--network=none", "--cgroupns=private", "--log-driver=none",
+		"--ulimit=nofile=1024:1024", "--ulimit=nproc=4096:4096",
+		"--memory=512m", "--memory-swap=512m", "--cpus=1", "--pids-limit=512",
+		"--uidmap=0:"+hostID+":65536", "--gidmap=0:"+hostID+":65536",
+		"--rootfs", b.cfg.ociRootfs+":O", "/bin/sleep", "infinity")
+}
+
+// slot is what one iteration in flight needs of its own: a file for the
+// commands' stderr. A file, not a pipe: a detached container inherits the
+// stderr of `run -d`, and a pipe would keep Wait waiting for it.
+type slot struct{ errFile *os.File }
+
+func (b *bench) newSlot() (*slot, error) {
+	f, err := os.CreateTemp("", "hutch-bench-create-stderr-")
+	if err != nil {
+		return nil, err
+	}
+	os.Remove(f.Name()) // the open file stays usable
+	return &slot{errFile: f}, nil
+}
+
+func (s *slot) close() { s.errFile.Close() }
+
+// run runs one command of p to completion, in p's mount namespace, stdio
+// on /dev/null and the slot's file.
+func (b *bench) run(p *peer, s *slot, argv []string) error {
+	if err := s.errFile.Truncate(0); err != nil {
+		return err
+	}
+	if _, err := s.errFile.Seek(0, 0); err != nil {
+		return err
+	}
+	// Not the harness's context: on Ctrl-C a command in flight finishes
+	// before the harness stops and removes what it made.
+	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.runTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = b.devnull, b.devnull, s.errFile
+	var err error
+	if p.legacy {
+		// Forked from the namespace's thread, so that the child is in
+		// its mount namespace; waited for from here.
+		b.legacy.Do(func() { err = cmd.Start() })
+	} else {
+		err = cmd.Start()
+	}
+	if err == nil {
+		err = cmd.Wait()
+	}
+	if err != nil {
+		s.errFile.Seek(0, 0)
+		msg, _ := io.ReadAll(io.LimitReader(s.errFile, 1<<16))
+		if ctx.Err() == context.DeadlineExceeded {
+			return fmt.Errorf("%s: timed out after %v: %s", filepath.Base(argv[0]), b.cfg.runTimeout, harness.OneLine(string(msg)))
+		}
+		// Name the subcommand: "podman rm", not "podman --runtime=runc".
+		sub := ""
+		for _, a := range argv[1:] {
+			if !strings.HasPrefix(a, "-") {
+				sub = " " + a
+				break
+			}
+		}
+		return fmt.Errorf("%s%s: %v: %s", filepath.Base(argv[0]), sub, err, harness.OneLine(string(msg)))
+	}
+	return nil
+}
+
+// iterate starts container id and runs its first command, timed; the
+// container is left for the caller to remove (also after an error).
+func (b *bench) iterate(p *peer, s *slot, id string) (iteration, error) {
+	t0 := time.Now()
+	if err := b.run(p, s, p.start(id)); err != nil {
+		return iteration{}, err
+	}
+	t1 := time.Now()
+	if err := b.run(p, s, p.exec(id)); err != nil {
+		return iteration{}, err
+	}
+	t2 := time.Now()
+	return iteration{total: t2.Sub(t0), create: t1.Sub(t0), run: t2.Sub(t1)}, nil
+}
+
+func (b *bench) id(suffix string) string {
+	return fmt.Sprintf("%s%d-%s", idPrefix, os.Getpid(), suffix)
+}
+
+// measurePeer: the first (cold) iteration, the warm-up, the sequential
+// series, then the concurrent one.
+func (b *bench) measurePeer(p *peer) *row {
+	r := &row{key: p.key, name: p.name, createName: p.createName, runName: p.runName, concurrency: b.cfg.c}
+	if p.unavailable != "" {
+		r.unavailable = p.unavailable
+		fmt.Printf("%-42s unavailable: %s\n", p.name, p.unavailable)
+		return r
+	}
+	fmt.Printf("%-42s ", p.name)
+	s, err := b.newSlot()
+	if err != nil {
+		r.unavailable = err.Error()
+		fmt.Println("unavailable:", r.unavailable)
+		return r
+	}
+	defer s.close()
+	once := func(suffix string) (iteration, error) {
+		id := b.id(suffix)
+		it, err := b.iterate(p, s, id)
+		b.remove(p, s, r, id)
+		return it, err
+	}
+	// The first iteration and the warm-up: a failure is reported, not
+	// fatal, unless every one of them failed (the tool does not work here).
+	anyOK := false
+	for i := 0; i <= b.cfg.warmup; i++ {
+		it, err := once(fmt.Sprintf("w%d", i))
+		if err != nil {
+			r.warmFailed++
+			if r.warmErr == "" {
+				r.warmErr = harness.OneLine(err.Error())
+			}
+			r.firstFailed = r.firstFailed || i == 0
+			continue
+		}
+		anyOK = true
+		if i == 0 {
+			r.first = it
+		}
+	}
+	if !anyOK {
+		r.unavailable = r.warmErr
+		fmt.Println("unavailable:", r.unavailable)
+		return r
+	}
+	i0, t0, _ := harness.CPUSample()
+	r.seq.busy = -1
+	for i := 0; i < b.cfg.n && b.ctx.Err() == nil; i++ {
+		it, err := once(fmt.Sprint(i))
+		if err != nil {
+			r.seq.fail(harness.OneLine(err.Error()))
+		} else {
+			r.seq.add(it)
+		}
+		if (i+1)%max(1, b.cfg.n/10) == 0 {
+			fmt.Print(".")
+		}
+	}
+	if i1, t1, err := harness.CPUSample(); err == nil && t1 > t0 {
+		r.seq.busy = 1 - float64(i1-i0)/float64(t1-t0)
+	}
+	r.seq.sort()
+	if len(r.seq.total) == 0 {
+		r.unavailable = "every run failed: " + r.seq.firstErr
+		fmt.Println(" unavailable:", r.unavailable)
+		return r
+	}
+	fmt.Printf(" p50 %s ms", ms(pct(r.seq.total, .5)))
+	if b.cfg.c > 0 && b.ctx.Err() == nil {
+		b.concurrent(p, r)
+		if len(r.conc.total) > 0 {
+			fmt.Printf(", %d at once: p50 %s ms, wall %s ms", b.cfg.c, ms(pct(r.conc.total, .5)), ms(r.conc.wall))
+		}
+	}
+	fmt.Println()
+	return r
+}
+
+// concurrent starts cfg.c containers at once, each goroutine timing its own
+// start and first command, and removes them all afterwards.
+func (b *bench) concurrent(p *peer, r *row) {
+	n := b.cfg.c
+	slots := make([]*slot, n)
+	for i := range slots {
+		s, err := b.newSlot()
+		if err != nil {
+			r.conc.fail(err.Error())
+			return
+		}
+		slots[i] = s
+		defer s.close()
+	}
+	type result struct {
+		it  iteration
+		err error
+	}
+	results := make([]result, n)
+	gate := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-gate
+			it, err := b.iterate(p, slots[i], b.id(fmt.Sprintf("c%d", i)))
+			results[i] = result{it, err}
+		}()
+	}
+	t0 := time.Now()
+	close(gate)
+	wg.Wait()
+	r.conc.wall = time.Since(t0)
+	for _, res := range results {
+		if res.err != nil {
+			r.conc.fail(harness.OneLine(res.err.Error()))
+			continue
+		}
+		r.conc.add(res.it)
+	}
+	r.conc.sort()
+	// Remove them all, a few at a time (not timed).
+	sem := make(chan struct{}, 8)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			b.remove(p, slots[i], r, b.id(fmt.Sprintf("c%d", i)))
+		}()
+	}
+	wg.Wait()
+}
+
+// remove removes container id (not timed). A failure is retried once and
+// noted in the row, not counted against the iteration: podman 4.3's
+// `rm -f -t 0` sometimes races with its own cleanup process and fails with
+// "unlinkat …/userdata/shm: device or resource busy" (podman issues 11594,
+// 10454) although the container is gone. Whatever is really left is found
+// by cleanup.
+func (b *bench) remove(p *peer, s *slot, r *row, id string) {
+	err := b.run(p, s, p.remove(id))
+	if err == nil {
+		return
+	}
+	time.Sleep(100 * time.Millisecond)
+	err2 := b.run(p, s, p.remove(id))
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	r.removeFailed++
+	if r.removeErr == "" {
+		r.removeErr = harness.OneLine(err.Error())
+		if err2 != nil {
+			r.removeErr += " (retry: " + harness.OneLine(err2.Error()) + ")"
+		} else {
+			r.removeErr += " (retry: ok)"
+		}
+	}
+}
+
+// cleanup removes containers this harness (or a killed earlier run) left
+// behind; with report, it says what it found.
+func (b *bench) cleanup(report bool) {
+	b.reported = b.reported || report
+	var notes []string
+	harness.RemoveLeftoverOCI(b.legacy, idPrefix, func(args ...string) ([]byte, error) {
+		bin := b.bins[args[0]]
+		if bin == "" {
+			return nil, errors.New(args[0] + " is not installed")
+		}
+		return output(append([]string{bin}, args[1:]...)...)
+	}, func(tool string, ids []string) {
+		notes = append(notes, fmt.Sprintf("%s: %d containers left (%s); deleted", tool, len(ids), strings.Join(ids, " ")))
+	})
+	if b.bins["podman"] != "" {
+		if out, err := output(append(b.podmanGlobal(), "ps", "-a", "-q", "--filter", "name=^"+idPrefix)...); err == nil {
+			if left := strings.Fields(string(out)); len(left) > 0 {
+				notes = append(notes, fmt.Sprintf("podman: %d containers left; removed", len(left)))
+				output(append(append(b.podmanGlobal(), "rm", "-f", "-t", "0"), left...)...)
+			}
+		}
+	}
+	for _, h := range []string{"memory", "pids", "cpu", "unified"} {
+		ents, _ := os.ReadDir(filepath.Join("/sys/fs/cgroup", h))
+		for _, e := range ents {
+			if e.IsDir() && strings.HasPrefix(e.Name(), idPrefix) {
+				notes = append(notes, "cgroup left behind: "+filepath.Join("/sys/fs/cgroup", h, e.Name()))
+			}
+		}
+	}
+	if !report {
+		if len(notes) > 0 {
+			fmt.Println("removed containers left by an earlier run:")
+			for _, n := range notes {
+				fmt.Println("  " + n)
+			}
+		}
+		return
+	}
+	if len(notes) == 0 {
+		fmt.Println("leftover containers: none (runc/crun list, podman ps -a, cgroups all clean); bench/create.sh removes the sandboxes")
+		return
+	}
+	fmt.Println("leftovers found after the runs:")
+	for _, n := range notes {
+		fmt.Println("  " + n)
+	}
+}
+
+// output runs a command (not timed) and returns its standard output.
+func output(argv ...string) ([]byte, error) {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return out, fmt.Errorf("%s: %v: %s", strings.Join(argv, " "), err, harness.OneLine(stderr.String()))
+		}
+		return out, err
+	}
+	return out, nil
+}
