@@ -366,11 +366,14 @@ func (m *Manager) plumb(sb *sandboxNet, pid int) error {
 // lift its cap: it has no CAP_NET_ADMIN.
 func (m *Manager) shape(h netlink.Handle, l netlink.Link) error {
 	bytesPerSec := m.rate / 8
+	burst := uint32(max(bytesPerSec/250, 16<<10)) // ~4 ms at the rate
 	q := &netlink.Tbf{
 		QdiscAttrs: netlink.QdiscAttrs{LinkIndex: l.Attrs().Index, Handle: netlink.MakeHandle(1, 0), Parent: netlink.HANDLE_ROOT},
 		Rate:       bytesPerSec,
 		Limit:      uint32(min(bytesPerSec/10, 64<<20)), // ~100 ms of queue
-		Buffer:     uint32(max(bytesPerSec/250, 16<<10)),
+		// The kernel takes the bucket as the time to send it, in ticks,
+		// as tc computes it; a byte count here made it 8× too large.
+		Buffer: netlink.Xmittime(bytesPerSec, burst),
 	}
 	if err := h.QdiscAdd(q); err != nil {
 		return fmt.Errorf("bandwidth cap on %s: %w", l.Attrs().Name, err)
