@@ -24,7 +24,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"math"
@@ -89,36 +88,7 @@ func main() {
 // its goroutines run on, in the machine's real namespace. With the whole
 // process in a fresh one, nothing can reach the real network.
 func reexecInNetNS() int {
-	self, err := os.Executable()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "bench-network: %v\n", err)
-		return 1
-	}
-	cmd := exec.Command(self, os.Args[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.Env = append(os.Environ(), envInNetNS+"=1")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET}
-	if err := cmd.Start(); err != nil {
-		fmt.Fprintf(os.Stderr, "bench-network: re-exec in a new network namespace: %v\n", err)
-		return 1
-	}
-	// Let the child clean up and report rather than die before it.
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	go func() {
-		for s := range sigs {
-			cmd.Process.Signal(s)
-		}
-	}()
-	if err := cmd.Wait(); err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			return ee.ExitCode()
-		}
-		fmt.Fprintf(os.Stderr, "bench-network: %v\n", err)
-		return 1
-	}
-	return 0
+	return harness.Reexec(envInNetNS, &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET})
 }
 
 // inPrivateNetNS reports whether this process's network namespace is

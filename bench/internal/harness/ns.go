@@ -28,6 +28,16 @@ func InMountNS() bool { return os.Getenv(envInNS) == "1" }
 // lives and dies with that namespace: nothing is left mounted on the host,
 // whatever happens to the harness.
 func ReexecInMountNS() int {
+	// With CLONE_NEWNS in Unshareflags, Go also makes / MS_REC|MS_PRIVATE in
+	// the child, so no mount propagates back to the host.
+	return Reexec(envInNS, &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS})
+}
+
+// Reexec runs this program again with env=1 in its environment and attr
+// (new namespaces) and returns its exit status. SIGINT and SIGTERM are
+// passed on, so the child cleans up and reports rather than dying before
+// it (Ctrl-C reaches it twice, which is harmless).
+func Reexec(env string, attr *syscall.SysProcAttr) int {
 	self, err := os.Executable()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
@@ -35,16 +45,12 @@ func ReexecInMountNS() int {
 	}
 	cmd := exec.Command(self, os.Args[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.Env = append(os.Environ(), envInNS+"=1")
-	// With CLONE_NEWNS in Unshareflags, Go also makes / MS_REC|MS_PRIVATE in
-	// the child, so no mount propagates back to the host.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
+	cmd.Env = append(os.Environ(), env+"=1")
+	cmd.SysProcAttr = attr
 	if err := cmd.Start(); err != nil {
-		fmt.Fprintf(os.Stderr, "bench: re-exec in a private mount namespace: %v\n", err)
+		fmt.Fprintf(os.Stderr, "bench: re-exec in new namespaces: %v\n", err)
 		return 1
 	}
-	// Let the child clean up and report rather than die before it: pass
-	// SIGINT and SIGTERM on (Ctrl-C reaches it twice, which is harmless).
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	go func() {
