@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/envd/envdtest"
+	"github.com/hutch-sandbox/hutch/test/internal/hutchtest"
 )
 
 func TestMain(m *testing.M) { envdtest.Main(m) }
@@ -57,7 +58,7 @@ func jsPackage(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	npmCI(t, dir)
+	hutchtest.NPMCI(t, dir)
 	return dir
 }
 
@@ -95,34 +96,6 @@ func runNode(t *testing.T, dir string, env ...string) error {
 		err = errors.Join(err, ctx.Err())
 	}
 	return err
-}
-
-// npmCI installs the SDK when node_modules is missing or older than
-// package-lock.json.
-func npmCI(t *testing.T, dir string) {
-	t.Helper()
-	lock, err := os.Stat(filepath.Join(dir, "package-lock.json"))
-	if err != nil {
-		t.Fatalf("package-lock.json: %v", err)
-	}
-	// npm writes node_modules/.package-lock.json when it installs.
-	mods, err := os.Stat(filepath.Join(dir, "node_modules", ".package-lock.json"))
-	if err == nil && !mods.ModTime().Before(lock.ModTime()) {
-		return
-	}
-	npm, err := exec.LookPath("npm")
-	if err != nil {
-		t.Fatalf("npm is required to install test/e2b-js: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, npm, "ci", "--no-audit", "--no-fund")
-	cmd.Dir = dir
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("npm ci in %s failed: %v\n%s", dir, err, out)
-	}
-	t.Logf("npm ci:\n%s", out)
 }
 
 // proxy forwards TCP connections on a loopback port to the unix socket and

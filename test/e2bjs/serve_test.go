@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/hutch-sandbox/hutch/test/internal/hutchtest"
 )
 
 // testKey is the API key every test server accepts (HUTCH_API_KEY).
@@ -40,33 +42,10 @@ type server struct {
 	done chan struct{} // closed when cmd has exited
 }
 
-var (
-	buildOnce sync.Once
-	builtBin  string
-	buildErr  error
-	buildOut  []byte
-)
+// hutchBin is cmd/hutch built from this checkout, once.
+var hutchBin = &hutchtest.Binary{ModuleRoot: "../.."}
 
-// hutchBinary builds cmd/hutch once per test binary.
-func hutchBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "hutch-e2bjs-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		os.Chmod(dir, 0o755)
-		builtBin = filepath.Join(dir, "hutch")
-		build := exec.Command("go", "build", "-o", builtBin, "../../cmd/hutch")
-		build.Env = append(os.Environ(), "CGO_ENABLED=0")
-		buildOut, buildErr = build.CombinedOutput()
-	})
-	if buildErr != nil {
-		t.Fatalf("build hutch: %v\n%s", buildErr, buildOut)
-	}
-	return builtBin
-}
+func hutchBinary(t *testing.T) string { return hutchBin.Path(t) }
 
 // startServe starts a server with a fresh data dir and the flags given;
 // everything it made is removed when the test ends (sandboxes outlive
@@ -150,28 +129,9 @@ func (s *server) sdkEnv() []string {
 	return []string{"E2B_API_URL=http://" + s.addr, "E2B_SANDBOX_URL=http://" + s.addr, "E2B_API_KEY=" + testKey}
 }
 
-// runtimeStatus is the part of `hutch ps --json` the tests read.
-type runtimeStatus struct {
-	ID     string
-	Pid    int
-	State  string
-	Labels map[string]string
-}
-
 // runtimeSandboxes lists the runtime's sandboxes in the server's data dir.
-func (s *server) runtimeSandboxes() []runtimeStatus {
-	ps := exec.Command(s.bin, "ps", "--json")
-	ps.Env = s.env
-	out, err := ps.Output()
-	if err != nil {
-		s.t.Errorf("hutch ps: %v", err)
-		return nil
-	}
-	var list []runtimeStatus
-	if err := json.Unmarshal(out, &list); err != nil {
-		s.t.Errorf("hutch ps --json: %v\n%s", err, out)
-	}
-	return list
+func (s *server) runtimeSandboxes() []hutchtest.RuntimeStatus {
+	return hutchtest.RuntimeSandboxes(s.t, s.bin, s.env)
 }
 
 // apiSandboxes lists the sandboxes the API reports (every state).

@@ -2,7 +2,6 @@ package netpolicy
 
 import (
 	"bufio"
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -17,6 +16,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/hutch-sandbox/hutch/test/internal/hutchtest"
 )
 
 // jsDir is where the e2b package is installed (package.json, lock file).
@@ -53,7 +54,7 @@ func startDriver(t *testing.T, w *world) *driver {
 	if err != nil {
 		t.Fatal(err)
 	}
-	npmCI(t, dir)
+	hutchtest.NPMCI(t, dir)
 	script, err := filepath.Abs("driver.mjs")
 	if err != nil {
 		t.Fatal(err)
@@ -134,31 +135,6 @@ func (d *driver) call(op string, args, out any) error {
 		return fmt.Errorf("%s: the SDK driver exited:\n%s", op, d.stderr.String())
 	case <-time.After(callTimeout):
 		return fmt.Errorf("%s: no answer in %v", op, callTimeout)
-	}
-}
-
-// npmCI installs the SDK when node_modules is missing or older than
-// package-lock.json (as test/e2bjs does).
-func npmCI(t *testing.T, dir string) {
-	t.Helper()
-	lock, err := os.Stat(filepath.Join(dir, "package-lock.json"))
-	if err != nil {
-		t.Fatalf("package-lock.json: %v", err)
-	}
-	mods, err := os.Stat(filepath.Join(dir, "node_modules", ".package-lock.json"))
-	if err == nil && !mods.ModTime().Before(lock.ModTime()) {
-		return
-	}
-	npm, err := exec.LookPath("npm")
-	if err != nil {
-		t.Fatalf("npm is required to install test/e2b-js: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, npm, "ci", "--no-audit", "--no-fund")
-	cmd.Dir = dir
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("npm ci in %s failed: %v\n%s", dir, err, out)
 	}
 }
 

@@ -36,7 +36,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math/big"
@@ -58,6 +57,8 @@ import (
 	"github.com/miekg/dns"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+
+	"github.com/hutch-sandbox/hutch/test/internal/hutchtest"
 )
 
 // The test world's addresses.
@@ -97,41 +98,17 @@ var zone = map[string]string{
 // certNames are the names the HTTPS servers' certificate is for.
 var certNames = []string{"allowed.test", "other.test", "wild.test", "api.wild.test", "denied.test"}
 
-var (
-	buildOnce sync.Once
-	builtBin  string
-	buildErr  error
-	buildOut  []byte
-	buildDir  string
-)
+// hutchBin is cmd/hutch built from this checkout, once.
+var hutchBin = &hutchtest.Binary{ModuleRoot: "../.."}
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if buildDir != "" {
-		os.RemoveAll(buildDir)
-	}
+	hutchBin.Remove()
 	os.Exit(code)
 }
 
 // hutchBinary builds cmd/hutch once per test binary.
-func hutchBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		buildDir, buildErr = os.MkdirTemp("", "hutch-netpolicy-bin-")
-		if buildErr != nil {
-			return
-		}
-		os.Chmod(buildDir, 0o755)
-		builtBin = filepath.Join(buildDir, "hutch")
-		build := exec.Command("go", "build", "-o", builtBin, "../../cmd/hutch")
-		build.Env = append(os.Environ(), "CGO_ENABLED=0")
-		buildOut, buildErr = build.CombinedOutput()
-	})
-	if buildErr != nil {
-		t.Fatalf("build hutch: %v\n%s", buildErr, buildOut)
-	}
-	return builtBin
-}
+func hutchBinary(t *testing.T) string { return hutchBin.Path(t) }
 
 // world is one host namespace with its internet, a hutch serve in the host
 // and an SDK driver talking to it.
@@ -709,28 +686,9 @@ func (w *world) servePid() int {
 	return w.serve.Process.Pid
 }
 
-// runtimeStatus is the part of `hutch ps --json` the tests read.
-type runtimeStatus struct {
-	ID     string
-	Pid    int
-	State  string
-	Labels map[string]string
-}
-
 // runtimeSandboxes lists the runtime's sandboxes in the data dir.
-func (w *world) runtimeSandboxes() []runtimeStatus {
-	ps := exec.Command(w.bin, "ps", "--json")
-	ps.Env = w.env
-	out, err := ps.Output()
-	if err != nil {
-		w.t.Errorf("hutch ps: %v", err)
-		return nil
-	}
-	var list []runtimeStatus
-	if err := json.Unmarshal(out, &list); err != nil {
-		w.t.Errorf("hutch ps --json: %v\n%s", err, out)
-	}
-	return list
+func (w *world) runtimeSandboxes() []hutchtest.RuntimeStatus {
+	return hutchtest.RuntimeSandboxes(w.t, w.bin, w.env)
 }
 
 // cleanupSandboxes removes every sandbox left in the data dir (sandboxes
