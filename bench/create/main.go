@@ -39,7 +39,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-	"unicode/utf8"
 
 	"github.com/hutch-sandbox/hutch/bench/internal/harness"
 
@@ -376,36 +375,4 @@ func busy(b float64) string {
 	return fmt.Sprintf("%.0f%%", 100*b)
 }
 
-// printTable prints rows as aligned columns: numbers right-aligned, the
-// first column and those in left left-aligned, the last column as it is.
-func printTable(rows [][]string, left ...int) {
-	width := make([]int, len(rows[0]))
-	for _, row := range rows {
-		for i, cell := range row {
-			if i < len(width) {
-				width[i] = max(width[i], utf8.RuneCountInString(cell))
-			}
-		}
-	}
-	isLeft := map[int]bool{0: true}
-	for _, i := range left {
-		isLeft[i] = true
-	}
-	for _, row := range rows {
-		var sb strings.Builder
-		for i, cell := range row {
-			pad := strings.Repeat(" ", max(0, width[i]-utf8.RuneCountInString(cell)))
-			switch {
-			case i == 0:
-				sb.WriteString(cell + pad)
-			case i == len(row)-1 && !isLeft[i]:
-				sb.WriteString("  " + cell)
-			case isLeft[i]:
-				sb.WriteString("  " + cell + pad)
-			default:
-				sb.WriteString("  " + pad + cell)
-			}
-		}
-		fmt.Println(strings.TrimRight(sb.String(), " "))
-	}
-}
+func printTable(rows [][]string, left ...int) { harness.PrintTable(rows, left...) }

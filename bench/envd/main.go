@@ -35,7 +35,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-	"unicode/utf8"
 
 	"github.com/hutch-sandbox/hutch/bench/internal/harness"
 
@@ -285,30 +284,6 @@ func (b *bench) run(s *series, warmup, n int, f func() (time.Duration, error)) (
 	return ""
 }
 
-func printTable(rows [][]string) {
-	width := make([]int, len(rows[0]))
-	for _, row := range rows {
-		for i, cell := range row {
-			if i < len(width) {
-				width[i] = max(width[i], utf8.RuneCountInString(cell))
-			}
-		}
-	}
-	for _, row := range rows {
-		var sb strings.Builder
-		for i, cell := range row {
-			pad := strings.Repeat(" ", max(0, width[i]-utf8.RuneCountInString(cell)))
-			switch {
-			case i == 0:
-				sb.WriteString(cell + pad)
-			case i == len(row)-1:
-				sb.WriteString("  " + cell)
-			default:
-				sb.WriteString("  " + pad + cell)
-			}
-		}
-		fmt.Println(strings.TrimRight(sb.String(), " "))
-	}
-}
+func printTable(rows [][]string, left ...int) { harness.PrintTable(rows, left...) }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.3f", float64(d)/float64(time.Millisecond)) }

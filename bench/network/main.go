@@ -37,7 +37,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 
@@ -348,42 +347,7 @@ func (s *series) mean() time.Duration {
 	return sum / time.Duration(len(s.times))
 }
 
-// printTable prints rows with aligned columns: the first left-aligned,
-// the last free text, the others right-aligned. A row of one cell is a
-// heading, printed as it is.
-func printTable(rows [][]string) {
-	var width []int
-	for _, row := range rows {
-		if len(row) == 1 {
-			continue
-		}
-		for i, cell := range row {
-			if i >= len(width) {
-				width = append(width, 0)
-			}
-			width[i] = max(width[i], utf8.RuneCountInString(cell))
-		}
-	}
-	for _, row := range rows {
-		if len(row) == 1 {
-			fmt.Println(row[0])
-			continue
-		}
-		var sb strings.Builder
-		for i, cell := range row {
-			pad := strings.Repeat(" ", max(0, width[i]-utf8.RuneCountInString(cell)))
-			switch {
-			case i == 0:
-				sb.WriteString(cell + pad)
-			case i == len(row)-1:
-				sb.WriteString("  " + cell)
-			default:
-				sb.WriteString("  " + pad + cell)
-			}
-		}
-		fmt.Println(strings.TrimRight(sb.String(), " "))
-	}
-}
+func printTable(rows [][]string, left ...int) { harness.PrintTable(rows, left...) }
 
 // ms and us format a duration for the tables.
 func ms(d time.Duration) string { return fmt.Sprintf("%.3f", float64(d)/float64(time.Millisecond)) }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"unicode/utf8"
 )
 
 // Main runs realMain as root inside the harness's private mount namespace
@@ -80,5 +81,48 @@ func RemoveLeftoverOCI(legacy *LegacyCgroupNS, prefix string, run func(args ...s
 				found(tool, left)
 			}
 		})
+	}
+}
+
+// PrintTable prints rows as aligned columns: numbers right-aligned, the
+// first column and those in left left-aligned, the last column as it is.
+// A row of one cell is a heading, printed as it is.
+func PrintTable(rows [][]string, left ...int) {
+	var width []int
+	for _, row := range rows {
+		if len(row) == 1 {
+			continue
+		}
+		for i, cell := range row {
+			if i >= len(width) {
+				width = append(width, 0)
+			}
+			width[i] = max(width[i], utf8.RuneCountInString(cell))
+		}
+	}
+	isLeft := map[int]bool{0: true}
+	for _, i := range left {
+		isLeft[i] = true
+	}
+	for _, row := range rows {
+		if len(row) == 1 {
+			fmt.Println(row[0])
+			continue
+		}
+		var sb strings.Builder
+		for i, cell := range row {
+			pad := strings.Repeat(" ", max(0, width[i]-utf8.RuneCountInString(cell)))
+			switch {
+			case i == 0:
+				sb.WriteString(cell + pad)
+			case i == len(row)-1 && !isLeft[i]:
+				sb.WriteString("  " + cell)
+			case isLeft[i]:
+				sb.WriteString("  " + cell + pad)
+			default:
+				sb.WriteString("  " + pad + cell)
+			}
+		}
+		fmt.Println(strings.TrimRight(sb.String(), " "))
 	}
 }
