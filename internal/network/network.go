@@ -32,6 +32,7 @@ import (
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/hutch-sandbox/hutch/internal/network/policy"
 )
@@ -649,18 +650,19 @@ func (m *Manager) Answered(client netip.Addr, name string, addrs []netip.Addr, t
 }
 
 // IsHostAddr reports whether a is one of the host's own addresses (in the
-// manager's network namespace). The egress proxy dials from the host, past
-// the sandboxes' forward chain: it must refuse these itself.
+// calling thread's network namespace). The egress proxy dials from the
+// host, past the sandboxes' forward chain: it must refuse these itself.
+// It asks the kernel's routing ("ip route get"): a local route means the
+// host's own address, at a cost that does not grow with the number of
+// addresses (listing them did: 0.37 ms per connection with 200 sandboxes).
 func IsHostAddr(a netip.Addr) bool {
-	addrs, err := netlink.AddrList(nil, netlink.FAMILY_ALL)
-	if err != nil {
+	a = a.Unmap()
+	if a.IsLoopback() || a.IsUnspecified() {
+		return true
+	}
+	routes, err := netlink.RouteGet(a.AsSlice())
+	if err != nil || len(routes) == 0 {
 		return true // unknown: refuse
 	}
-	a = a.Unmap()
-	for _, ad := range addrs {
-		if b, ok := netip.AddrFromSlice(ad.IP); ok && b.Unmap() == a {
-			return true
-		}
-	}
-	return a.IsLoopback() || a.IsUnspecified()
+	return routes[0].Type == unix.RTN_LOCAL
 }

@@ -491,3 +491,25 @@ func TestLimits(t *testing.T) {
 	defer h.Close()
 	check("sandbox end (its upload)", h, "eth0")
 }
+
+// TestIsHostAddr: the egress proxy's check for the host's own addresses.
+func TestIsHostAddr(t *testing.T) {
+	w := newWorld(t)
+	pid, addr := w.sandbox("ihostaddr", mustPolicy(t, true, nil, nil))
+	_ = pid
+	inNS(t, w.host, func() {
+		for a, want := range map[string]bool{
+			"203.0.113.254":       true, // the host's address on its uplink
+			addr.Gateway.String(): true, // its end of a sandbox link
+			"127.0.0.1":           true,
+			"0.0.0.0":             true,
+			"203.0.113.10":        false, // out there
+			"198.51.100.7":        false,
+			addr.Sandbox.String(): false, // the sandbox's end
+		} {
+			if got := IsHostAddr(netip.MustParseAddr(a)); got != want {
+				t.Errorf("IsHostAddr(%s) = %v, want %v", a, got, want)
+			}
+		}
+	})
+}
