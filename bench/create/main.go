@@ -41,8 +41,6 @@ import (
 	"time"
 
 	"github.com/hutch-sandbox/hutch/bench/internal/harness"
-
-	"golang.org/x/sys/unix"
 )
 
 type config struct {
@@ -145,12 +143,8 @@ func realMain() int {
 }
 
 func printHeader(cfg *config) {
-	host, _ := os.Hostname()
-	var uts unix.Utsname
-	unix.Uname(&uts)
 	fmt.Printf("Hutch create → first command benchmark, %s\n", time.Now().Format("2006-01-02 15:04 MST"))
-	fmt.Printf("machine: %s, %s, nproc %d (%s), Linux %s, %s\n", host, harness.CPUModel(), runtime.NumCPU(), harness.CgroupMode(),
-		unix.ByteSliceToString(uts.Release[:]), harness.MemTotal())
+	fmt.Printf("machine: %s\n", harness.Machine())
 	rev := os.Getenv("HUTCH_BENCH_REV")
 	if rev == "" {
 		rev = "unknown"

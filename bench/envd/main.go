@@ -29,7 +29,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -37,8 +36,6 @@ import (
 	"time"
 
 	"github.com/hutch-sandbox/hutch/bench/internal/harness"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/hutch-sandbox/hutch/internal/envd"
 	"github.com/hutch-sandbox/hutch/internal/runtime/native"
@@ -198,12 +195,8 @@ func sizeName(n int64) string {
 }
 
 func printHeader(cfg *config) {
-	host, _ := os.Hostname()
-	var uts unix.Utsname
-	unix.Uname(&uts)
 	fmt.Printf("Hutch envd benchmark, %s\n", time.Now().Format("2006-01-02 15:04 MST"))
-	fmt.Printf("machine: %s, %s, nproc %d (%s), Linux %s, %s\n", host, harness.CPUModel(), runtime.NumCPU(), harness.CgroupMode(),
-		unix.ByteSliceToString(uts.Release[:]), harness.MemTotal())
+	fmt.Printf("machine: %s\n", harness.Machine())
 	rev := os.Getenv("HUTCH_BENCH_REV")
 	if rev == "" {
 		if out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output(); err == nil {

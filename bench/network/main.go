@@ -31,7 +31,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -267,12 +266,8 @@ func revision() string {
 // printHeader names the machine, the Hutch measured, the world and the
 // run's sizes, and how busy the CPUs are.
 func printHeader(cfg *config) {
-	host, _ := os.Hostname()
-	var uts unix.Utsname
-	unix.Uname(&uts)
 	fmt.Printf("Hutch network benchmark, %s\n", time.Now().UTC().Format("2006-01-02 15:04 MST"))
-	fmt.Printf("machine: %s, %s, nproc %d (%s), Linux %s, %s\n", host, harness.CPUModel(), runtime.NumCPU(), harness.CgroupMode(),
-		unix.ByteSliceToString(uts.Release[:]), harness.MemTotal())
+	fmt.Printf("machine: %s\n", harness.Machine())
 	fmt.Printf("hutch: commit %s (internal/network, internal/network/egress, internal/runtime/native)\n", revision())
 	fmt.Printf("world: network namespaces only (host, internet, sandboxes, direct pair, routed trio); no real link, rule or address touched\n")
 	fmt.Printf("runs: set-up %d stand-ins + %d warm-up, native %d; latency %d round trips + %d warm-up per column; throughput %d × %s per direction\n",

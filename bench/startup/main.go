@@ -32,8 +32,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/hutch-sandbox/hutch/bench/internal/harness"
-
-	"golang.org/x/sys/unix"
 )
 
 type config struct {
@@ -141,11 +139,8 @@ func realMain() int {
 }
 
 func printHeader(cfg *config) {
-	host, _ := os.Hostname()
-	var uts unix.Utsname
-	unix.Uname(&uts)
 	fmt.Printf("Hutch startup benchmark, %s\n", time.Now().Format("2006-01-02 15:04 MST"))
-	fmt.Printf("machine: %s, %s, %d CPUs (%s), Linux %s, %s\n", host, harness.CPUModel(), runtime.NumCPU(), harness.CgroupMode(), unix.ByteSliceToString(uts.Release[:]), harness.MemTotal())
+	fmt.Printf("machine: %s\n", harness.Machine())
 	if rev := os.Getenv("HUTCH_BENCH_REV"); rev != "" {
 		fmt.Printf("hutch: %s (built from commit %s)\n", cfg.hutch, rev)
 	} else {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -151,4 +152,14 @@ func CgroupMode() string {
 		return "hybrid cgroups"
 	}
 	return "cgroup v1"
+}
+
+// Machine describes this machine for a results header: host name, CPU
+// model, CPU count, cgroup mode, kernel and memory.
+func Machine() string {
+	host, _ := os.Hostname()
+	var uts unix.Utsname
+	unix.Uname(&uts)
+	return fmt.Sprintf("%s, %s, nproc %d (%s), Linux %s, %s", host, CPUModel(), runtime.NumCPU(), CgroupMode(),
+		unix.ByteSliceToString(uts.Release[:]), MemTotal())
 }
