@@ -5,7 +5,6 @@
 package e2bjs
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"io"
@@ -46,7 +45,7 @@ func TestE2BJSSDK(t *testing.T) {
 func TestE2BJSSDKThroughServe(t *testing.T) {
 	dir := jsPackage(t)
 	s := startServe(t)
-	if err := runNode(t, dir, s.sdkEnv()...); err != nil {
+	if err := runNode(t, dir, s.SDKEnv()...); err != nil {
 		t.Errorf("node --test through hutch serve failed: %v", err)
 	}
 }
@@ -82,7 +81,7 @@ func runNode(t *testing.T, dir string, env ...string) error {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 10 * time.Second
-	out := logWriter(t, "node: ")
+	out := hutchtest.LogWriter(t, "node: ")
 	cmd.Stdout, cmd.Stderr = out, out
 	start := time.Now()
 	err = cmd.Run()
@@ -179,33 +178,4 @@ func proxy(t *testing.T, sock string) string {
 		wg.Wait()
 	})
 	return ln.Addr().String()
-}
-
-// logWriter returns a writer that logs each complete line to t.
-func logWriter(t *testing.T, prefix string) io.WriteCloser {
-	r, w := io.Pipe()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		sc := bufio.NewScanner(r)
-		sc.Buffer(make([]byte, 64*1024), 1024*1024)
-		for sc.Scan() {
-			t.Log(prefix + sc.Text())
-		}
-		io.Copy(io.Discard, r)
-	}()
-	return &lineLog{w: w, done: done}
-}
-
-type lineLog struct {
-	w    *io.PipeWriter
-	done chan struct{}
-}
-
-func (l *lineLog) Write(p []byte) (int, error) { return l.w.Write(p) }
-
-func (l *lineLog) Close() error {
-	l.w.Close()
-	<-l.done
-	return nil
 }

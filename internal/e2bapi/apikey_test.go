@@ -4,7 +4,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/hutch-sandbox/hutch/internal/server/e2bapi"
+	"github.com/hutch-sandbox/hutch/internal/e2bapi"
 )
 
 func TestAPIKeyFromRequest(t *testing.T) {

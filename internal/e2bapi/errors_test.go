@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
-	"github.com/hutch-sandbox/hutch/internal/server/e2bapi"
+	"github.com/hutch-sandbox/hutch/internal/e2bapi"
 )
 
 func TestWriteError(t *testing.T) {

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hutch-sandbox/hutch/internal/server/e2bapi"
+	"github.com/hutch-sandbox/hutch/internal/e2bapi"
 )
 
 func TestNormalizeDefaults(t *testing.T) {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/hutch-sandbox/hutch/internal/server/e2bapi"
+	"github.com/hutch-sandbox/hutch/internal/e2bapi"
 )
 
 // wireListQuery is the raw query JS SDK 2.51 sent for

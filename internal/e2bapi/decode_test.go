@@ -11,7 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/hutch-sandbox/hutch/internal/server/e2bapi"
+	"github.com/hutch-sandbox/hutch/internal/e2bapi"
 )
 
 // wireCreateV2 is the NewSandboxV2 body the JS SDK 2.51 sent to a recording
