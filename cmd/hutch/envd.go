@@ -1,7 +1,6 @@
 package main
 
 import (
-	"log/slog"
 	"os"
 	"strconv"
 
@@ -24,7 +23,7 @@ func newEnvdCmd() *cobra.Command {
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			logger := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+			logger := envd.NewLogger(os.Stderr)
 			return envd.Run(cmd.Context(), envd.Options{DefaultUser: user, Logger: logger}, socketFD, listen)
 		},
 	}

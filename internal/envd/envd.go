@@ -205,5 +205,7 @@ func Run(ctx context.Context, opts Options, hostFD int, listen string) error {
 			return fmt.Errorf("envd: %w", err)
 		}
 	}
-	return New(opts).Serve(ctx, host, sandbox)
+	srv := New(opts)
+	srv.logger.Info("envd started", "version", Version, "default_user", opts.DefaultUser)
+	return srv.Serve(ctx, host, sandbox)
 }

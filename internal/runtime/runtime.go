@@ -54,6 +54,11 @@ type Sandbox interface {
 	// DiskUsage reports the size of the sandbox's writable layer and the
 	// space it may grow to. It may walk the layer: call it sparingly.
 	DiskUsage(ctx context.Context) (DiskUsage, error)
+	// Output opens what the first process wrote when it was started with
+	// none of Stdin, Stdout and Stderr set (its log, for a daemon);
+	// errdefs.ErrNotFound if there is none. The log is read as it is at
+	// the time of the call and may grow afterwards.
+	Output(ctx context.Context) (io.ReadCloser, error)
 	// Delete kills every process of the sandbox and removes everything the
 	// sandbox owns on the host (cgroups, mounts, writable layer, state). It
 	// never touches anything outside the sandbox's own directory and cgroups.

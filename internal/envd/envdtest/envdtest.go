@@ -29,7 +29,7 @@ func Main(m *testing.M) {
 		native.Init()
 	}
 	if len(os.Args) > 1 && os.Args[1] == "envd" {
-		if err := envd.Run(context.Background(), envd.Options{DefaultUser: "user"}, 3, "0.0.0.0:49983"); err != nil {
+		if err := envd.Run(context.Background(), envd.Options{DefaultUser: "user", Logger: envd.NewLogger(os.Stderr)}, 3, "0.0.0.0:49983"); err != nil {
 			os.Exit(1)
 		}
 		os.Exit(0)

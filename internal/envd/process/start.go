@@ -82,6 +82,7 @@ func (s *Service) start(ctx context.Context, req *connect.Request[pb.StartReques
 	// Attach the Start stream before any output can be produced into it.
 	sub := p.subscribe()
 	s.add(p)
+	s.logger.Info("process started", "pid", p.pid, "cmd", logged(cfg.GetCmd(), cfg.GetArgs()), "user", u.Name, "tag", req.Msg.GetTag(), "pty", p.pty != nil)
 
 	// Only the Start call's deadline (Connect-Timeout-Ms) bounds the
 	// process; a cancelled or closed stream does not.
@@ -142,7 +143,20 @@ func (s *Service) supervise(p *proc, outputs []*os.File, timer *time.Timer) {
 	}
 	p.stdinMu.Unlock()
 	p.finish(waitErr)
+	end := p.end.GetEnd()
+	s.logger.Info("process ended", "pid", p.pid, "exit_code", end.GetExitCode(), "status", end.GetStatus())
 	s.forget(p, retainEnded)
+}
+
+// logged renders a command line for the sandbox's log, cut short: the log
+// is for following what ran, not a copy of every script.
+func logged(cmd string, args []string) string {
+	const max = 256
+	s := strings.Join(append([]string{cmd}, args...), " ")
+	if len(s) > max {
+		s = s[:max] + "…"
+	}
+	return s
 }
 
 // follow streams a process's events to one client until the process ends,

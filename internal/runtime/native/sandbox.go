@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -63,6 +65,15 @@ type sandbox struct {
 }
 
 func (s *sandbox) ID() string { return s.id }
+
+// Output opens sandboxes/<id>/output.log.
+func (s *sandbox) Output(ctx context.Context) (io.ReadCloser, error) {
+	f, err := os.Open(filepath.Join(s.rt.sandboxDir(s.id), "output.log"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("output of sandbox %s: %w", s.id, errdefs.ErrNotFound)
+	}
+	return f, err
+}
 
 func (s *sandbox) Status(ctx context.Context) (runtime.Status, error) {
 	rec, err := s.rt.readRecord(s.id)
