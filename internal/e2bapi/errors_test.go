@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hutch-sandbox/hutch/internal/errdefs"
 	"github.com/hutch-sandbox/hutch/internal/e2bapi"
+	"github.com/hutch-sandbox/hutch/internal/errdefs"
 )
 
 func TestWriteError(t *testing.T) {

@@ -12,9 +12,9 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/hutch-sandbox/hutch/internal/e2bapi"
 	"github.com/hutch-sandbox/hutch/internal/envd"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
-	"github.com/hutch-sandbox/hutch/internal/e2bapi"
 )
 
 // trafficTokenHeader carries a sandbox's traffic access token (E2B's

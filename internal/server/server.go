@@ -13,11 +13,11 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/hutch-sandbox/hutch/internal/e2bapi"
 	"github.com/hutch-sandbox/hutch/internal/envd"
 	"github.com/hutch-sandbox/hutch/internal/envd/files"
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
-	"github.com/hutch-sandbox/hutch/internal/e2bapi"
 	"github.com/hutch-sandbox/hutch/internal/store"
 )
 
