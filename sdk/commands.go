@@ -372,7 +372,7 @@ func startStream(ctx context.Context, e *envdClient, op string, timeout time.Dur
 		return nil, streamStartError(ctx, op, ctx.Err())
 	}
 	h := &CommandHandle{PID: start.GetPid(), envd: e, cancel: cancel, done: make(chan struct{})}
-	go follow(h, op, stream, sinks)
+	go follow(sctx, h, op, stream, sinks)
 	return h, nil
 }
 
@@ -386,7 +386,7 @@ func streamStartError(ctx context.Context, op string, err error) error {
 }
 
 // follow reads a process stream to its end.
-func follow(h *CommandHandle, op string, stream processStream, sinks outputSinks) {
+func follow(sctx context.Context, h *CommandHandle, op string, stream processStream, sinks outputSinks) {
 	defer close(h.done)
 	defer h.cancel()
 	defer stream.Close()
@@ -423,6 +423,10 @@ func follow(h *CommandHandle, op string, stream processStream, sinks outputSinks
 	}
 	h.mu.Lock()
 	h.err = rpcError(op, err)
+	if errors.Is(sctx.Err(), context.DeadlineExceeded) {
+		h.err = &Error{Op: op, Kind: ErrTimeout, Err: context.DeadlineExceeded,
+			Message: "deadline passed (the Timeout option, default " + DefaultCommandTimeout.String() + ", or the context's)"}
+	}
 	h.mu.Unlock()
 }
 

@@ -103,7 +103,7 @@ type CommandExitError struct {
 
 func (e *CommandExitError) Error() string {
 	msg := fmt.Sprintf("command exited with code %d", e.ExitCode)
-	if e.CommandResult.Error != "" {
+	if e.CommandResult.Error != "" && e.CommandResult.Error != fmt.Sprintf("exit status %d", e.ExitCode) {
 		msg += ": " + e.CommandResult.Error
 	}
 	return msg
