@@ -53,16 +53,7 @@ func (p *Pty) Create(ctx context.Context, opts PtyOptions) (*CommandHandle, erro
 		cfg.Cwd = &opts.Cwd
 	}
 	msg := &process.StartRequest{Process: cfg, Pty: &process.PTY{Size: &process.PTY_Size{Cols: opts.Size.Cols, Rows: opts.Size.Rows}}}
-	var out func([]byte)
-	switch {
-	case opts.Output != nil && opts.OnData != nil:
-		out = func(b []byte) { opts.Output.Write(b); opts.OnData(b) }
-	case opts.Output != nil:
-		out = func(b []byte) { opts.Output.Write(b) }
-	default:
-		out = opts.OnData
-	}
-	return startStream(ctx, p.envd, "create terminal", opts.Timeout, true, outputSinks{pty: out},
+	return startStream(ctx, p.envd, "create terminal", opts.Timeout, true, outputSinks{pty: ptyOutput(opts)},
 		func(sctx context.Context) (processStream, error) {
 			s, err := p.envd.proc.Start(sctx, streamRequest(msg, opts.User))
 			return startEvents{s}, err
@@ -88,4 +79,23 @@ func (p *Pty) Resize(ctx context.Context, pid uint32, size PtySize) error {
 // Kill kills terminal pid (SIGKILL); ErrNotFound if it is not running.
 func (p *Pty) Kill(ctx context.Context, pid uint32) error {
 	return p.envd.signal(ctx, pid, process.Signal_SIGNAL_SIGKILL)
+}
+
+// Connect follows a running terminal by pid (one made by Create, perhaps
+// by another client): output goes to opts.Output and opts.OnData from now
+// on; Size, Envs, Cwd and User are not used.
+func (p *Pty) Connect(ctx context.Context, pid uint32, opts PtyOptions) (*CommandHandle, error) {
+	c := &Commands{envd: p.envd}
+	return c.Connect(ctx, pid, &ProcessConnectOptions{Timeout: opts.Timeout, OnPty: ptyOutput(opts)})
+}
+
+// ptyOutput is where a terminal's output goes.
+func ptyOutput(opts PtyOptions) func([]byte) {
+	switch {
+	case opts.Output != nil && opts.OnData != nil:
+		return func(b []byte) { opts.Output.Write(b); opts.OnData(b) }
+	case opts.Output != nil:
+		return func(b []byte) { opts.Output.Write(b) }
+	}
+	return opts.OnData
 }
