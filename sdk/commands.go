@@ -116,7 +116,7 @@ func (c *Commands) start(ctx context.Context, cmd string, opts *RunOptions, back
 	}
 	sinks := outputSinks{stdout: sink(opts.Stdout, opts.OnStdout), stderr: sink(opts.Stderr, opts.OnStderr)}
 	sinks.keepStdout, sinks.keepStderr = opts.Stdout == nil, opts.Stderr == nil
-	return startStream(ctx, c.envd, "run "+strconv.Quote(cmd), opts.Timeout, background, sinks,
+	return startStream(ctx, c.envd, "run "+strconv.Quote(cmd), opts.Timeout, background, true, sinks,
 		func(sctx context.Context) (processStream, error) {
 			s, err := c.envd.proc.Start(sctx, streamRequest(msg, opts.User))
 			return startEvents{s}, err
@@ -145,7 +145,7 @@ func (c *Commands) Connect(ctx context.Context, pid uint32, opts *ProcessConnect
 	msg := &process.ConnectRequest{Process: selector(pid)}
 	sinks := outputSinks{stdout: sink(opts.Stdout, opts.OnStdout), stderr: sink(opts.Stderr, opts.OnStderr), pty: opts.OnPty}
 	sinks.keepStdout, sinks.keepStderr = opts.Stdout == nil, opts.Stderr == nil
-	return startStream(ctx, c.envd, "connect to process "+strconv.Itoa(int(pid)), opts.Timeout, true, sinks,
+	return startStream(ctx, c.envd, "connect to process "+strconv.Itoa(int(pid)), opts.Timeout, true, false, sinks,
 		func(sctx context.Context) (processStream, error) {
 			s, err := c.envd.proc.Connect(sctx, streamRequest(msg, ""))
 			return connectEvents{s}, err
@@ -322,57 +322,92 @@ type connectEvents struct {
 func (s connectEvents) event() *process.ProcessEvent { return s.Msg().GetEvent() }
 
 // startStream opens a process stream, waits for its start event, and
-// follows it in a goroutine. The stream's own context is bounded by
-// timeout; for a background stream it outlives ctx (which bounds only the
-// start), otherwise it is derived from ctx.
-func startStream(ctx context.Context, e *envdClient, op string, timeout time.Duration, background bool, sinks outputSinks,
+// follows it in a goroutine. The stream's context is bounded by timeout
+// and, unless background, by ctx's deadline too, so that the sandbox
+// enforces the deadline even if this client goes away. It is never
+// cancelled by ctx itself: a stream cut while the process starts would
+// leave the process running with nobody knowing its pid. Instead, when
+// ctx ends before the start event, startStream returns at once and a
+// goroutine waits for the event and kills a process that starts anyway
+// (starts: only for Start streams, not for Connect to an existing one).
+func startStream(ctx context.Context, e *envdClient, op string, timeout time.Duration, background, starts bool, sinks outputSinks,
 	open func(context.Context) (processStream, error)) (*CommandHandle, error) {
-	parent := ctx
-	if background {
-		parent = context.WithoutCancel(ctx)
+	if err := ctx.Err(); err != nil {
+		return nil, streamStartError(ctx, op, err)
+	}
+	var deadline time.Time
+	switch {
+	case timeout == 0:
+		deadline = time.Now().Add(DefaultCommandTimeout)
+	case timeout > 0:
+		deadline = time.Now().Add(timeout)
+	}
+	if d, ok := ctx.Deadline(); ok && !background && (deadline.IsZero() || d.Before(deadline)) {
+		deadline = d
 	}
 	var sctx context.Context
 	var cancel context.CancelFunc
-	switch {
-	case timeout == 0:
-		sctx, cancel = context.WithTimeout(parent, DefaultCommandTimeout)
-	case timeout < 0:
-		sctx, cancel = context.WithCancel(parent)
-	default:
-		sctx, cancel = context.WithTimeout(parent, timeout)
+	if deadline.IsZero() {
+		sctx, cancel = context.WithCancel(context.WithoutCancel(ctx))
+	} else {
+		sctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	}
-	// Until the start event, the caller's ctx may abort the stream.
-	stop := context.AfterFunc(ctx, cancel)
-	defer stop()
 
-	stream, err := open(sctx)
-	if err != nil {
-		cancel()
-		return nil, streamStartError(ctx, op, err)
+	type opened struct {
+		stream processStream
+		start  *process.ProcessEvent_StartEvent
+		err    error
 	}
-	if !stream.Receive() {
-		err := stream.Err()
-		stream.Close()
-		cancel()
-		if err == nil {
-			err = &Error{Op: op, Message: "the stream ended before the process started"}
+	ch := make(chan opened, 1)
+	go func() {
+		stream, err := open(sctx)
+		if err != nil {
+			ch <- opened{err: err}
+			return
 		}
-		return nil, streamStartError(ctx, op, err)
-	}
-	start := stream.event().GetStart()
-	if start == nil {
-		stream.Close()
-		cancel()
-		return nil, &Error{Op: op, Message: "protocol error: the first event is not a start event"}
-	}
-	if !stop() {
-		// ctx ended just as the process started.
-		stream.Close()
-		cancel()
+		if !stream.Receive() {
+			err := stream.Err()
+			stream.Close()
+			if err == nil {
+				err = &Error{Op: op, Message: "the stream ended before the process started"}
+			}
+			ch <- opened{err: err}
+			return
+		}
+		start := stream.event().GetStart()
+		if start == nil {
+			stream.Close()
+			ch <- opened{err: &Error{Op: op, Message: "protocol error: the first event is not a start event"}}
+			return
+		}
+		ch <- opened{stream: stream, start: start}
+	}()
+
+	var o opened
+	select {
+	case o = <-ch:
+	case <-ctx.Done():
+		go func() {
+			defer cancel()
+			o := <-ch
+			if o.stream == nil {
+				return
+			}
+			o.stream.Close()
+			if starts {
+				kctx, kcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+				e.signal(kctx, o.start.GetPid(), process.Signal_SIGNAL_SIGKILL)
+				kcancel()
+			}
+		}()
 		return nil, streamStartError(ctx, op, ctx.Err())
 	}
-	h := &CommandHandle{PID: start.GetPid(), envd: e, cancel: cancel, done: make(chan struct{})}
-	go follow(sctx, h, op, stream, sinks)
+	if o.err != nil {
+		cancel()
+		return nil, streamStartError(ctx, op, o.err)
+	}
+	h := &CommandHandle{PID: o.start.GetPid(), envd: e, cancel: cancel, done: make(chan struct{})}
+	go follow(sctx, h, op, o.stream, sinks)
 	return h, nil
 }
 

@@ -53,7 +53,7 @@ func (p *Pty) Create(ctx context.Context, opts PtyOptions) (*CommandHandle, erro
 		cfg.Cwd = &opts.Cwd
 	}
 	msg := &process.StartRequest{Process: cfg, Pty: &process.PTY{Size: &process.PTY_Size{Cols: opts.Size.Cols, Rows: opts.Size.Rows}}}
-	return startStream(ctx, p.envd, "create terminal", opts.Timeout, true, outputSinks{pty: ptyOutput(opts)},
+	return startStream(ctx, p.envd, "create terminal", opts.Timeout, true, true, outputSinks{pty: ptyOutput(opts)},
 		func(sctx context.Context) (processStream, error) {
 			s, err := p.envd.proc.Start(sctx, streamRequest(msg, opts.User))
 			return startEvents{s}, err

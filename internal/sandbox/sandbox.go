@@ -351,6 +351,13 @@ func (m *Manager) remove(ctx context.Context, id string) error {
 	if l != nil {
 		l.route.close()
 	}
+	// The record goes first: from here on the API reports the sandbox
+	// gone, as its envd route already is, instead of "running" for the
+	// milliseconds the kill takes. A kill that then fails leaves a
+	// labelled runtime sandbox with no record, which Recover sweeps.
+	if err := m.store.DeleteSandbox(ctx, id); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+		return err
+	}
 	if m.net != nil {
 		if err := m.net.Detach(ctx, id); err != nil {
 			m.logger.Warn("detach sandbox network", "id", id, "err", err)
@@ -362,9 +369,6 @@ func (m *Manager) remove(ctx context.Context, id string) error {
 		}
 	}
 	os.Remove(m.socketPath(id))
-	if err := m.store.DeleteSandbox(ctx, id); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
-		return err
-	}
 	return nil
 }
 
