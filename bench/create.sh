@@ -1,7 +1,8 @@
 #!/bin/sh
 # Hutch's create → first command benchmark: `Sandbox.create()` then
 # `commands.run('true')` through the official E2B JS SDK against `hutch
-# serve`, next to runc, crun and podman starting a container and exec'ing
+# serve`, and the same through Hutch's Go SDK (package sdk, in the
+# harness), next to runc, crun and podman starting a container and exec'ing
 # /bin/true in it; one at a time, then 50 at once.
 # Installs the peers from Debian when missing, builds hutch and the base
 # template, prepares the OCI bundle under /var/cache/hutch/bench, builds the
@@ -142,7 +143,7 @@ if [ "$warm_n" -gt 0 ]; then
 		sleep 0.1
 	done
 	sleep 2
-	warm_args="-warm-url $warm_url -warm $warm_n"
+	warm_args="-warm-url $warm_url -warm $warm_n -warm-data $WARM_DATA"
 else
 	# No pool in this hutch: every create is a cold start.
 	start_serve "$COLD_DATA" $net_args
@@ -153,5 +154,5 @@ fi
 # Not exec: the trap stops the servers and removes sandboxes afterwards.
 # shellcheck disable=SC2086 # warm_args is a list of words
 "$CACHE/create" -dir "$CACHE" -rootfs "$HUTCH_TEMPLATES/base/rootfs" \
-	-script "$PWD/bench/create/create.mjs" -serve-args "$net_args" \
+	-script "$PWD/bench/create/create.mjs" -serve-args "$net_args" -hutch "$HUTCH" \
 	-cold-url "$cold_url" $warm_args "$@"

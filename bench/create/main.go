@@ -7,6 +7,11 @@
 //     node): `await Sandbox.create()` then `await sbx.commands.run('true')`,
 //     against a `hutch serve --warm 0` (every sandbox a cold start) and,
 //     when given one, a `hutch serve` with its default warm pool;
+//   - hutch, Go SDK: the same through Hutch's own Go SDK (package sdk),
+//     in this process: `c.Create(ctx, sdk.CreateOptions{})` then
+//     `sbx.Commands.Run(ctx, "true", nil)` (gosdk.go), against the same
+//     two servers, each row right after the JS SDK's row against that
+//     server;
 //   - runc and crun: `run -d` of the OCI bundle bundle-idle (sleep
 //     infinity) then `exec <id> /bin/true`;
 //   - podman (runc): `podman run -d … sleep infinity` then
@@ -54,6 +59,8 @@ type config struct {
 	coldURL      string // hutch serve --warm 0
 	warmURL      string // hutch serve with its default warm pool, or ""
 	warm         int    // that pool's size
+	warmData     string // that server's data directory (to count its pool)
+	hutch        string // the hutch binary (hutch ps)
 	serveArgs    string // both servers' other arguments, for the header
 
 	bundleIdle string // OCI bundle running sleep infinity
@@ -61,7 +68,7 @@ type config struct {
 	hostID     int    // host uid of the OCI containers' root
 }
 
-var rowKeys = []string{"hutch", "hutch-warm", "runc", "crun", "podman"}
+var rowKeys = []string{"hutch", "hutch-go", "hutch-warm", "hutch-warm-go", "runc", "crun", "podman"}
 
 func main() { harness.Main("bench-create", "bench/create.sh", realMain) }
 
@@ -81,6 +88,8 @@ func realMain() int {
 	flag.StringVar(&cfg.coldURL, "cold-url", "", "URL of a `hutch serve --warm 0` (bench/create.sh starts it)")
 	flag.StringVar(&cfg.warmURL, "warm-url", "", "URL of a `hutch serve` with its default warm pool (bench/create.sh starts it)")
 	flag.IntVar(&cfg.warm, "warm", 0, "the size of that server's warm pool")
+	flag.StringVar(&cfg.warmData, "warm-data", "", "that server's data directory: before each warm-pool row, wait until `hutch ps` there counts -warm sandboxes")
+	flag.StringVar(&cfg.hutch, "hutch", "/usr/local/bin/hutch", "hutch binary (for hutch ps)")
 	flag.StringVar(&cfg.serveArgs, "serve-args", "", "the servers' other arguments (for the header)")
 	flag.Parse()
 	if cfg.n < 1 || cfg.c < 0 || cfg.warmup < 0 {
@@ -108,15 +117,28 @@ func realMain() int {
 	printHeader(cfg)
 	fmt.Println()
 
+	// Each server through the JS SDK, then through the Go SDK.
+	want := func(key string) bool { return (cfg.only == nil || cfg.only[key]) && ctx.Err() == nil }
 	var rows []*row
-	if cfg.only == nil || cfg.only["hutch"] {
+	if want("hutch") {
 		rows = append(rows, b.measureSDK("hutch", "hutch serve --warm 0 (E2B JS SDK)", cfg.coldURL))
 	}
-	if (cfg.only == nil || cfg.only["hutch-warm"]) && ctx.Err() == nil {
+	if want("hutch-go") {
+		rows = append(rows, b.measureGoSDK("hutch-go", "hutch serve --warm 0 (Go SDK)", cfg.coldURL))
+	}
+	for _, w := range []struct {
+		key, client string
+		measure     func(key, name, url string) *row
+	}{{"hutch-warm", "E2B JS SDK", b.measureSDK}, {"hutch-warm-go", "Go SDK", b.measureGoSDK}} {
+		if !want(w.key) {
+			continue
+		}
 		if cfg.warmURL != "" {
-			rows = append(rows, b.measureSDK("hutch-warm", fmt.Sprintf("hutch serve, warm pool of %d (E2B JS SDK)", cfg.warm), cfg.warmURL))
+			// Every warm row starts with a full pool, as the first did.
+			b.waitWarmPool()
+			rows = append(rows, w.measure(w.key, fmt.Sprintf("hutch serve, warm pool of %d (%s)", cfg.warm, w.client), cfg.warmURL))
 		} else if cfg.only != nil {
-			r := &row{key: "hutch-warm", name: "hutch serve, warm pool (E2B JS SDK)", unavailable: "this hutch serve has no warm pool (--warm)"}
+			r := &row{key: w.key, name: fmt.Sprintf("hutch serve, warm pool (%s)", w.client), unavailable: "this hutch serve has no warm pool (--warm)"}
 			fmt.Printf("%-42s unavailable: %s\n", r.name, r.unavailable)
 			rows = append(rows, r)
 		}
@@ -163,7 +185,8 @@ func printHeader(cfg *config) {
 	if out, err := exec.Command(cfg.node, "--version").Output(); err == nil {
 		node = "node " + strings.TrimSpace(string(out))
 	}
-	fmt.Printf("client: official E2B JS SDK (%s, %s), from test/e2b-js\n", sdkVersion(cfg.script), node)
+	fmt.Printf("client: official E2B JS SDK (%s, %s), from test/e2b-js; Go SDK rows: package sdk of this checkout (%s), in the harness's process\n",
+		sdkVersion(cfg.script), node, runtime.Version())
 	fmt.Printf("peers: %s\n", harness.PeerVersions("runc", "crun", "podman", "conmon"))
 	conc := "no concurrent series"
 	if cfg.c > 0 {
@@ -285,7 +308,8 @@ func printResults(cfg *config, rows []*row) {
 		table = append(table, append(line, strings.Join(notes, "; ")))
 	}
 	printTable(table)
-	fmt.Println("times in ms; first = the row's very first iteration (SDK rows: the first calls of a new node process),")
+	fmt.Println("times in ms; first = the row's very first iteration (JS SDK rows: the first calls of a new node process;")
+	fmt.Println("Go SDK rows: of a new sdk.Client in the harness's process),")
 	fmt.Println("seq = one at a time after the warm-up;")
 	if cfg.c > 0 {
 		fmt.Printf("%d× = %d started at once, each timed from its own start; wall = until the last had run its command;\n", cfg.c, cfg.c)
@@ -326,7 +350,8 @@ func printResults(cfg *config, rows []*row) {
 	}
 
 	// The goals: cold (no pool) for the sequential p50; 50 at once for
-	// both servers.
+	// both servers. They were set for the E2B JS SDK's rows; the Go SDK's
+	// are in the table.
 	first := true
 	for _, r := range rows {
 		if (r.key != "hutch" && r.key != "hutch-warm") || r.unavailable != "" || len(r.seq.total) == 0 {
