@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -16,10 +18,16 @@ import (
 type globals struct {
 	dataDir   string
 	templates string
+	// apiURL and apiKey reach a remote `hutch serve`; see remoteConfig.
+	apiURL string
+	apiKey string
+	// getenv reads the environment the flags' defaults come from.
+	getenv func(string) string
 }
 
-func envOr(key, def string) string {
-	if v := os.Getenv(key); v != "" {
+// envOr returns the environment variable key, or def when it is empty.
+func (g *globals) envOr(key, def string) string {
+	if v := g.getenv(key); v != "" {
 		return v
 	}
 	return def
@@ -30,19 +38,20 @@ type exitError struct{ code int }
 
 func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
 
+// failureCodeKey is the annotation that sets the exit status of a
+// command's failures (and its subcommands'); without it, 1.
+const failureCodeKey = "hutch.failure-code"
+
+// commandRunner returns the annotations of a command that runs a command
+// in a sandbox and exits with its status: Hutch's own failures then exit
+// 125, as docker run and docker exec do, so that they cannot be taken for
+// the command's.
+func commandRunner() map[string]string { return map[string]string{failureCodeKey: "125"} }
+
 func run(ctx context.Context, args []string) int {
-	g := &globals{}
-	root := &cobra.Command{
-		Use:           "hutch",
-		Short:         "Isolated sandboxes for AI agents",
-		SilenceUsage:  true,
-		SilenceErrors: true,
-	}
-	root.PersistentFlags().StringVar(&g.dataDir, "data-dir", envOr("HUTCH_DATA_DIR", native.DefaultDataDir), "state directory (env HUTCH_DATA_DIR)")
-	root.PersistentFlags().StringVar(&g.templates, "templates", envOr("HUTCH_TEMPLATES", template.DefaultDir), "template store (env HUTCH_TEMPLATES)")
-	root.AddCommand(newRunCmd(g), newPsCmd(g), newRmCmd(g), newTemplateCmd(g), newKeysCmd(g), newServeCmd(g), newEnvdCmd())
+	root := newRootCmd(os.Getenv)
 	root.SetArgs(args)
-	err := root.ExecuteContext(ctx)
+	cmd, err := root.ExecuteContextC(ctx)
 	var ee exitError
 	switch {
 	case err == nil:
@@ -50,9 +59,41 @@ func run(ctx context.Context, args []string) int {
 	case errors.As(err, &ee):
 		return ee.code
 	default:
-		fmt.Fprintf(os.Stderr, "hutch: %v\n", err)
-		return 125 // as docker: the error is Hutch's, not the command's
+		// One line, whatever the error's text.
+		fmt.Fprintf(os.Stderr, "hutch: %s\n", strings.Join(strings.Fields(err.Error()), " "))
+		return failureCode(cmd)
 	}
+}
+
+// newRootCmd builds the command tree; getenv supplies the environment the
+// flags' defaults come from.
+func newRootCmd(getenv func(string) string) *cobra.Command {
+	g := &globals{getenv: getenv}
+	root := &cobra.Command{
+		Use:           "hutch",
+		Short:         "Isolated sandboxes for AI agents",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.PersistentFlags().StringVar(&g.dataDir, "data-dir", g.envOr("HUTCH_DATA_DIR", native.DefaultDataDir), "state directory (env HUTCH_DATA_DIR)")
+	root.PersistentFlags().StringVar(&g.templates, "templates", g.envOr("HUTCH_TEMPLATES", template.DefaultDir), "template store (env HUTCH_TEMPLATES)")
+	g.addRemoteFlags(root.PersistentFlags())
+	root.AddCommand(newRunCmd(g), newPsCmd(g), newRmCmd(g), newTemplateCmd(g), newKeysCmd(g), newServeCmd(g), newEnvdCmd())
+	root.AddCommand(newSandboxCmd(g), newExecCmd(g), newShellCmd(g), newCpCmd(g), newLogsCmd(g), newGenDocsCmd())
+	return root
+}
+
+// failureCode is the exit status of a failure of cmd: its failureCodeKey
+// annotation or its nearest parent's, else 1.
+func failureCode(cmd *cobra.Command) int {
+	for c := cmd; c != nil; c = c.Parent() {
+		if s, ok := c.Annotations[failureCodeKey]; ok {
+			if n, err := strconv.Atoi(s); err == nil {
+				return n
+			}
+		}
+	}
+	return 1
 }
 
 func (g *globals) runtime() (*native.Runtime, error) {

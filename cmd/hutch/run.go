@@ -25,8 +25,9 @@ func newRunCmd(g *globals) *cobra.Command {
 		rm, interactive, tty, detach, noNewPrivs        bool
 	)
 	cmd := &cobra.Command{
-		Use:   "run [flags] -- CMD [ARGS...]",
-		Short: "Run a command in a new sandbox (the `docker run` of Hutch)",
+		Annotations: commandRunner(),
+		Use:         "run [flags] -- CMD [ARGS...]",
+		Short:       "Run a command in a new sandbox (the `docker run` of Hutch)",
 		Long: `Run creates a sandbox from a template, runs CMD in it as the template's
 default user with standard streams attached, and exits with CMD's exit status
 (128+N when signal N killed it). With --rm the sandbox is removed afterwards;

@@ -28,8 +28,9 @@ func newTemplateCmd(g *globals) *cobra.Command {
 		},
 	}
 	build.Flags().StringVar(&opts.Mirror, "mirror", "", "Debian mirror URL (default: the host's apt mirror)")
-	build.Flags().StringVar(&opts.CacheDir, "cache", envOr("HUTCH_CACHE", template.DefaultCacheDir), "download cache directory")
+	build.Flags().StringVar(&opts.CacheDir, "cache", g.envOr("HUTCH_CACHE", template.DefaultCacheDir), "download cache directory")
 	build.Flags().BoolVar(&opts.Force, "force", false, "rebuild even if the recipe is unchanged")
+	var asJSON bool
 	ls := &cobra.Command{
 		Use:   "ls",
 		Short: "List built templates",
@@ -39,6 +40,17 @@ func newTemplateCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if asJSON {
+				type jsonTemplate struct {
+					template.Config
+					Dir string `json:"dir"`
+				}
+				out := []jsonTemplate{}
+				for _, t := range ts {
+					out = append(out, jsonTemplate{t.Config, t.Dir})
+				}
+				return printJSON(out)
+			}
 			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "NAME\tDEFAULT USER\tRECIPE\tBUILT")
 			for _, t := range ts {
@@ -47,6 +59,7 @@ func newTemplateCmd(g *globals) *cobra.Command {
 			return w.Flush()
 		},
 	}
+	ls.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.AddCommand(build, ls)
 	return cmd
 }

@@ -340,7 +340,7 @@ func TestTemplateCommands(t *testing.T) {
 		t.Errorf("template ls: %s", r)
 	}
 	r = hutch(t, "", "template", "build", "no-such-recipe")
-	if r.Code != 125 || !strings.Contains(r.Stderr, "no recipe") {
+	if r.Code != 1 || !strings.Contains(r.Stderr, "no recipe") {
 		t.Errorf("build of an unknown recipe: %s", r)
 	}
 }

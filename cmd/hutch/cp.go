@@ -1,0 +1,465 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/signal"
+	"path"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/hutch-sandbox/hutch/internal/cli/archive"
+	"github.com/hutch-sandbox/hutch/internal/cli/progress"
+	"github.com/hutch-sandbox/hutch/internal/cli/shell"
+	"github.com/hutch-sandbox/hutch/sdk"
+)
+
+func newCpCmd(g *globals) *cobra.Command {
+	var user string
+	cmd := &cobra.Command{
+		Use:   "cp [flags] SRC DST",
+		Short: "Copy files and directories between here and a sandbox (ID:PATH names the sandbox side)",
+		Long: `Cp copies a file, a directory tree or a symlink between this machine and a
+sandbox, as docker cp does. Exactly one of SRC and DST is ID:PATH; a
+relative PATH is relative to the sandbox user's home (write a local path
+with a colon as ./a:b). Where the copy lands:
+
+- SRC a file, DST an existing directory: in it, under SRC's name.
+- SRC a file, DST an existing file: DST is overwritten.
+- SRC a file, DST missing: DST, whose parent must exist (an error if DST
+  ends in /).
+- SRC a directory, DST an existing directory: in it, under SRC's name; when
+  SRC ends in /., SRC's contents go into DST itself.
+- SRC a directory, DST missing: DST, as a copy of SRC (its parent must
+  exist).
+- SRC a directory, DST an existing file: an error.
+
+Symlinks are copied as symlinks, targets unchanged, also when SRC is one.
+Permission bits (and sticky; setuid and setgid are dropped when copying
+here) and modification times are kept; what is copied belongs to the user
+who copies: the sandbox user (-u) there, the caller here. Directories and
+symlinks travel as a tar stream, through a temporary file in the sandbox's
+/tmp; entries of a stream from a sandbox that would land outside DST
+(absolute names, "..", paths through symlinks) are refused.
+
+A progress bar shows on standard error, when it is a terminal, for
+transfers over 1 MiB. Failures exit 1.`,
+		Example: `  hutch cp ./src ID:/home/user/project     # ./src becomes /home/user/project (or goes in it)
+  hutch cp ./src/. ID:/home/user/project   # the contents of ./src
+  hutch cp ID:/tmp/report.pdf .            # into the current directory
+  hutch cp -u root ./app.conf ID:/etc/app.conf`,
+		Args: cobra.ExactArgs(2),
+		RunE: g.remote(func(cmd *cobra.Command, args []string, c *sdk.Client) error {
+			src, dst := parseCpArg(args[0]), parseCpArg(args[1])
+			if src.remote == dst.remote {
+				return errors.New("exactly one of SRC and DST must be ID:PATH (write a local path with a colon as ./a:b)")
+			}
+			id := src.id
+			if dst.remote {
+				id = dst.id
+			}
+			// Interrupted, a copy cleans up (temporary files here and in
+			// the sandbox) before hutch exits.
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGHUP)
+			defer stop()
+			sbx, err := connect(ctx, c, id)
+			if err != nil {
+				return err
+			}
+			cp := &copier{sbx: sbx, user: user, bars: term.IsTerminal(int(os.Stderr.Fd()))}
+			if dst.remote {
+				err = cp.upload(ctx, src.path, dst.path)
+			} else {
+				err = cp.download(ctx, src.path, dst.path)
+			}
+			if err != nil && ctx.Err() != nil && cmd.Context().Err() == nil {
+				fmt.Fprintln(os.Stderr, "hutch: cp interrupted")
+				return exitError{code: 130}
+			}
+			return err
+		}),
+	}
+	cmd.Flags().StringVarP(&user, "user", "u", "", "sandbox user to act as (default: the sandbox's default user)")
+	return cmd
+}
+
+// cpArg is one side of a copy.
+type cpArg struct {
+	id, path string
+	remote   bool
+}
+
+// parseCpArg reads ID:PATH, or a local path: one without a colon, or
+// whose part before the first colon is empty, contains a slash or starts
+// with a dot.
+func parseCpArg(s string) cpArg {
+	id, p, ok := strings.Cut(s, ":")
+	if !ok || id == "" || strings.ContainsRune(id, '/') || strings.HasPrefix(id, ".") {
+		return cpArg{path: s}
+	}
+	if p == "" {
+		p = "."
+	}
+	return cpArg{id: id, path: p, remote: true}
+}
+
+// copier copies between here and one sandbox.
+type copier struct {
+	sbx  *sdk.Sandbox
+	user string
+	bars bool // progress bars on standard error
+}
+
+// remoteName names a sandbox path in messages, as ID:PATH.
+func (c *copier) remoteName(p string) string { return c.sbx.ID + ":" + p }
+
+// contentsOf reports whether p names a directory's contents (ends in /.).
+func contentsOf(p string) bool { return p == "." || strings.HasSuffix(p, "/.") }
+
+// dirSyntax reports whether p can only name a directory (ends in /).
+func dirSyntax(p string) bool { return strings.HasSuffix(p, "/") }
+
+// stat describes a sandbox path, or returns nil when nothing is there.
+func (c *copier) stat(ctx context.Context, p string) (*sdk.EntryInfo, error) {
+	info, err := c.sbx.Files.GetInfo(ctx, p, &sdk.FileOptions{User: c.user})
+	if errors.Is(err, sdk.ErrNotFound) {
+		return nil, nil
+	}
+	return info, err
+}
+
+// upload copies local src to sandbox path dst.
+func (c *copier) upload(ctx context.Context, src, dst string) error {
+	fi, err := os.Lstat(src)
+	if err != nil {
+		return err
+	}
+	contents := contentsOf(src)
+	if contents && !fi.IsDir() {
+		return fmt.Errorf("%s: not a directory", src)
+	}
+	to, err := c.stat(ctx, dst)
+	if err != nil {
+		return err
+	}
+	regular := fi.Mode().IsRegular()
+	clean := path.Clean(dst)
+	switch {
+	case to != nil && to.Type == sdk.FileTypeDir:
+		switch {
+		case contents:
+			return c.uploadTree(ctx, src, ".", clean)
+		case regular:
+			return c.uploadFile(ctx, src, fi, path.Join(clean, filepath.Base(src)))
+		}
+		return c.uploadTree(ctx, src, filepath.Base(src), clean)
+	case to != nil:
+		switch {
+		case fi.IsDir():
+			return fmt.Errorf("cannot copy directory %s onto file %s", src, c.remoteName(dst))
+		case regular:
+			return c.uploadFile(ctx, src, fi, clean)
+		}
+		return c.uploadTree(ctx, src, path.Base(clean), path.Dir(clean))
+	}
+	if dirSyntax(dst) && !fi.IsDir() {
+		return fmt.Errorf("destination directory %s does not exist", c.remoteName(dst))
+	}
+	if parent, err := c.stat(ctx, path.Dir(clean)); err != nil {
+		return err
+	} else if parent == nil || parent.Type != sdk.FileTypeDir {
+		return fmt.Errorf("destination directory %s does not exist", c.remoteName(path.Dir(clean)))
+	}
+	switch {
+	case regular:
+		return c.uploadFile(ctx, src, fi, clean)
+	case contents:
+		return c.uploadTree(ctx, src, ".", clean)
+	}
+	return c.uploadTree(ctx, src, path.Base(clean), path.Dir(clean))
+}
+
+// uploadFile streams regular file src (fi) to sandbox path target, then
+// gives it src's mode if the upload did not.
+func (c *copier) uploadFile(ctx context.Context, src string, fi fs.FileInfo, target string) error {
+	f, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	bar := c.bar("→ "+c.remoteName(target), fi.Size())
+	_, err = c.sbx.Files.WriteStream(ctx, target, bar.reader(f), &sdk.WriteOptions{User: c.user})
+	bar.finish()
+	if err != nil {
+		return err
+	}
+	info, err := c.sbx.Files.GetInfo(ctx, target, &sdk.FileOptions{User: c.user})
+	if err != nil {
+		return err
+	}
+	if info.Mode.Perm() == fi.Mode().Perm() {
+		return nil
+	}
+	_, err = c.run(ctx, fmt.Sprintf("chmod %04o -- %s", fi.Mode().Perm(), shell.Quote(target)))
+	return err
+}
+
+// uploadTree sends local src as a tar stream whose top entry is name, and
+// extracts it in sandbox directory dir (made if missing).
+func (c *copier) uploadTree(ctx context.Context, src, name, dir string) error {
+	size, err := archive.Size(src)
+	if err != nil {
+		return err
+	}
+	tmp, err := tempName()
+	if err != nil {
+		return err
+	}
+	pr, pw := io.Pipe()
+	packed := make(chan error, 1)
+	go func() {
+		err := archive.Pack(pw, src, name)
+		pw.CloseWithError(err)
+		packed <- err
+	}()
+	label := "→ " + c.remoteName(path.Join(dir, name))
+	bar := c.bar(label, size)
+	_, err = c.sbx.Files.WriteStream(ctx, tmp, bar.reader(pr), &sdk.WriteOptions{User: c.user})
+	bar.finish()
+	if err != nil {
+		pr.CloseWithError(err)
+		c.remove(ctx, tmp)
+		if perr := <-packed; perr != nil && !errors.Is(perr, err) {
+			return perr
+		}
+		return err
+	}
+	if err := <-packed; err != nil {
+		c.remove(ctx, tmp)
+		return err
+	}
+	_, err = c.run(ctx, fmt.Sprintf("mkdir -p -- %[1]s && tar -x -p --no-same-owner -f %[2]s -C %[1]s; s=$?; rm -f -- %[2]s; exit $s",
+		shell.Quote(dir), shell.Quote(tmp)))
+	return err
+}
+
+// download copies sandbox path src to local dst.
+func (c *copier) download(ctx context.Context, src, dst string) error {
+	from, err := c.stat(ctx, src)
+	if err != nil {
+		return err
+	}
+	if from == nil {
+		return fmt.Errorf("%s: no such file or directory", c.remoteName(src))
+	}
+	contents := contentsOf(src)
+	link := from.SymlinkTarget != ""
+	dir := from.Type == sdk.FileTypeDir && !link
+	regular := from.Type == sdk.FileTypeFile && !link
+	if contents && from.Type != sdk.FileTypeDir {
+		return fmt.Errorf("%s: not a directory", c.remoteName(src))
+	}
+	clean := filepath.Clean(dst)
+	to, err := os.Stat(dst)
+	switch {
+	case err == nil && to.IsDir():
+		switch {
+		case contents:
+			return c.downloadTree(ctx, src, true, clean, "")
+		case regular:
+			return c.downloadFile(ctx, src, from, filepath.Join(clean, path.Base(src)))
+		}
+		return c.downloadTree(ctx, src, false, clean, "")
+	case err == nil:
+		switch {
+		case dir || contents:
+			return fmt.Errorf("cannot copy directory %s onto file %s", c.remoteName(src), dst)
+		case regular:
+			return c.downloadFile(ctx, src, from, clean)
+		}
+		return c.downloadTree(ctx, src, false, filepath.Dir(clean), filepath.Base(clean))
+	case !errors.Is(err, fs.ErrNotExist):
+		return err
+	}
+	if dirSyntax(dst) && !dir {
+		return fmt.Errorf("destination directory %s does not exist", dst)
+	}
+	if fi, err := os.Stat(filepath.Dir(clean)); err != nil || !fi.IsDir() {
+		return fmt.Errorf("destination directory %s does not exist", filepath.Dir(clean))
+	}
+	switch {
+	case regular:
+		return c.downloadFile(ctx, src, from, clean)
+	case contents:
+		if err := os.Mkdir(clean, 0o755); err != nil {
+			return err
+		}
+		return c.downloadTree(ctx, src, true, clean, "")
+	}
+	return c.downloadTree(ctx, src, false, filepath.Dir(clean), filepath.Base(clean))
+}
+
+// downloadFile streams sandbox file src (described by info) to local
+// target through a temporary file beside it, with src's mode and time.
+func (c *copier) downloadFile(ctx context.Context, src string, info *sdk.EntryInfo, target string) error {
+	if fi, err := os.Lstat(target); err == nil && fi.IsDir() {
+		return fmt.Errorf("cannot overwrite directory %s with a file", target)
+	}
+	rc, err := c.sbx.Files.ReadStream(ctx, src, &sdk.FileOptions{User: c.user})
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	tmp, err := os.CreateTemp(filepath.Dir(target), ".hutch-cp-*")
+	if err != nil {
+		return err
+	}
+	done := false
+	defer func() {
+		if !done {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	bar := c.bar("← "+c.remoteName(src), info.Size)
+	_, err = io.Copy(tmp, bar.reader(rc))
+	bar.finish()
+	if err != nil {
+		return fmt.Errorf("read %s: %w", c.remoteName(src), err)
+	}
+	if err := tmp.Chmod(info.Mode.Perm()); err != nil {
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if !info.ModifiedTime.IsZero() {
+		os.Chtimes(tmp.Name(), info.ModifiedTime, info.ModifiedTime)
+	}
+	if err := os.Rename(tmp.Name(), target); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	done = true
+	return nil
+}
+
+// downloadTree has the sandbox tar src into a temporary file, reads it
+// and extracts it in local directory dir. With contents the stream holds
+// what is in src (tar -C src .), else src itself, renamed to rename if
+// that is set.
+func (c *copier) downloadTree(ctx context.Context, src string, contents bool, dir, rename string) error {
+	tmp, err := tempName()
+	if err != nil {
+		return err
+	}
+	defer c.remove(ctx, tmp)
+	var script string
+	if contents {
+		script = fmt.Sprintf("tar -c -f %s -C %s .", shell.Quote(tmp), shell.Quote(src))
+	} else {
+		clean := path.Clean(src)
+		script = fmt.Sprintf("tar -c -f %s -C %s %s", shell.Quote(tmp), shell.Quote(path.Dir(clean)), shell.Quote("./"+path.Base(clean)))
+	}
+	if _, err := c.run(ctx, script); err != nil {
+		// GNU tar exits 1 when a file changed while it read it: the
+		// archive is complete, with a warning.
+		var ce *sdk.CommandExitError
+		if !errors.As(err, &ce) || ce.ExitCode != 1 {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "hutch: warning: %s\n", oneLine(ce.Stderr))
+	}
+	var size int64
+	if info, err := c.sbx.Files.GetInfo(ctx, tmp, &sdk.FileOptions{User: c.user}); err == nil {
+		size = info.Size
+	}
+	rc, err := c.sbx.Files.ReadStream(ctx, tmp, &sdk.FileOptions{User: c.user})
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	label := "← " + c.remoteName(src)
+	bar := c.bar(label, size)
+	err = archive.Unpack(bar.reader(rc), dir, archive.Options{Rename: rename})
+	bar.finish()
+	return err
+}
+
+// run runs a shell command in the sandbox as the copy's user; a failure
+// reads as the command's standard error.
+func (c *copier) run(ctx context.Context, script string) (*sdk.CommandResult, error) {
+	res, err := c.sbx.Commands.Run(ctx, script, &sdk.RunOptions{User: c.user, Timeout: sdk.NoTimeout})
+	var ce *sdk.CommandExitError
+	if errors.As(err, &ce) {
+		msg := oneLine(ce.Stderr)
+		if msg == "" {
+			msg = ce.Error()
+		}
+		return res, &cliError{"in the sandbox: " + msg, err}
+	}
+	return res, err
+}
+
+// remove deletes a temporary file in the sandbox, as best it can.
+func (c *copier) remove(ctx context.Context, p string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	c.sbx.Files.Remove(ctx, p, &sdk.FileOptions{User: c.user})
+}
+
+// tempName is a fresh name for a temporary file in the sandbox.
+func tempName() (string, error) {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return "/tmp/.hutch-cp-" + hex.EncodeToString(b[:]) + ".tar", nil
+}
+
+// oneLine joins the lines of a command's output with "; ".
+func oneLine(s string) string {
+	var lines []string
+	for _, l := range strings.Split(s, "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			lines = append(lines, l)
+		}
+	}
+	return strings.Join(lines, "; ")
+}
+
+// transferBar is a progress bar or nil; its methods do nothing on nil.
+type transferBar struct{ *progress.Bar }
+
+// bar returns a progress bar for a transfer of size bytes when bars are on
+// and the transfer is large enough, else nil.
+func (c *copier) bar(label string, size int64) *transferBar {
+	if !c.bars || size < progress.Threshold {
+		return nil
+	}
+	return &transferBar{progress.New(os.Stderr, label, size)}
+}
+
+func (b *transferBar) reader(r io.Reader) io.Reader {
+	if b == nil {
+		return r
+	}
+	return b.Reader(r)
+}
+
+func (b *transferBar) finish() {
+	if b != nil {
+		b.Finish()
+	}
+}

@@ -1,0 +1,379 @@
+// Package archive moves file trees through tar streams, for `hutch cp`:
+// Pack writes a local tree with its modes, symlinks and modification
+// times, and Unpack extracts a stream into a local directory, refusing
+// every entry that would land outside it.
+//
+// The streams are plain tar, as GNU tar writes and reads them, so that the
+// other end can be `tar -c` or `tar -x` inside a sandbox.
+package archive
+
+import (
+	"archive/tar"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// blockSize is tar's unit: headers take one block, contents are padded to
+// whole blocks, and two zero blocks end the stream.
+const blockSize = 512
+
+// Pack writes the file, directory or symlink at src to w as a tar stream;
+// a symlink is written as a link, never followed, also at the top.
+//
+// name is the archive name of src itself, and what lies under a directory
+// is named name/REL. With name "." a directory is written as `tar -C src .`
+// writes it: "./" for the directory, REL for its contents.
+//
+// Entries keep their permission bits (with setuid, setgid and sticky),
+// their modification times (to the second) and the targets of symlinks.
+// Owners are not recorded: whoever extracts owns the files. Hard links are
+// written as separate files; sockets, devices and FIFOs are skipped.
+func Pack(w io.Writer, src, name string) error {
+	if name == "" {
+		return errors.New("archive: empty name")
+	}
+	tw := tar.NewWriter(w)
+	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, p)
+		if err != nil {
+			return err
+		}
+		entry := name
+		if rel != "." {
+			entry = path.Join(name, filepath.ToSlash(rel))
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		return packEntry(tw, p, entry, fi)
+	})
+	if err != nil {
+		return fmt.Errorf("archive: %w", err)
+	}
+	if err := tw.Close(); err != nil {
+		return fmt.Errorf("archive: %w", err)
+	}
+	return nil
+}
+
+// packEntry writes one entry; fi is p's Lstat.
+func packEntry(tw *tar.Writer, p, name string, fi fs.FileInfo) error {
+	hdr := &tar.Header{Name: name, Mode: tarMode(fi.Mode()), ModTime: fi.ModTime()}
+	switch {
+	case fi.Mode().IsRegular():
+		hdr.Typeflag, hdr.Size = tar.TypeReg, fi.Size()
+	case fi.IsDir():
+		hdr.Typeflag = tar.TypeDir
+		if !strings.HasSuffix(hdr.Name, "/") {
+			hdr.Name += "/"
+		}
+	case fi.Mode()&fs.ModeSymlink != 0:
+		target, err := os.Readlink(p)
+		if err != nil {
+			return err
+		}
+		hdr.Typeflag, hdr.Linkname = tar.TypeSymlink, target
+	default:
+		return nil // sockets, devices, FIFOs
+	}
+	if err := tw.WriteHeader(hdr); err != nil {
+		return fmt.Errorf("%s: %w", p, err)
+	}
+	if hdr.Typeflag != tar.TypeReg {
+		return nil
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	// Copy exactly the size announced, even if the file grew meanwhile.
+	if _, err := io.CopyN(tw, f, hdr.Size); err != nil {
+		return fmt.Errorf("%s: %w (did it shrink while being read?)", p, err)
+	}
+	return nil
+}
+
+// tarMode is the tar mode field of m: permissions plus setuid, setgid and
+// sticky as c_ISUID, c_ISGID and c_ISVTX.
+func tarMode(m fs.FileMode) int64 {
+	mode := int64(m.Perm())
+	if m&fs.ModeSetuid != 0 {
+		mode |= 0o4000
+	}
+	if m&fs.ModeSetgid != 0 {
+		mode |= 0o2000
+	}
+	if m&fs.ModeSticky != 0 {
+		mode |= 0o1000
+	}
+	return mode
+}
+
+// Size estimates the length of the stream Pack writes for src: a header
+// per entry, contents padded to whole blocks, the end marker. Names too
+// long for a plain header make the stream a little longer.
+func Size(src string) (int64, error) {
+	total := int64(2 * blockSize)
+	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		switch {
+		case fi.Mode().IsRegular():
+			total += blockSize + (fi.Size()+blockSize-1)/blockSize*blockSize
+		case fi.IsDir(), fi.Mode()&fs.ModeSymlink != 0:
+			total += blockSize
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("archive: %w", err)
+	}
+	return total, nil
+}
+
+// Options adjust [Unpack].
+type Options struct {
+	// Rename, if set, replaces the first component of every entry's name,
+	// so that the archive's top entry lands at DIR/Rename: how a copy
+	// takes a new name. It must be a single name, not "." or "..".
+	Rename string
+}
+
+// Unpack extracts the tar stream r into dir, which must exist.
+//
+// It never writes outside dir. It refuses, with an error, entries whose
+// names are absolute or contain "..", hard links to names outside dir, and
+// entries whose path goes through a symlink that leads out of dir (a
+// symlink the archive made or one that was there). Entries before the
+// refused one stay extracted. Symlinks are created with their targets as
+// they are: a target is data, only following one could escape.
+//
+// Regular files, directories, symlinks and hard links are extracted; other
+// types (devices, FIFOs) are skipped. Files and directories get the
+// entry's permission and sticky bits, never setuid or setgid, and its
+// modification time; owners are not restored (files belong to the caller).
+// A non-directory in an entry's place is replaced; a directory in a
+// directory's place is kept and takes the entry's mode.
+func Unpack(r io.Reader, dir string, opts Options) error {
+	if opts.Rename != "" && (strings.Contains(opts.Rename, "/") || opts.Rename == "." || opts.Rename == "..") {
+		return fmt.Errorf("archive: invalid new name %q", opts.Rename)
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return fmt.Errorf("archive: %w", err)
+	}
+	defer root.Close()
+	u := &unpacker{root: root, rename: opts.Rename}
+	tr := tar.NewReader(r)
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("archive: %w", err)
+		}
+		if err := u.extract(hdr, tr); err != nil {
+			if escapes(err) {
+				err = fmt.Errorf("refused: it leads through a symlink out of the destination (%w)", err)
+			}
+			return fmt.Errorf("archive: entry %q: %w", hdr.Name, err)
+		}
+	}
+	return u.finishDirs()
+}
+
+// unpacker extracts one stream.
+type unpacker struct {
+	root   *os.Root
+	rename string
+	// dirs get their modes and times after everything else, so that a
+	// read-only directory does not block its own entries.
+	dirs []dirEntry
+}
+
+type dirEntry struct {
+	name  string
+	mode  fs.FileMode
+	mtime time.Time
+}
+
+// Errors of refused entries.
+var (
+	errAbsolute = errors.New("refused: absolute name")
+	errDotDot   = errors.New(`refused: ".." in the name`)
+)
+
+// escapes reports whether err is os.Root's refusal to leave the root. The
+// os package does not export that error, only its text.
+func escapes(err error) bool {
+	return strings.Contains(err.Error(), "path escapes from parent")
+}
+
+// name maps an archive name to a name relative to the root ("." for the
+// root itself), or "" for an entry to skip.
+func (u *unpacker) name(archived string) (string, error) {
+	if strings.HasPrefix(archived, "/") {
+		return "", errAbsolute
+	}
+	var parts []string
+	for _, p := range strings.Split(archived, "/") {
+		switch p {
+		case "..":
+			return "", errDotDot
+		case "", ".":
+			continue
+		}
+		parts = append(parts, p)
+	}
+	if len(parts) == 0 {
+		if u.rename != "" {
+			return "", nil // the "./" of a `tar -C dir .` cannot be renamed
+		}
+		return ".", nil
+	}
+	if u.rename != "" {
+		parts[0] = u.rename
+	}
+	return strings.Join(parts, "/"), nil
+}
+
+// extract writes one entry.
+func (u *unpacker) extract(hdr *tar.Header, r io.Reader) error {
+	name, err := u.name(hdr.Name)
+	if err != nil || name == "" {
+		return err
+	}
+	mode := fs.FileMode(hdr.Mode) & fs.ModePerm
+	if hdr.Mode&0o1000 != 0 {
+		mode |= fs.ModeSticky
+	}
+	switch hdr.Typeflag {
+	case tar.TypeDir:
+		return u.dir(name, mode, hdr.ModTime)
+	case tar.TypeReg, tar.TypeRegA: //nolint:staticcheck // TypeRegA: old archives
+		if err := u.prepare(name); err != nil {
+			return err
+		}
+		return u.file(name, mode, hdr.ModTime, r)
+	case tar.TypeSymlink:
+		if err := u.prepare(name); err != nil {
+			return err
+		}
+		return u.root.Symlink(hdr.Linkname, name)
+	case tar.TypeLink:
+		target, err := u.name(hdr.Linkname)
+		if err != nil {
+			return fmt.Errorf("hard link to %q: %w", hdr.Linkname, err)
+		}
+		if target == "" || target == "." {
+			return fmt.Errorf("refused: hard link to %q, not a file", hdr.Linkname)
+		}
+		if err := u.prepare(name); err != nil {
+			return err
+		}
+		return u.root.Link(target, name)
+	}
+	return nil // devices, FIFOs and the like
+}
+
+// prepare makes room for a non-directory entry: its parent directories
+// exist, and nothing but a directory is in its place.
+func (u *unpacker) prepare(name string) error {
+	if name == "." {
+		return errors.New("refused: only a directory can take the destination's place")
+	}
+	if err := u.root.MkdirAll(path.Dir(name), 0o755); err != nil {
+		return err
+	}
+	fi, err := u.root.Lstat(name)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return err
+	case fi.IsDir():
+		return fmt.Errorf("a directory is in the way")
+	}
+	return u.root.Remove(name)
+}
+
+// dir makes the directory name (replacing a non-directory) and records
+// its mode and time for finishDirs.
+func (u *unpacker) dir(name string, mode fs.FileMode, mtime time.Time) error {
+	if name != "." {
+		if err := u.root.MkdirAll(path.Dir(name), 0o755); err != nil {
+			return err
+		}
+		fi, err := u.root.Lstat(name)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			// Owner-writable until finishDirs sets the real mode.
+			if err := u.root.Mkdir(name, 0o700); err != nil {
+				return err
+			}
+		case err != nil:
+			return err
+		case !fi.IsDir():
+			if err := u.root.Remove(name); err != nil {
+				return err
+			}
+			if err := u.root.Mkdir(name, 0o700); err != nil {
+				return err
+			}
+		}
+	}
+	u.dirs = append(u.dirs, dirEntry{name: name, mode: mode, mtime: mtime})
+	return nil
+}
+
+// file writes a regular file's content, then its mode and time.
+func (u *unpacker) file(name string, mode fs.FileMode, mtime time.Time, r io.Reader) error {
+	f, err := u.root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, r); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Chmod(mode); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return u.root.Chtimes(name, mtime, mtime)
+}
+
+// finishDirs gives directories their modes and times, deepest first.
+func (u *unpacker) finishDirs() error {
+	for i := len(u.dirs) - 1; i >= 0; i-- {
+		d := u.dirs[i]
+		if err := u.root.Chmod(d.name, d.mode); err != nil {
+			return fmt.Errorf("archive: %w", err)
+		}
+		if err := u.root.Chtimes(d.name, d.mtime, d.mtime); err != nil {
+			return fmt.Errorf("archive: %w", err)
+		}
+	}
+	return nil
+}

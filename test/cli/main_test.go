@@ -1,0 +1,146 @@
+// Package cli tests the hutch CLI's remote commands end to end: it builds
+// cmd/hutch, starts a real `hutch serve`, and runs the built binary
+// against it as a user would (sandbox, exec, shell through a real
+// terminal, cp, logs, completion), checking output, files and exit
+// statuses.
+package cli
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hutch-sandbox/hutch/test/internal/hutchtest"
+)
+
+// bin is cmd/hutch built from this checkout.
+var bin = &hutchtest.Binary{ModuleRoot: "../.."}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	bin.Remove()
+	os.Exit(code)
+}
+
+// fixture is a running server and the environment to run the CLI in.
+type fixture struct {
+	bin string
+	srv *hutchtest.Server
+	// env is the CLI's environment: this process's, without any HUTCH_ or
+	// E2B_ variable, and with a data dir holding no api-key file.
+	env []string
+	// dataDir is the CLI's empty HUTCH_DATA_DIR.
+	dataDir string
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("hutch serve needs root")
+	}
+	b := bin.Path(t)
+	f := &fixture{bin: b, srv: hutchtest.StartServe(t, b), dataDir: t.TempDir()}
+	f.env = cleanEnv("HUTCH_DATA_DIR=" + f.dataDir)
+	return f
+}
+
+// cleanEnv is this process's environment without HUTCH_* and E2B_*
+// variables, plus extra.
+func cleanEnv(extra ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "HUTCH_") && !strings.HasPrefix(kv, "E2B_") {
+			env = append(env, kv)
+		}
+	}
+	return append(env, extra...)
+}
+
+// result is what a hutch command did.
+type result struct {
+	Stdout, Stderr string
+	Code           int
+}
+
+func (r result) String() string {
+	return fmt.Sprintf("exit %d\nstdout: %q\nstderr: %q", r.Code, r.Stdout, r.Stderr)
+}
+
+// flags point the CLI at the fixture's server.
+func (f *fixture) flags() []string {
+	return []string{"--api-url", f.srv.URL(), "--api-key", hutchtest.TestKey}
+}
+
+// hutch runs the CLI with the server's URL and key as flags, stdin as
+// its standard input.
+func (f *fixture) hutch(t *testing.T, stdin string, args ...string) result {
+	t.Helper()
+	return f.hutchEnv(t, f.env, stdin, append(f.flags(), args...)...)
+}
+
+// hutchEnv runs the CLI with exactly env and args.
+func (f *fixture) hutchEnv(t *testing.T, env []string, stdin string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, f.bin, args...)
+	cmd.Env = env
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	r := result{Stdout: out.String(), Stderr: errb.String()}
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		r.Code = ee.ExitCode()
+	default:
+		t.Fatalf("hutch %v: %v", args, err)
+	}
+	return r
+}
+
+// ok runs the CLI and fails the test unless it exits 0; it returns
+// standard output.
+func (f *fixture) ok(t *testing.T, args ...string) string {
+	t.Helper()
+	r := f.hutch(t, "", args...)
+	if r.Code != 0 {
+		t.Fatalf("hutch %s: %s", strings.Join(args, " "), r)
+	}
+	return r.Stdout
+}
+
+// wantFailure checks that r exited with code and said exactly one line on
+// standard error, "hutch: " and something containing want.
+func wantFailure(t *testing.T, r result, code int, want string) {
+	t.Helper()
+	if r.Code != code {
+		t.Errorf("exit %d, want %d\n%s", r.Code, code, r)
+	}
+	if !strings.HasPrefix(r.Stderr, "hutch: ") || !strings.HasSuffix(r.Stderr, "\n") || strings.Count(r.Stderr, "\n") != 1 {
+		t.Errorf("stderr %q is not one line starting with \"hutch: \"", r.Stderr)
+	}
+	if !strings.Contains(r.Stderr, want) {
+		t.Errorf("stderr %q does not mention %q", r.Stderr, want)
+	}
+}
+
+// createSandbox creates a sandbox with the CLI and returns its id; it is
+// killed when the test ends (sandboxes outlive `hutch serve`).
+func (f *fixture) createSandbox(t *testing.T, args ...string) string {
+	t.Helper()
+	id := strings.TrimSpace(f.ok(t, append([]string{"sandbox", "create"}, args...)...))
+	if id == "" || strings.ContainsAny(id, " \n") {
+		t.Fatalf("sandbox create printed %q, want an id", id)
+	}
+	t.Cleanup(func() { f.hutchEnv(t, f.env, "", append(f.flags(), "sandbox", "kill", id)...) })
+	return id
+}
