@@ -82,7 +82,11 @@ func (s *Service) start(ctx context.Context, req *connect.Request[pb.StartReques
 	// Attach the Start stream before any output can be produced into it.
 	sub := p.subscribe()
 	s.add(p)
-	s.logger.Info("process started", "pid", p.pid, "cmd", logged(cfg.GetCmd(), cfg.GetArgs()), "user", u.Name, "tag", req.Msg.GetTag(), "pty", p.pty != nil)
+	attrs := []any{"pid", p.pid, "cmd", logged(cfg.GetCmd(), cfg.GetArgs()), "user", u.Name, "pty", p.pty != nil}
+	if req.Msg.Tag != nil {
+		attrs = append(attrs, "tag", req.Msg.GetTag())
+	}
+	s.logger.Info("process started", attrs...)
 
 	// Only the Start call's deadline (Connect-Timeout-Ms) bounds the
 	// process; a cancelled or closed stream does not.
