@@ -268,6 +268,11 @@ func (h *CommandHandle) Kill(ctx context.Context) error {
 	return h.envd.signal(ctx, h.PID, process.Signal_SIGNAL_SIGKILL)
 }
 
+// Terminate sends the command SIGTERM, which it may handle.
+func (h *CommandHandle) Terminate(ctx context.Context) error {
+	return h.envd.signal(ctx, h.PID, process.Signal_SIGNAL_SIGTERM)
+}
+
 // SendStdin writes data to the command's standard input.
 func (h *CommandHandle) SendStdin(ctx context.Context, data []byte) error {
 	return (&Commands{envd: h.envd}).SendStdin(ctx, h.PID, data)

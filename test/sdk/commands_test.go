@@ -320,7 +320,7 @@ func TestCommands(t *testing.T) {
 		h, err := sbx.Commands.Start(ctx, `trap 'echo got TERM; exit 7' TERM; echo ready; while :; do sleep 0.1; done`, nil)
 		must(t, err, "Start")
 		waitFor(t, 10*time.Second, func() string { return "the trap to be set" }, func() bool { return h.Stdout() == "ready\n" })
-		must(t, sbx.Commands.Terminate(ctx, h.PID), "Terminate")
+		must(t, h.Terminate(ctx), "Terminate")
 		res, err := h.Wait(ctx)
 		var ee *sdk.CommandExitError
 		if !errors.As(err, &ee) || ee.ExitCode != 7 || res.Stdout != "ready\ngot TERM\n" {
