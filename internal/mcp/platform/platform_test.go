@@ -3,6 +3,7 @@ package platform
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -465,5 +466,57 @@ func TestBoundedOutput(t *testing.T) {
 	small.Write([]byte("hello"))
 	if small.String() != "hello" || small.cut != 0 {
 		t.Errorf("small = %q", small.String())
+	}
+}
+
+// TestHTTPEras: one /mcp endpoint serves the stateless 2026-07-28
+// revision and legacy initialize clients, with the status codes the spec
+// asks for.
+func TestHTTPEras(t *testing.T) {
+	h := newHutch(t)
+	handler, err := NewHTTPHandler(HTTPOptions{Config: sdk.Config{APIURL: h.url}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(handler)
+	defer srv.Close()
+	modernMeta := `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"t","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}`
+	for _, tc := range []struct {
+		name, method, body string
+		header             map[string]string
+		status             int
+		want               string
+	}{
+		{"modern discover", "POST", `{"jsonrpc":"2.0","id":1,"method":"server/discover","params":{` + modernMeta + `}}`,
+			map[string]string{"Mcp-Method": "server/discover", "MCP-Protocol-Version": "2026-07-28"}, 200, `"supportedVersions":["2026-07-28","2025-11-25"`},
+		{"modern tools/list", "POST", `{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{` + modernMeta + `}}`,
+			map[string]string{"Mcp-Method": "tools/list", "MCP-Protocol-Version": "2026-07-28"}, 200, `"resultType":"complete"`},
+		{"modern call with a mismatched Mcp-Name", "POST", `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"sandbox_list","arguments":{},` + modernMeta + `}}`,
+			map[string]string{"Mcp-Method": "tools/call", "Mcp-Name": "file_read", "MCP-Protocol-Version": "2026-07-28"}, 400, `-32020`},
+		{"legacy initialize", "POST", `{"jsonrpc":"2.0","id":4,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`,
+			nil, 200, `"protocolVersion":"2025-11-25"`},
+		{"unsupported version", "POST", `{"jsonrpc":"2.0","id":5,"method":"tools/list","params":{}}`,
+			map[string]string{"MCP-Protocol-Version": "1999-01-01"}, 400, ``},
+		{"no GET stream", "GET", ``, nil, 405, ``},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest(tc.method, srv.URL, strings.NewReader(tc.body))
+			req.Header.Set("Authorization", "Bearer "+h.keyA)
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "application/json, text/event-stream")
+			for k, v := range tc.header {
+				req.Header.Set(k, v)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var body strings.Builder
+			io.Copy(&body, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tc.status || !strings.Contains(body.String(), tc.want) {
+				t.Errorf("%d %s\nwant %d containing %s", resp.StatusCode, body.String(), tc.status, tc.want)
+			}
+		})
 	}
 }
