@@ -196,9 +196,12 @@ func (s *Server) read(ctx context.Context, req *mcp.CallToolRequest, in ReadInpu
 			return nil, ReadOutput{}, fmt.Errorf("%s is binary and %d bytes, more than the %d file_read returns; process it with command_run instead", info.Path, len(data), MaxBinaryOutput)
 		}
 		out.Encoding = "base64"
-		res := &mcp.CallToolResult{Content: []mcp.Content{&mcp.EmbeddedResource{Resource: &mcp.ResourceContents{
-			URI: "sandbox://" + in.SandboxID + info.Path, MIMEType: http.DetectContentType(data), Blob: data,
-		}}}}
+		mime := http.DetectContentType(data)
+		res := &mcp.CallToolResult{Content: []mcp.Content{
+			// Clients that show only text still learn what came back.
+			&mcp.TextContent{Text: fmt.Sprintf("%s: %d bytes of %s, base64 in the attached resource", info.Path, len(data), mime)},
+			&mcp.EmbeddedResource{Resource: &mcp.ResourceContents{URI: "sandbox://" + in.SandboxID + info.Path, MIMEType: mime, Blob: data}},
+		}}
 		return res, out, nil
 	}
 	text, start, end, total, truncated := lineRange(string(data), in.Offset, in.Limit, MaxTextOutput)

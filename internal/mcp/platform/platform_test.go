@@ -283,7 +283,7 @@ func TestPlatformTools(t *testing.T) {
 		// Binary content comes back as a resource.
 		ok[WriteOutput](t, cs, "file_write", map[string]any{"sandbox_id": id, "path": "proj/bin", "content": "AAEC/w==", "encoding": "base64"})
 		res = call(t, cs, "file_read", map[string]any{"sandbox_id": id, "path": "proj/bin"})
-		if er, isRes := res.Content[0].(*mcp.EmbeddedResource); res.IsError || !isRes || string(er.Resource.Blob) != "\x00\x01\x02\xff" {
+		if er, isRes := res.Content[1].(*mcp.EmbeddedResource); res.IsError || !isRes || string(er.Resource.Blob) != "\x00\x01\x02\xff" || !strings.Contains(text(res), "4 bytes") {
 			t.Errorf("binary file_read = %+v", res.Content)
 		}
 		ok[MakeDirOutput](t, cs, "file_create_directories", map[string]any{"sandbox_id": id, "path": "proj/src/pkg"})

@@ -173,7 +173,7 @@ func (s *Server) create(ctx context.Context, req *mcp.CallToolRequest, in Create
 	maps.Copy(md, in.Metadata)
 	sbx, err := c.Create(ctx, sdk.CreateOptions{Template: in.Template, Timeout: timeout, Envs: in.Envs, Metadata: md, AllowInternetAccess: in.Internet})
 	if err != nil {
-		return nil, SandboxInfo{}, fmt.Errorf("create sandbox: %w", err)
+		return nil, SandboxInfo{}, err
 	}
 	info, err := sbx.GetInfo(ctx)
 	if err != nil {
@@ -256,7 +256,7 @@ func (s *Server) list(ctx context.Context, req *mcp.CallToolRequest, in ListInpu
 	out := ListOutput{Sandboxes: []SandboxInfo{}}
 	for info, err := range c.List(sdk.ListOptions{Metadata: in.Metadata, States: in.State}).All(ctx) {
 		if err != nil {
-			return nil, ListOutput{}, fmt.Errorf("list sandboxes: %w", err)
+			return nil, ListOutput{}, err
 		}
 		out.Sandboxes = append(out.Sandboxes, infoOf(&info))
 	}
