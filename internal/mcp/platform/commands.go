@@ -95,22 +95,22 @@ type InterruptOutput struct {
 }
 
 func (s *Server) addCommandTools(srv *mcp.Server) {
-	mcp.AddTool(srv, &mcp.Tool{
+	addTool(srv, &mcp.Tool{
 		Name:        "command_run",
 		Description: "Run a shell command in a sandbox and wait for it (up to timeout_seconds, default 60). Returns exit_code, stdout and stderr; long output keeps its start and end. A non-zero exit code is a normal result, not an error.",
 		Annotations: hint("Run command", false, true, false),
 	}, s.run)
-	mcp.AddTool(srv, &mcp.Tool{
+	addTool(srv, &mcp.Tool{
 		Name:        "command_start",
 		Description: "Start a shell command in the background (servers, builds, anything longer than a minute) and return its command_id at once. Follow it with command_output; stop it with command_interrupt.",
 		Annotations: hint("Start command", false, true, false),
 	}, s.start)
-	mcp.AddTool(srv, &mcp.Tool{
+	addTool(srv, &mcp.Tool{
 		Name:        "command_output",
 		Description: "State and output so far of a command started with command_start: whether it still runs, its exit code once ended, and its stdout and stderr.",
 		Annotations: hint("Command output", true, false, true),
 	}, s.output)
-	mcp.AddTool(srv, &mcp.Tool{
+	addTool(srv, &mcp.Tool{
 		Name:        "command_interrupt",
 		Description: "Stop a command started with command_start: SIGTERM to it and its children, or SIGKILL with force.",
 		Annotations: hint("Interrupt command", false, true, true),

@@ -143,34 +143,34 @@ type MakeDirOutput struct {
 }
 
 func (s *Server) addFileTools(srv *mcp.Server) {
-	mcp.AddTool(srv, &mcp.Tool{Name: "file_read",
+	addTool(srv, &mcp.Tool{Name: "file_read",
 		Description: "Read a file from a sandbox. Text comes back as is (use offset and limit for line ranges of long files); binary files, or encoding base64, come back as a base64 resource.",
 		Annotations: hint("Read file", true, false, true)}, s.read)
-	mcp.AddTool(srv, &mcp.Tool{Name: "file_write",
+	addTool(srv, &mcp.Tool{Name: "file_write",
 		Description: "Write a file in a sandbox, replacing it if it exists and creating parent directories.",
 		Annotations: hint("Write file", false, true, true)}, s.write)
-	mcp.AddTool(srv, &mcp.Tool{Name: "file_delete",
+	addTool(srv, &mcp.Tool{Name: "file_delete",
 		Description: "Delete a file (or symlink) in a sandbox. Not for directories: use file_delete_directories.",
 		Annotations: hint("Delete file", false, true, true)}, s.deleteFile)
-	mcp.AddTool(srv, &mcp.Tool{Name: "file_list",
+	addTool(srv, &mcp.Tool{Name: "file_list",
 		Description: "List a directory in a sandbox: path, type, size, permissions and modification time of each entry, depth levels down.",
 		Annotations: hint("List files", true, false, true)}, s.listFiles)
-	mcp.AddTool(srv, &mcp.Tool{Name: "file_search",
+	addTool(srv, &mcp.Tool{Name: "file_search",
 		Description: "Find files by glob pattern under a directory of a sandbox (e.g. *.py, src/**/*.go). Returns matching paths.",
 		Annotations: hint("Search files", true, false, true)}, s.search)
-	mcp.AddTool(srv, &mcp.Tool{Name: "file_create_directories",
+	addTool(srv, &mcp.Tool{Name: "file_create_directories",
 		Description: "Create a directory in a sandbox, with its parents (mkdir -p).",
 		Annotations: hint("Create directories", false, false, true)}, s.makeDirs)
-	mcp.AddTool(srv, &mcp.Tool{Name: "file_delete_directories",
+	addTool(srv, &mcp.Tool{Name: "file_delete_directories",
 		Description: "Delete a directory in a sandbox with everything in it (rm -r).",
 		Annotations: hint("Delete directories", false, true, true)}, s.deleteDirs)
-	mcp.AddTool(srv, &mcp.Tool{Name: "file_move",
+	addTool(srv, &mcp.Tool{Name: "file_move",
 		Description: "Move or rename a file or directory in a sandbox.",
 		Annotations: hint("Move file", false, true, false)}, s.move)
-	mcp.AddTool(srv, &mcp.Tool{Name: "file_replace_contents",
+	addTool(srv, &mcp.Tool{Name: "file_replace_contents",
 		Description: "Replace every occurrence of old_text with new_text in a file of a sandbox. Fails if old_text does not occur.",
 		Annotations: hint("Replace in file", false, true, false)}, s.replaceAll)
-	mcp.AddTool(srv, &mcp.Tool{Name: "file_edit",
+	addTool(srv, &mcp.Tool{Name: "file_edit",
 		Description: "Replace one exact occurrence of old_text with new_text in a file of a sandbox. Fails, changing nothing, when old_text occurs zero times or more than once: add surrounding lines to make it unique.",
 		Annotations: hint("Edit file", false, true, false)}, s.edit)
 }

@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/hutch-sandbox/hutch/sdk"
@@ -133,3 +134,48 @@ func hint(title string, readOnly, destructive, idempotent bool) *mcp.ToolAnnotat
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// addTool registers a typed tool, with its schemas inferred from In and
+// Out as the SDK would, but naming one type per value: the inference makes
+// slices, maps and pointers ["null", T], which some clients' function
+// calling rejects (Inspector's --strict flags it), and an absent field
+// already says "not given".
+func addTool[In, Out any](srv *mcp.Server, t *mcp.Tool, h mcp.ToolHandlerFor[In, Out]) {
+	for _, s := range []struct {
+		field *any
+		infer func() (*jsonschema.Schema, error)
+	}{
+		{&t.InputSchema, func() (*jsonschema.Schema, error) { return jsonschema.For[In](nil) }},
+		{&t.OutputSchema, func() (*jsonschema.Schema, error) { return jsonschema.For[Out](nil) }},
+	} {
+		schema, err := s.infer()
+		if err != nil {
+			panic(fmt.Sprintf("tool %s: %v", t.Name, err)) // a programming error, found by any test
+		}
+		singleTypes(schema)
+		*s.field = schema
+	}
+	mcp.AddTool(srv, t, h)
+}
+
+// singleTypes turns every ["null", T] in s into T.
+func singleTypes(s *jsonschema.Schema) {
+	if s == nil {
+		return
+	}
+	if len(s.Types) == 2 && (s.Types[0] == "null" || s.Types[1] == "null") {
+		t := s.Types[0]
+		if t == "null" {
+			t = s.Types[1]
+		}
+		s.Type, s.Types = t, nil
+	}
+	for _, p := range s.Properties {
+		singleTypes(p)
+	}
+	singleTypes(s.Items)
+	singleTypes(s.AdditionalProperties)
+	for _, p := range s.PrefixItems {
+		singleTypes(p)
+	}
+}

@@ -165,6 +165,12 @@ func TestToolsAreDescribed(t *testing.T) {
 			t.Errorf("%s: description, input schema, annotations and title are all needed", tool.Name)
 		}
 		readOnly[tool.Name] = tool.Annotations != nil && tool.Annotations.ReadOnlyHint
+		// One type per value: ["null", "array"] is rejected by some clients.
+		for _, schema := range []any{tool.InputSchema, tool.OutputSchema} {
+			if b, _ := json.Marshal(schema); strings.Contains(string(b), `"type":[`) {
+				t.Errorf("%s: a schema names several types: %s", tool.Name, b)
+			}
+		}
 	}
 	want := []string{
 		"command_interrupt", "command_output", "command_run", "command_start",

@@ -110,47 +110,47 @@ type EndpointOutput struct {
 }
 
 func (s *Server) addSandboxTools(srv *mcp.Server) {
-	mcp.AddTool(srv, &mcp.Tool{
+	addTool(srv, &mcp.Tool{
 		Name:        "sandbox_create",
 		Description: "Create a new isolated Linux sandbox and return its sandbox_id. It runs until its timeout (default 5 minutes; extend with sandbox_renew) or sandbox_kill.",
 		Annotations: hint("Create sandbox", false, false, false),
 	}, s.create)
-	mcp.AddTool(srv, &mcp.Tool{
+	addTool(srv, &mcp.Tool{
 		Name:        "sandbox_connect",
 		Description: "Check that a sandbox exists and keep it alive for at least timeout_seconds more; returns its details.",
 		Annotations: hint("Connect to sandbox", false, false, true),
 	}, s.connect)
-	mcp.AddTool(srv, &mcp.Tool{
+	addTool(srv, &mcp.Tool{
 		Name:        "sandbox_kill",
 		Description: "Kill a sandbox: every process stops and its files are gone. Fails if the sandbox does not exist.",
 		Annotations: hint("Kill sandbox", false, true, true),
 	}, s.kill)
-	mcp.AddTool(srv, &mcp.Tool{
+	addTool(srv, &mcp.Tool{
 		Name:        "sandbox_get_info",
 		Description: "Describe a sandbox: template, state, start and end time, resources, metadata.",
 		Annotations: hint("Sandbox info", true, false, true),
 	}, s.getInfo)
-	mcp.AddTool(srv, &mcp.Tool{
+	addTool(srv, &mcp.Tool{
 		Name:        "sandbox_list",
 		Description: "List the sandboxes this API key can see, optionally filtered by metadata and state.",
 		Annotations: hint("List sandboxes", true, false, true),
 	}, s.list)
-	mcp.AddTool(srv, &mcp.Tool{
+	addTool(srv, &mcp.Tool{
 		Name:        "sandbox_renew",
 		Description: "Set a sandbox's remaining lifetime to timeout_seconds from now (longer or shorter than before).",
 		Annotations: hint("Renew sandbox", false, false, true),
 	}, s.renew)
-	mcp.AddTool(srv, &mcp.Tool{
+	addTool(srv, &mcp.Tool{
 		Name:        "sandbox_healthcheck",
 		Description: "Report whether a sandbox is running and its daemon answers.",
 		Annotations: hint("Sandbox health", true, false, true),
 	}, s.health)
-	mcp.AddTool(srv, &mcp.Tool{
+	addTool(srv, &mcp.Tool{
 		Name:        "sandbox_get_metrics",
 		Description: "CPU, memory and disk use of a sandbox, sampled every few seconds over the last 15 minutes.",
 		Annotations: hint("Sandbox metrics", true, false, true),
 	}, s.metrics)
-	mcp.AddTool(srv, &mcp.Tool{
+	addTool(srv, &mcp.Tool{
 		Name:        "sandbox_get_endpoint",
 		Description: "How to reach a TCP port inside a sandbox over HTTP (for a web server started in it): the URL and the routing headers to send.",
 		Annotations: hint("Port endpoint", true, false, true),
