@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 
 	"github.com/hutch-sandbox/hutch/internal/runtime/native"
@@ -16,8 +17,12 @@ func main() {
 	if native.IsInit() {
 		native.Init() // never returns
 	}
+	args := os.Args[1:]
+	if filepath.Base(os.Args[0]) == gatewayName {
+		args = append([]string{"mcp", "gateway"}, args...)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
-	code := run(ctx, os.Args[1:])
+	code := run(ctx, args)
 	stop()
 	os.Exit(code)
 }

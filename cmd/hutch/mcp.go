@@ -70,6 +70,7 @@ tools act with that key, so each key sees only its own sandboxes.`,
 			return fmt.Errorf("--transport must be stdio or http, not %q", transport)
 		},
 	}
+	cmd.AddCommand(newMCPGatewayCmd())
 	f := cmd.Flags()
 	f.StringVar(&transport, "transport", "stdio", "stdio or http")
 	f.StringVar(&listen, "listen", "127.0.0.1:3001", "address of the HTTP listener (--transport http)")

@@ -1,0 +1,67 @@
+package main
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hutch-sandbox/hutch/internal/mcp/gateway"
+)
+
+// gatewayName is the name the mcp-gateway template gives this binary: run
+// under it, hutch is `hutch mcp gateway` (what E2B's SDK runs).
+const gatewayName = "mcp-gateway"
+
+func newMCPGatewayCmd() *cobra.Command {
+	var (
+		config string
+		serve  bool
+	)
+	cmd := &cobra.Command{
+		Use:   "gateway --config JSON",
+		Short: "Run MCP servers inside a sandbox behind one bearer-protected endpoint (E2B's mcp-gateway)",
+		Long: `Gateway starts the stdio MCP servers of --config (E2B's mcp option: catalog
+names such as memory, filesystem or githubOfficial, "github/<owner>/<repo>"
+entries, or {"command", "args", "env"}), serves their tools, prompts and
+resources as "<server>__<name>" over streamable HTTP on port 50005, path /mcp,
+to requests bearing GATEWAY_ACCESS_TOKEN (written to /etc/mcp-gateway/.token),
+and returns once it serves, leaving it running. In the mcp-gateway template
+this binary is also installed as mcp-gateway. See docs/mcp.md.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			token := os.Getenv("GATEWAY_ACCESS_TOKEN")
+			if serve {
+				logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
+				return gateway.Serve(cmd.Context(), "0.0.0.0:"+strconv.Itoa(gateway.Port), token, gateway.Options{Logger: logger, Stderr: os.Stderr})
+			}
+			if config == "" {
+				return fmt.Errorf("--config is required: a JSON object of MCP servers")
+			}
+			if token == "" {
+				b := make([]byte, 16)
+				rand.Read(b)
+				token = hex.EncodeToString(b)
+			}
+			self, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			if err := gateway.Launch(cmd.Context(), gateway.LaunchOptions{
+				Config: []byte(config), Token: token, Command: []string{self, "mcp", "gateway", "--serve"},
+			}); err != nil {
+				return err
+			}
+			fmt.Printf("MCP gateway serving on port %d, path %s\n", gateway.Port, gateway.Path)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&config, "config", "", "the MCP servers, as JSON")
+	cmd.Flags().BoolVar(&serve, "serve", false, "serve the configuration Launch wrote, in the foreground")
+	cmd.Flags().MarkHidden("serve")
+	return cmd
+}

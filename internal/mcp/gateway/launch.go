@@ -1,0 +1,157 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// Where a gateway keeps its files in a sandbox. E2B's SDK reads the token
+// from TokenPath (getMcpToken).
+const (
+	TokenPath  = "/etc/mcp-gateway/.token"
+	ConfigPath = "/etc/mcp-gateway/config.json"
+	LogPath    = "/var/log/mcp-gateway.log"
+)
+
+// LaunchOptions configure Launch.
+type LaunchOptions struct {
+	// Config is the --config JSON.
+	Config []byte
+	// Token is the bearer token clients must send.
+	Token string
+	// Command runs the serving gateway (this binary with the arguments
+	// that make it serve ConfigPath); it gets the token in the
+	// GATEWAY_ACCESS_TOKEN environment variable, never in its arguments.
+	Command []string
+	// Timeout bounds the wait for the gateway to serve; the SDK's own
+	// command timeout is 60 s.
+	Timeout time.Duration
+}
+
+// Launch validates the configuration, writes it and the token (readable by
+// root only), starts the serving gateway in a session of its own with its
+// output in LogPath, and returns once it serves — or, if it exits first or
+// does not serve in time, an error that ends with its log. E2B's SDK runs
+// this as a foreground command and waits for it: the gateway outlives it.
+func Launch(ctx context.Context, opts LaunchOptions) error {
+	if _, err := ParseConfig(opts.Config); err != nil {
+		return err
+	}
+	if c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(Port), time.Second); err == nil {
+		c.Close()
+		return fmt.Errorf("port %d is taken: an MCP gateway already runs in this sandbox", Port)
+	}
+	for path, data := range map[string][]byte{ConfigPath: opts.Config, TokenPath: []byte(opts.Token)} {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			return fmt.Errorf("write %s: %w", path, err)
+		}
+	}
+	logf, err := os.OpenFile(LogPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fmt.Errorf("gateway log: %w", err)
+	}
+	defer logf.Close()
+	cmd := exec.Command(opts.Command[0], opts.Command[1:]...)
+	cmd.Env = append(os.Environ(), "GATEWAY_ACCESS_TOKEN="+opts.Token)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start the gateway: %w", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	timeout := opts.Timeout
+	if timeout == 0 {
+		timeout = 50 * time.Second
+	}
+	deadline := time.After(timeout)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-exited:
+			return fmt.Errorf("the MCP gateway exited (%v):\n%s", err, tail(LogPath))
+		case <-deadline:
+			cmd.Process.Kill()
+			return fmt.Errorf("the MCP gateway did not serve within %v:\n%s", timeout, tail(LogPath))
+		case <-ctx.Done():
+			cmd.Process.Kill()
+			return ctx.Err()
+		case <-tick.C:
+			if serving(opts.Token) {
+				cmd.Process.Release()
+				return nil
+			}
+		}
+	}
+}
+
+// serving reports whether the gateway answers /health with its details.
+func serving(token string) bool {
+	req, _ := http.NewRequest("GET", "http://127.0.0.1:"+strconv.Itoa(Port)+"/health", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	c := &http.Client{Timeout: time.Second}
+	resp, err := c.Do(req)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+func tail(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "(no log)"
+	}
+	return lastLines(string(b), 30)
+}
+
+// Serve runs a gateway of the configuration at ConfigPath on addr until
+// ctx ends: what Launch starts.
+func Serve(ctx context.Context, addr, token string, opts Options) error {
+	if token == "" {
+		return errors.New("GATEWAY_ACCESS_TOKEN is empty")
+	}
+	raw, err := os.ReadFile(ConfigPath)
+	if err != nil {
+		return err
+	}
+	servers, err := ParseConfig(raw)
+	if err != nil {
+		return err
+	}
+	g, err := New(ctx, servers, opts)
+	if err != nil {
+		return err
+	}
+	defer g.Close()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: g.Handler(token), ReadHeaderTimeout: 30 * time.Second}
+	go func() {
+		<-ctx.Done()
+		srv.Close()
+	}()
+	if opts.Logger != nil {
+		opts.Logger.Info("MCP gateway serving", "addr", ln.Addr().String(), "tools", len(g.Tools(ctx)))
+	}
+	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
