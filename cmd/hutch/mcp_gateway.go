@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strconv"
 
 	"github.com/spf13/cobra"
@@ -51,9 +52,12 @@ this binary is also installed as mcp-gateway. See docs/mcp.md.`,
 			if err != nil {
 				return err
 			}
-			if err := gateway.Launch(cmd.Context(), gateway.LaunchOptions{
-				Config: []byte(config), Token: token, Command: []string{self, "mcp", "gateway", "--serve"},
-			}); err != nil {
+			serveCmd := []string{self, "mcp", "gateway", "--serve"}
+			if filepath.Base(self) == gatewayName {
+				// Run as mcp-gateway, the binary is `hutch mcp gateway` already.
+				serveCmd = []string{self, "--serve"}
+			}
+			if err := gateway.Launch(cmd.Context(), gateway.LaunchOptions{Config: []byte(config), Token: token, Command: serveCmd}); err != nil {
 				return err
 			}
 			fmt.Printf("MCP gateway serving on port %d, path %s\n", gateway.Port, gateway.Path)

@@ -216,11 +216,14 @@ func (g *Gateway) register(ctx context.Context, u *upstream, cs *mcp.ClientSessi
 			if err != nil {
 				return fmt.Errorf("list resources of %s: %w", u.srv.Name, err)
 			}
-			// URIs are the server's own and cannot be renamed: two
-			// servers offering one URI collide.
-			if err := claim(names, "resource", r.URI, u.srv.Name); err != nil {
-				return err
+			// URIs are the server's own and cannot be renamed: when two
+			// servers offer one (two instances of one server), the first
+			// keeps it.
+			if other, taken := names["resource "+r.URI]; taken {
+				g.log.Warn("resource offered by two servers: the first keeps it", "uri", r.URI, "server", u.srv.Name, "kept", other)
+				continue
 			}
+			names["resource "+r.URI] = u.srv.Name
 			res := *r
 			res.Meta = nil
 			if res.Name != "" {
@@ -232,9 +235,11 @@ func (g *Gateway) register(ctx context.Context, u *upstream, cs *mcp.ClientSessi
 			if err != nil {
 				return fmt.Errorf("list resource templates of %s: %w", u.srv.Name, err)
 			}
-			if err := claim(names, "resource template", t.URITemplate, u.srv.Name); err != nil {
-				return err
+			if other, taken := names["template "+t.URITemplate]; taken {
+				g.log.Warn("resource template offered by two servers: the first keeps it", "uri", t.URITemplate, "server", u.srv.Name, "kept", other)
+				continue
 			}
+			names["template "+t.URITemplate] = u.srv.Name
 			tpl := *t
 			tpl.Meta = nil
 			tpl.Name = u.srv.Name + Separator + tpl.Name

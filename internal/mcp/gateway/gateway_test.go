@@ -305,11 +305,21 @@ func errorText(res *mcp.CallToolResult) string {
 
 func TestGatewayRefuses(t *testing.T) {
 	ctx := context.Background()
-	// Two servers offering one resource URI collide.
+	// Two servers offering one resource URI: the first keeps it.
 	a := upstreamServer(t, "one", map[string]string{"GATEWAY_TEST_RESOURCE": "same"})
 	b := upstreamServer(t, "two", map[string]string{"GATEWAY_TEST_RESOURCE": "same"})
-	if _, err := New(ctx, []*Server{a, b}, Options{}); err == nil || !strings.Contains(err.Error(), "collides") {
-		t.Errorf("colliding resources: %v", err)
+	g, err := New(ctx, []*Server{a, b}, Options{})
+	if err != nil {
+		t.Fatalf("two servers with one resource URI: %v", err)
+	}
+	g.Close()
+	// Exposed names that collide are refused.
+	names := map[string]string{}
+	if err := claim(names, "tool", "x__y", "x"); err != nil {
+		t.Fatal(err)
+	}
+	if err := claim(names, "tool", "x__y", "z"); err == nil || !strings.Contains(err.Error(), "collides") {
+		t.Errorf("a second x__y: %v", err)
 	}
 	// A server that cannot start fails the gateway, with its command.
 	if _, err := New(ctx, []*Server{{Name: "ghost", Command: "/no/such/server"}}, Options{}); err == nil || !strings.Contains(err.Error(), "/no/such/server") {
