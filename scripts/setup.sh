@@ -1,6 +1,7 @@
 #!/bin/sh
 # Sets up Hutch on a Debian 12 machine, as root: the Debian packages it
-# needs, the hutch binary (/usr/local/bin/hutch) and the base template.
+# needs, the hutch binary (/usr/local/bin/hutch) and the templates base and
+# mcp-gateway.
 # Safe to re-run: every step is skipped when already done.
 set -eu
 cd "$(dirname "$0")/.."
@@ -37,3 +38,8 @@ mv /usr/local/bin/hutch.new /usr/local/bin/hutch
 
 echo "==> building the base template (cached: quick when the recipe is unchanged)"
 /usr/local/bin/hutch template build base
+
+# mcp-gateway carries the binary that builds it, so it must be built by the
+# one just installed; rebuilt only when that binary, base or its recipe changed.
+echo "==> building the mcp-gateway template (cached: quick when up to date)"
+/usr/local/bin/hutch template build mcp-gateway

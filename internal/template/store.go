@@ -6,6 +6,9 @@
 //	<name>/rootfs          the root filesystem, owned by real root
 //	<name>/template.json   Config: default user, workdir, recipe hash
 //
+// A template may be built on another (mcp-gateway on base): its recipe
+// copies that one's root, and the hash it records covers that one's build.
+//
 // A template directory is never changed in place: a rebuild writes a new
 // directory and renames it over the old one, so several Hutch processes may
 // share one store read-only while sandboxes use it.
@@ -30,8 +33,19 @@ type Config struct {
 	Name           string    `json:"name"`           // the template's name in its store
 	DefaultUser    string    `json:"defaultUser"`    // user sandboxes run as unless told otherwise
 	DefaultWorkdir string    `json:"defaultWorkdir"` // that user's working directory
-	RecipeHash     string    `json:"recipeHash"`     // sha256 of the recipe it was built from
+	RecipeHash     string    `json:"recipeHash"`     // sha256 of the recipe it was built from (and of From and HutchSHA256)
 	Built          time.Time `json:"built"`          // when the build finished (UTC)
+	// From is the build of the template this one was made from, if any.
+	From *Origin `json:"from,omitempty"`
+	// HutchSHA256 is the SHA-256 of the hutch binary the template carries, if any.
+	HutchSHA256 string `json:"hutchSha256,omitempty"`
+}
+
+// Origin names one build of a template.
+type Origin struct {
+	Name       string    `json:"name"`
+	RecipeHash string    `json:"recipeHash"`
+	Built      time.Time `json:"built"`
 }
 
 // Template is one built template in a store.

@@ -1,0 +1,90 @@
+#!/bin/sh
+# Recipe of Hutch's "mcp-gateway" template: the base template plus the MCP
+# reference servers (npm, pinned, installed globally so they run offline) and
+# the hutch binary as /usr/local/bin/mcp-gateway, which E2B's JS SDK starts
+# for Sandbox.create({ mcp }). Run by `hutch template build mcp-gateway` with
+# ROOTFS, CACHE, TEMPLATES (the store, where base is) and HUTCH_BINARY (a copy
+# of the hutch binary) set. Its text is hashed together with base's build and
+# the binary's SHA-256, so a change to any of them makes the next build rebuild.
+set -eu
+step() { printf '==> %s\n' "$*"; }
+
+# The servers, exactly these versions. Their own dependencies are resolved
+# by npm at build time within the ranges the packages declare.
+PACKAGES="@modelcontextprotocol/server-filesystem@2026.8.31 \
+@modelcontextprotocol/server-memory@2026.8.31 \
+@modelcontextprotocol/server-everything@2026.8.31 \
+@modelcontextprotocol/server-sequential-thinking@2026.8.31"
+
+base="$TEMPLATES/base"
+if ! [ -f "$base/template.json" ] || ! [ -d "$base/rootfs" ]; then
+	echo "mcp-gateway: the base template is not built in $TEMPLATES (run: hutch template build base)" >&2
+	exit 1
+fi
+if ! [ -f "$HUTCH_BINARY" ]; then
+	echo "mcp-gateway: no hutch binary at HUTCH_BINARY=$HUTCH_BINARY" >&2
+	exit 1
+fi
+
+# Hard links: the copy costs no space for base's files, which nothing here
+# (or in any sandbox: they write to their own upper layer) changes in
+# place; files this recipe writes over are removed first, never truncated.
+step "linking the base template's root"
+cp -al "$base/rootfs" "$ROOTFS"
+
+step "installing the hutch binary as /usr/local/bin/mcp-gateway"
+install -o root -g root -m 0755 "$HUTCH_BINARY" "$ROOTFS/usr/local/bin/mcp-gateway"
+install -d -o root -g root -m 0755 "$ROOTFS/etc/mcp-gateway"
+
+# npm runs inside the root, in a private mount namespace (no mounts outlive
+# an interrupted build), with its cache bind-mounted from $CACHE/npm. HTTPS
+# is checked against the host's CA bundle, so a build works behind whatever
+# TLS proxy the host trusts; the bundle is not left in the template.
+step "installing the MCP servers with npm"
+mkdir -p "$CACHE/npm"
+mkdir -p "$ROOTFS/root/.npm"
+rm -f "$ROOTFS/etc/resolv.conf"
+cp /etc/resolv.conf "$ROOTFS/etc/resolv.conf" 2>/dev/null || true
+hostca=${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}
+cafile=
+if [ -f "$hostca" ]; then
+	cp "$hostca" "$ROOTFS/tmp/.build-ca.crt"
+	cafile=/tmp/.build-ca.crt
+fi
+PACKAGES=$PACKAGES cafile=$cafile unshare --mount --propagation private sh -eu -c '
+  mount -t proc proc "$ROOTFS/proc"
+  mount --rbind /dev "$ROOTFS/dev"
+  mount --bind "$CACHE/npm" "$ROOTFS/root/.npm"
+  chroot "$ROOTFS" /usr/bin/env -i PATH=/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    HOME=/root LC_ALL=C NPM_CONFIG_CAFILE="$cafile" \
+    ${NPM_CONFIG_REGISTRY:+NPM_CONFIG_REGISTRY=$NPM_CONFIG_REGISTRY} \
+    ${https_proxy:+https_proxy=$https_proxy} ${HTTPS_PROXY:+HTTPS_PROXY=$HTTPS_PROXY} \
+    ${http_proxy:+http_proxy=$http_proxy} ${HTTP_PROXY:+HTTP_PROXY=$HTTP_PROXY} \
+    ${no_proxy:+no_proxy=$no_proxy} ${NO_PROXY:+NO_PROXY=$NO_PROXY} \
+    npm install --global --ignore-scripts --no-fund --no-audit --no-update-notifier \
+      --loglevel=error $PACKAGES
+'
+rm -rf "$ROOTFS/tmp/.build-ca.crt" "$ROOTFS/root/.npm"
+
+# Each server must start in the finished root without a network: answer an
+# MCP initialize over stdio with a JSON-RPC result.
+step "checking that the servers start offline"
+unshare --mount --net --propagation private sh -eu -c '
+  mount -t proc proc "$ROOTFS/proc"
+  mount --rbind /dev "$ROOTFS/dev"
+  init="{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":\"2025-11-25\",\"capabilities\":{},\"clientInfo\":{\"name\":\"hutch-template-build\",\"version\":\"1\"}}}"
+  for server in "mcp-server-filesystem /tmp" "mcp-server-memory" "mcp-server-everything stdio" "mcp-server-sequential-thinking"; do
+    out=$(echo "$init" | chroot "$ROOTFS" /usr/bin/env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/root \
+      timeout 20 $server 2>/dev/null | head -n 1) || true
+    case "$out" in
+    *\"result\":*\"protocolVersion\"*) printf "    %s: ok\n" "$server" ;;
+    *) echo "mcp-gateway: $server did not answer initialize (got: $out)" >&2; exit 1 ;;
+    esac
+  done
+  chroot "$ROOTFS" /usr/local/bin/mcp-gateway --help >/dev/null
+  echo "    mcp-gateway: runs"
+'
+# The sandbox runtime writes this per sandbox, as in base.
+rm -f "$ROOTFS/etc/resolv.conf"
+: > "$ROOTFS/etc/resolv.conf"
+step "done"
