@@ -77,6 +77,7 @@ tools act with that key, so each key sees only its own sandboxes.`,
 	f.BoolVar(&noAuth, "insecure-no-auth", false, "HTTP without Authorization, acting with --api-key for everyone (loopback only; for test suites)")
 	f.DurationVar(&idle, "idle-timeout", 0, "kill sandboxes made through MCP this long after the last tool call on them (0: only their own timeout)")
 	f.BoolVarP(&verbose, "verbose", "v", false, "log every request on stderr")
+	cmd.AddCommand(newMCPWrapCmd(g))
 	return cmd
 }
 
