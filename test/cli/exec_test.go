@@ -16,6 +16,8 @@ func testExec(t *testing.T, f *fixture, id string) {
 	}{
 		{name: "stdout and stderr apart", args: []string{id, "--", "sh", "-c", "echo out; echo err >&2"}, wantStdout: "out\n", wantStderr: "err\n"},
 		{name: "exit status passed through", args: []string{id, "--", "sh", "-c", "echo partial; exit 7"}, wantCode: 7, wantStdout: "partial\n"},
+		// bash -l runs ~/.bash_logout on exit: it must not turn 4 into 1.
+		{name: "exit status under set -e", args: []string{id, "--", "set -e; echo partial; exit 4"}, wantCode: 4, wantStdout: "partial\n"},
 		{name: "one argument is a command line", args: []string{id, "--", `echo "$HOME" && whoami | tr a-z A-Z`}, wantStdout: "/home/user\nUSER\n"},
 		{name: "several arguments are quoted", args: []string{id, "--", "printf", "%s|", "a b", "it's", "$HOME", ""}, wantStdout: "a b|it's|$HOME||"},
 		{name: "without --", args: []string{id, "echo", "no dashes"}, wantStdout: "no dashes\n"},

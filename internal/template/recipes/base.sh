@@ -31,6 +31,14 @@ unshare --mount --propagation private sh -eu -c '
       rm -rf /var/lib/apt/lists/*
     "
 '
+# Debian's ~/.bash_logout runs clear_console, which fails without a
+# console; commands run as bash -l -c (E2B's way) then exit 1 instead of
+# their own status under `set -e`. Sandboxes have no console to clear.
+for f in "$ROOTFS/etc/skel/.bash_logout" "$ROOTFS/home/user/.bash_logout"; do
+  rm -f "$f"
+  printf '%s\n' '# ~/.bash_logout: run when a login shell exits; it must not change the exit status.' ':' > "$f"
+done
+chown 1000:1000 "$ROOTFS/home/user/.bash_logout"
 # The sandbox runtime writes these per sandbox.
 : > "$ROOTFS/etc/resolv.conf"
 : > "$ROOTFS/etc/hostname"
