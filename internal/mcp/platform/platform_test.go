@@ -6,8 +6,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -16,20 +14,14 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/hutch-sandbox/hutch/internal/envd/envdtest"
-	"github.com/hutch-sandbox/hutch/internal/runtime"
-	"github.com/hutch-sandbox/hutch/internal/runtime/native"
-	"github.com/hutch-sandbox/hutch/internal/sandbox"
-	"github.com/hutch-sandbox/hutch/internal/server"
-	"github.com/hutch-sandbox/hutch/internal/store"
-	"github.com/hutch-sandbox/hutch/internal/template"
+	"github.com/hutch-sandbox/hutch/internal/server/servertest"
 	"github.com/hutch-sandbox/hutch/sdk"
 )
 
 // The test binary is also the envd of the sandboxes it makes.
 func TestMain(m *testing.M) { envdtest.Main(m) }
 
-// hutch is a real control plane (store, manager, native runtime, API) on
-// an httptest listener, with two API keys.
+// hutch is a real control plane in this process, with two API keys.
 type hutch struct {
 	url        string
 	keyA, keyB string
@@ -37,44 +29,8 @@ type hutch struct {
 
 func newHutch(t *testing.T) *hutch {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: namespaces, cgroups and mounts")
-	}
-	dir := t.TempDir()
-	os.Chmod(filepath.Dir(dir), 0o711)
-	os.Chmod(dir, 0o711)
-	templates := os.Getenv("HUTCH_TEMPLATES")
-	if templates == "" {
-		templates = template.DefaultDir
-	}
-	ctx := context.Background()
-	st, err := store.Open(ctx, filepath.Join(dir, "hutch.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	keyA, _, _ := st.CreateKey(ctx, "a")
-	keyB, _, _ := st.CreateKey(ctx, "b")
-	tpl := template.Open(templates)
-	rt, err := native.New(native.Options{DataDir: dir, Templates: tpl})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mgr, err := sandbox.New(sandbox.Options{Runtime: rt, Store: st, Templates: tpl, DataDir: dir,
-		Resources: runtime.Resources{MemoryBytes: 256 << 20, CPUs: 1, Pids: 256}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(server.New(server.Options{Manager: mgr, Store: st}))
-	t.Cleanup(func() {
-		srv.Close()
-		all, _ := st.AllSandboxes(context.Background())
-		for _, s := range all {
-			mgr.Kill(context.Background(), "", s.ID)
-		}
-		mgr.Close()
-	})
-	return &hutch{url: srv.URL, keyA: keyA, keyB: keyB}
+	cp := servertest.Start(t, 2)
+	return &hutch{url: cp.URL, keyA: cp.Keys[0], keyB: cp.Keys[1]}
 }
 
 // session connects an MCP client to a platform server over in-memory

@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"io"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,62 +15,19 @@ import (
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/envd/envdtest"
-	"github.com/hutch-sandbox/hutch/internal/runtime"
-	"github.com/hutch-sandbox/hutch/internal/runtime/native"
-	"github.com/hutch-sandbox/hutch/internal/sandbox"
-	"github.com/hutch-sandbox/hutch/internal/server"
-	"github.com/hutch-sandbox/hutch/internal/store"
-	"github.com/hutch-sandbox/hutch/internal/template"
+	"github.com/hutch-sandbox/hutch/internal/server/servertest"
 	"github.com/hutch-sandbox/hutch/sdk"
 )
 
 // The test binary is also the envd of the sandboxes it makes.
 func TestMain(m *testing.M) { envdtest.Main(m) }
 
-// controlPlane is a real control plane (store, manager, native runtime,
-// API) on an httptest listener, and a client of it.
+// controlPlane is a real control plane in this process and a client of
+// it.
 func controlPlane(t *testing.T) *sdk.Client {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: namespaces, cgroups and mounts")
-	}
-	dir := t.TempDir()
-	os.Chmod(filepath.Dir(dir), 0o711)
-	os.Chmod(dir, 0o711)
-	templates := os.Getenv("HUTCH_TEMPLATES")
-	if templates == "" {
-		templates = template.DefaultDir
-	}
-	ctx := context.Background()
-	st, err := store.Open(ctx, filepath.Join(dir, "hutch.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	key, _, err := st.CreateKey(ctx, "wrap")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tpl := template.Open(templates)
-	rt, err := native.New(native.Options{DataDir: dir, Templates: tpl})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mgr, err := sandbox.New(sandbox.Options{Runtime: rt, Store: st, Templates: tpl, DataDir: dir,
-		Resources: runtime.Resources{MemoryBytes: 256 << 20, CPUs: 1, Pids: 256}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(server.New(server.Options{Manager: mgr, Store: st}))
-	t.Cleanup(func() {
-		srv.Close()
-		all, _ := st.AllSandboxes(context.Background())
-		for _, s := range all {
-			mgr.Kill(context.Background(), "", s.ID)
-		}
-		mgr.Close()
-	})
-	c, err := sdk.NewClient(sdk.Config{APIURL: srv.URL, APIKey: key})
+	cp := servertest.Start(t, 1)
+	c, err := sdk.NewClient(sdk.Config{APIURL: cp.URL, APIKey: cp.Keys[0]})
 	if err != nil {
 		t.Fatal(err)
 	}
