@@ -229,8 +229,6 @@ func (s *Server) output(ctx context.Context, req *mcp.CallToolRequest, in Output
 		return nil, OutputOutput{}, err
 	}
 	dir := jobDir(in.CommandID)
-	// The exit file first: output read after it is complete.
-	exitText, exitErr := sbx.Files.Read(ctx, path.Join(dir, "exit"), &sdk.FileOptions{User: "root"})
 	pidText, pidErr := sbx.Files.Read(ctx, path.Join(dir, "pid"), &sdk.FileOptions{User: "root"})
 	if errors.Is(pidErr, sdk.ErrNotFound) {
 		// Just started, before its script wrote the pid: it runs.
@@ -242,7 +240,31 @@ func (s *Server) output(ctx context.Context, req *mcp.CallToolRequest, in Output
 	if pidErr != nil {
 		return nil, OutputOutput{}, opFailed(pidErr, in.SandboxID)
 	}
+	// In this order: whether the script runs, then its exit file, then
+	// its output. The script writes the exit file before it exits, so a
+	// script found gone has written it — or was killed and never will —
+	// and output read after the exit file is complete.
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(pidText)))
+	running, err := s.pidRunning(ctx, sbx, uint32(pid))
+	if err != nil {
+		return nil, OutputOutput{}, opFailed(err, in.SandboxID)
+	}
 	var out OutputOutput
+	exitText, exitErr := sbx.Files.Read(ctx, path.Join(dir, "exit"), &sdk.FileOptions{User: "root"})
+	switch {
+	case exitErr == nil:
+		code, err := strconv.Atoi(strings.TrimSpace(string(exitText)))
+		if err != nil {
+			code = -1
+		}
+		out.ExitCode = &code
+	case errors.Is(exitErr, sdk.ErrNotFound) && running:
+		out.Running = true
+	case errors.Is(exitErr, sdk.ErrNotFound):
+		out.ExitCode = ptr(-1) // killed before it could write its status
+	default:
+		return nil, OutputOutput{}, opFailed(exitErr, in.SandboxID)
+	}
 	for _, f := range []struct {
 		name string
 		to   *string
@@ -255,26 +277,6 @@ func (s *Server) output(ctx context.Context, req *mcp.CallToolRequest, in Output
 			b, out.Truncated = b[len(b)-limit:], true
 		}
 		*f.to = string(b)
-	}
-	switch {
-	case exitErr == nil:
-		code, err := strconv.Atoi(strings.TrimSpace(string(exitText)))
-		if err != nil {
-			code = -1
-		}
-		out.ExitCode = &code
-	case errors.Is(exitErr, sdk.ErrNotFound):
-		// No exit status: running, or killed before it could write one.
-		pid, _ := strconv.Atoi(strings.TrimSpace(string(pidText)))
-		running, err := s.pidRunning(ctx, sbx, uint32(pid))
-		if err != nil {
-			return nil, OutputOutput{}, opFailed(err, in.SandboxID)
-		}
-		if out.Running = running; !running {
-			out.ExitCode = ptr(-1)
-		}
-	default:
-		return nil, OutputOutput{}, opFailed(exitErr, in.SandboxID)
 	}
 	return nil, out, nil
 }
