@@ -183,6 +183,13 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (_ *store.Sandb
 	if err := m.attachNetwork(ctx, st.sbx, st.route, egress, ""); err != nil {
 		return nil, err
 	}
+	defer func() {
+		// A create that fails after the network was attached (the client
+		// went away, say) must not leave its firewall chain behind.
+		if retErr != nil && m.net != nil {
+			m.net.Detach(context.Background(), st.sbx.ID())
+		}
+	}()
 	if err := m.initEnvd(ctx, st.route, rec, tpl.DefaultUser); err != nil {
 		return nil, err
 	}
