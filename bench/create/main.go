@@ -165,12 +165,8 @@ func realMain() int {
 }
 
 func printHeader(cfg *config) {
-	fmt.Printf("Hutch create → first command benchmark, %s\n", time.Now().Format("2006-01-02 15:04 MST"))
-	fmt.Printf("machine: %s\n", harness.Machine())
-	rev := os.Getenv("HUTCH_BENCH_REV")
-	if rev == "" {
-		rev = "unknown"
-	}
+	harness.PrintTitle("Hutch create → first command benchmark")
+	rev := harness.Revision()
 	fmt.Printf("hutch: commit %s; sandboxes: base template, memory 512M, cpus 1, pids 512\n", rev)
 	args := ""
 	if cfg.serveArgs != "" {

@@ -26,7 +26,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"sort"
@@ -195,16 +194,8 @@ func sizeName(n int64) string {
 }
 
 func printHeader(cfg *config) {
-	fmt.Printf("Hutch envd benchmark, %s\n", time.Now().Format("2006-01-02 15:04 MST"))
-	fmt.Printf("machine: %s\n", harness.Machine())
-	rev := os.Getenv("HUTCH_BENCH_REV")
-	if rev == "" {
-		if out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output(); err == nil {
-			rev = strings.TrimSpace(string(out))
-		} else {
-			rev = "unknown"
-		}
-	}
+	harness.PrintTitle("Hutch envd benchmark")
+	rev := harness.Revision()
 	fmt.Printf("commit: %s (envd %s, served by this harness binary inside the sandbox)\n", rev, envd.Version)
 	fmt.Printf("peers: %s\n", harness.PeerVersions("runc", "crun"))
 	fmt.Printf("sandbox: base template, memory 512M, cpus 1, pids 512 (hutch run's defaults); envd's default user \"user\"\n")

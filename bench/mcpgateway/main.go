@@ -169,12 +169,8 @@ func realMain() int {
 }
 
 func printHeader(cfg *config) {
-	fmt.Printf("Hutch MCP gateway benchmark, %s\n", time.Now().Format("2006-01-02 15:04 MST"))
-	fmt.Printf("machine: %s\n", harness.Machine())
-	rev := os.Getenv("HUTCH_BENCH_REV")
-	if rev == "" {
-		rev = "unknown"
-	}
+	harness.PrintTitle("Hutch MCP gateway benchmark")
+	rev := harness.Revision()
 	fmt.Printf("hutch: commit %s (internal/mcp/gateway, built into this harness; sandbox row: /usr/local/bin/hutch and the mcp-gateway template)\n", rev)
 	node := "node not found"
 	if out, err := exec.Command(cfg.node, "--version").Output(); err == nil {

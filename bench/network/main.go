@@ -28,7 +28,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"sort"
@@ -245,30 +244,11 @@ func rateName(bits uint64) string {
 	return fmt.Sprintf("%d bit/s", bits)
 }
 
-// revision names the Hutch measured: HUTCH_BENCH_REV when the script set
-// it, else the checkout's commit, marked when Hutch's code has
-// uncommitted changes (as bench/lib.sh's setup_hutch does).
-func revision() string {
-	if rev := os.Getenv("HUTCH_BENCH_REV"); rev != "" {
-		return rev
-	}
-	out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
-	if err != nil {
-		return "unknown"
-	}
-	rev := strings.TrimSpace(string(out))
-	if st, err := exec.Command("git", "status", "--porcelain", "--", "cmd", "internal", "api", "go.mod", "go.sum").Output(); err == nil && len(strings.TrimSpace(string(st))) > 0 {
-		rev += " + uncommitted changes"
-	}
-	return rev
-}
-
 // printHeader names the machine, the Hutch measured, the world and the
 // run's sizes, and how busy the CPUs are.
 func printHeader(cfg *config) {
-	fmt.Printf("Hutch network benchmark, %s\n", time.Now().UTC().Format("2006-01-02 15:04 MST"))
-	fmt.Printf("machine: %s\n", harness.Machine())
-	fmt.Printf("hutch: commit %s (internal/network, internal/network/egress, internal/runtime/native)\n", revision())
+	harness.PrintTitle("Hutch network benchmark")
+	fmt.Printf("hutch: commit %s (internal/network, internal/network/egress, internal/runtime/native)\n", harness.Revision())
 	fmt.Printf("world: network namespaces only (host, internet, sandboxes, direct pair, routed trio); no real link, rule or address touched\n")
 	fmt.Printf("runs: set-up %d stand-ins + %d warm-up, native %d; latency %d round trips + %d warm-up per column; throughput %d × %s per direction\n",
 		cfg.n, cfg.warmup, cfg.nNative, cfg.latN, cfg.latWarmup, cfg.tputReps, cfg.tputTime)

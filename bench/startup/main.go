@@ -139,8 +139,7 @@ func realMain() int {
 }
 
 func printHeader(cfg *config) {
-	fmt.Printf("Hutch startup benchmark, %s\n", time.Now().Format("2006-01-02 15:04 MST"))
-	fmt.Printf("machine: %s\n", harness.Machine())
+	harness.PrintTitle("Hutch startup benchmark")
 	if rev := os.Getenv("HUTCH_BENCH_REV"); rev != "" {
 		fmt.Printf("hutch: %s (built from commit %s)\n", cfg.hutch, rev)
 	} else {
