@@ -86,29 +86,11 @@ func (b *bench) measureGoSDK(key, name, url string) *row {
 	}
 
 	// The first iteration, then the warm-up.
-	anyOK := false
-	for i := 0; i <= b.cfg.warmup && b.ctx.Err() == nil; i++ {
+	if !r.warmUp(b.ctx, b.cfg.warmup, func(int) (iteration, error) {
 		it, sbx, err := one()
 		kill(sbx)
-		if err != nil {
-			r.warmFailed++
-			if r.warmErr == "" {
-				r.warmErr = harness.OneLine(err.Error())
-			}
-			r.firstFailed = r.firstFailed || i == 0
-			continue
-		}
-		anyOK = true
-		if i == 0 {
-			r.first = it
-		}
-	}
-	if !anyOK {
-		r.unavailable = r.warmErr
-		if r.unavailable == "" {
-			r.unavailable = "interrupted"
-		}
-		fmt.Println("unavailable:", r.unavailable)
+		return it, err
+	}) {
 		return r
 	}
 

@@ -252,27 +252,10 @@ func (b *bench) measurePeer(p *peer) *row {
 		b.remove(p, s, r, id)
 		return it, err
 	}
-	// The first iteration and the warm-up: a failure is reported, not
-	// fatal, unless every one of them failed (the tool does not work here).
-	anyOK := false
-	for i := 0; i <= b.cfg.warmup; i++ {
-		it, err := once(fmt.Sprintf("w%d", i))
-		if err != nil {
-			r.warmFailed++
-			if r.warmErr == "" {
-				r.warmErr = harness.OneLine(err.Error())
-			}
-			r.firstFailed = r.firstFailed || i == 0
-			continue
-		}
-		anyOK = true
-		if i == 0 {
-			r.first = it
-		}
-	}
-	if !anyOK {
-		r.unavailable = r.warmErr
-		fmt.Println("unavailable:", r.unavailable)
+	// The first iteration and the warm-up.
+	if !r.warmUp(context.Background(), b.cfg.warmup, func(i int) (iteration, error) {
+		return once(fmt.Sprintf("w%d", i))
+	}) {
 		return r
 	}
 	i0, t0, _ := harness.CPUSample()
@@ -452,4 +435,37 @@ func output(argv ...string) ([]byte, error) {
 		return out, err
 	}
 	return out, nil
+}
+
+// warmUp runs the row's first iteration and n warm-up ones (until ctx
+// ends), recording the first's times and any failure. A failure is
+// reported, not fatal, unless every one failed (the tool does not work
+// here): then the row is marked unavailable, says so, and warmUp returns
+// false.
+func (r *row) warmUp(ctx context.Context, n int, once func(i int) (iteration, error)) bool {
+	anyOK := false
+	for i := 0; i <= n && ctx.Err() == nil; i++ {
+		it, err := once(i)
+		if err != nil {
+			r.warmFailed++
+			if r.warmErr == "" {
+				r.warmErr = harness.OneLine(err.Error())
+			}
+			r.firstFailed = r.firstFailed || i == 0
+			continue
+		}
+		anyOK = true
+		if i == 0 {
+			r.first = it
+		}
+	}
+	if anyOK {
+		return true
+	}
+	r.unavailable = r.warmErr
+	if r.unavailable == "" {
+		r.unavailable = "interrupted"
+	}
+	fmt.Println("unavailable:", r.unavailable)
+	return false
 }
