@@ -69,15 +69,6 @@ remove_sandboxes() {
 remove_sandboxes "$COLD_DATA"
 remove_sandboxes "$WARM_DATA"
 
-# health ADDR: GET /health answers.
-health() {
-	if command -v curl >/dev/null; then
-		curl -fsS -o /dev/null "http://$1/health" 2>/dev/null
-	else
-		wget -q -O /dev/null "http://$1/health" 2>/dev/null
-	fi
-}
-
 pids=""
 cleanup() {
 	for pid in $pids; do
@@ -99,41 +90,19 @@ trap 'exit 143' TERM
 E2B_API_KEY=e2b_$(od -An -N20 -tx1 /dev/urandom | tr -d ' \n')
 export E2B_API_KEY
 
-# start_serve DATA ARGS...: starts `hutch serve ARGS` on a free loopback
-# port (port 0: the kernel picks; the server logs the address, read from
-# DATA.log) and waits for GET /health; sets addr.
-start_serve() {
-	data=$1
-	shift
-	echo "==> starting hutch serve${*:+ $*} (data $data, log $data.log)"
-	HUTCH_DATA_DIR=$data HUTCH_API_KEY=$E2B_API_KEY \
-		"$HUTCH" serve --listen 127.0.0.1:0 "$@" >"$data.log" 2>&1 &
-	pid=$!
-	pids="$pids $pid"
-	addr=""
-	tries=0
-	while [ -z "$addr" ] || ! health "$addr"; do
-		if ! kill -0 "$pid" 2>/dev/null; then
-			echo "bench: hutch serve exited:" >&2
-			cat "$data.log" >&2
-			exit 1
-		fi
-		tries=$((tries + 1))
-		if [ "$tries" -gt 300 ]; then
-			echo "bench: hutch serve did not answer GET /health within 30 s:" >&2
-			cat "$data.log" >&2
-			exit 1
-		fi
-		sleep 0.1
-		[ -n "$addr" ] || addr=$(sed -n 's/.*msg=serving addr=\([0-9.:]*\).*/\1/p' "$data.log" | head -n 1)
-	done
+# start_serve_tracked DATA ARGS...: start_serve (bench/lib.sh: a free
+# loopback port, waits for GET /health, sets addr), with the server
+# stopped by cleanup.
+start_serve_tracked() {
+	start_serve "$@"
+	pids="$pids $serve_pid"
 }
 
 # shellcheck disable=SC2086 # net_args is a list of words
 if [ "$warm_n" -gt 0 ]; then
-	start_serve "$COLD_DATA" --warm 0 $net_args
+	start_serve_tracked "$COLD_DATA" --warm 0 $net_args
 	cold_url=http://$addr
-	start_serve "$WARM_DATA" $net_args
+	start_serve_tracked "$WARM_DATA" $net_args
 	warm_url=http://$addr
 	# Let the pool fill before anything is measured: its sandboxes are in
 	# `hutch ps` from their start; give their envd 2 s more to come up.
@@ -146,7 +115,7 @@ if [ "$warm_n" -gt 0 ]; then
 	warm_args="-warm-url $warm_url -warm $warm_n -warm-data $WARM_DATA"
 else
 	# No pool in this hutch: every create is a cold start.
-	start_serve "$COLD_DATA" $net_args
+	start_serve_tracked "$COLD_DATA" $net_args
 	cold_url=http://$addr
 	warm_args=""
 fi

@@ -55,3 +55,42 @@ write_bundle() {
 	sed -e "s|@ROOTFS@|$2|" -e "s|@ARGS@|$3|" -e "s|@HOSTID@|$OCI_HOST_ID|g" \
 		bench/oci/config.json.in >"$1/config.json"
 }
+
+# health ADDR: whether the hutch serve at ADDR answers GET /health.
+health() {
+	if command -v curl >/dev/null; then
+		curl -fsS -o /dev/null "http://$1/health" 2>/dev/null
+	else
+		wget -q -O /dev/null "http://$1/health" 2>/dev/null
+	fi
+}
+
+# start_serve DATA [FLAGS...]: starts `hutch serve` ($HUTCH) on a free
+# loopback port with data directory DATA (log DATA.log) and the key in
+# E2B_API_KEY, waits until it answers, and sets addr (host:port) and
+# serve_pid; exits the script with the log when it does not come up.
+start_serve() {
+	data=$1
+	shift
+	echo "==> starting hutch serve${*:+ $*} (data $data, log $data.log)"
+	HUTCH_DATA_DIR=$data HUTCH_API_KEY=$E2B_API_KEY \
+		"$HUTCH" serve --listen 127.0.0.1:0 "$@" >"$data.log" 2>&1 &
+	serve_pid=$!
+	addr=""
+	tries=0
+	while [ -z "$addr" ] || ! health "$addr"; do
+		if ! kill -0 "$serve_pid" 2>/dev/null; then
+			echo "bench: hutch serve exited:" >&2
+			cat "$data.log" >&2
+			exit 1
+		fi
+		tries=$((tries + 1))
+		if [ "$tries" -gt 300 ]; then
+			echo "bench: hutch serve did not answer GET /health within 30 s:" >&2
+			cat "$data.log" >&2
+			exit 1
+		fi
+		sleep 0.1
+		[ -n "$addr" ] || addr=$(sed -n 's/.*msg=serving addr=\([0-9.:]*\).*/\1/p' "$data.log" | head -n 1)
+	done
+}

@@ -66,14 +66,6 @@ trap 'cleanup' EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-health() {
-	if command -v curl >/dev/null; then
-		curl -fsS -o /dev/null "http://$1/health" 2>/dev/null
-	else
-		wget -q -O /dev/null "http://$1/health" 2>/dev/null
-	fi
-}
-
 templates=${HUTCH_TEMPLATES:-/var/lib/hutch/templates}
 if [ -f "$templates/mcp-gateway/template.json" ]; then
 	# A fresh key per run, given to the server rather than made by it, so
@@ -81,28 +73,8 @@ if [ -f "$templates/mcp-gateway/template.json" ]; then
 	E2B_API_KEY=e2b_$(od -An -N20 -tx1 /dev/urandom | tr -d ' \n')
 	export E2B_API_KEY
 	serve_flags="--warm 0 --network=false"
-	echo "==> starting hutch serve $serve_flags (data $DATA, log $DATA.log)"
 	# shellcheck disable=SC2086 # serve_flags is a list of words
-	HUTCH_DATA_DIR=$DATA HUTCH_API_KEY=$E2B_API_KEY \
-		"$HUTCH" serve --listen 127.0.0.1:0 $serve_flags >"$DATA.log" 2>&1 &
-	serve_pid=$!
-	addr=""
-	tries=0
-	while [ -z "$addr" ] || ! health "$addr"; do
-		if ! kill -0 "$serve_pid" 2>/dev/null; then
-			echo "bench: hutch serve exited:" >&2
-			cat "$DATA.log" >&2
-			exit 1
-		fi
-		tries=$((tries + 1))
-		if [ "$tries" -gt 300 ]; then
-			echo "bench: hutch serve did not answer GET /health within 30 s:" >&2
-			cat "$DATA.log" >&2
-			exit 1
-		fi
-		sleep 0.1
-		[ -n "$addr" ] || addr=$(sed -n 's/.*msg=serving addr=\([0-9.:]*\).*/\1/p' "$DATA.log" | head -n 1)
-	done
+	start_serve "$DATA" $serve_flags
 	set -- -serve-url "http://$addr" -serve-args "$serve_flags" -serve-pid "$serve_pid" -serve-data "$DATA" "$@"
 else
 	echo "==> no mcp-gateway template in $templates: the sandbox row is skipped"
