@@ -27,7 +27,9 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	goruntime "runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -924,5 +926,78 @@ func checkFds(t *testing.T, r result, hostDir string) {
 		if !seen[fd] {
 			t.Errorf("fd %s missing from the listing\n%v", fd, r)
 		}
+	}
+}
+
+// abiClasses are the attempts of testdata/abi: one per class of the
+// seccomp deny-list and per argument rule, and getpid as the control.
+var abiClasses = []string{
+	"getpid", "unshare", "clone-newuser", "setns", "mount", "umount2", "pivot_root",
+	"fsopen", "open_tree", "move_mount", "mount_setattr", "statmount", "listmount",
+	"open_tree_attr", "listns", "open_by_handle_at", "name_to_handle_at", "bpf",
+	"perf_event_open", "add_key", "keyctl", "request_key", "userfaultfd",
+	"io_uring_setup", "fanotify_init", "init_module", "finit_module", "delete_module",
+	"kexec_load", "reboot-cad-off", "swapon", "syslog", "acct", "settimeofday",
+	"clock_settime", "process_vm_readv", "kcmp", "pidfd_getfd", "mbind",
+	"set_mempolicy", "personality", "ioctl-tiocsti", "socket-vsock", "socket-alg",
+}
+
+// TestEscapeSyscallABIs makes every denied call through each system call
+// entry a 64-bit process has: the native one, the i386 one (int $0x80,
+// which a filter that checks only x86_64 numbers lets through) and x32's
+// (numbers with bit 30 set). As the default user and as the sandbox's
+// root: the i386 entry kills the process whatever the call (getpid too),
+// x32 answers ENOSYS, and natively each call fails as the policy says.
+func TestEscapeSyscallABIs(t *testing.T) {
+	if goruntime.GOARCH != "amd64" {
+		t.Skip("the i386 and x32 entries are amd64's")
+	}
+	bin := filepath.Join(t.TempDir(), "abi")
+	build := exec.Command("go", "build", "-o", bin, "./testdata/abi")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOARCH=amd64")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build testdata/abi: %v\n%s", err, out)
+	}
+	prog, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := `cat > /tmp/abi && chmod +x /tmp/abi || exit 1
+for c in ` + strings.Join(abiClasses, " ") + `; do
+	for abi in i386 x32 native; do
+		out=$(/tmp/abi $abi $c 2>/dev/null); echo "$abi $c rc=$? $out"
+	done
+done
+/tmp/abi native tiocsti-high-bits`
+	native := func(class string) string {
+		switch class {
+		case "getpid":
+			return "OK"
+		case "socket-vsock", "socket-alg":
+			return "EAFNOSUPPORT"
+		}
+		return "EPERM"
+	}
+	for _, user := range []string{"user", "root"} {
+		t.Run(user, func(t *testing.T) {
+			r := hutch(t, string(prog), "run", "--rm", "-i", "--user", user, "--", "/bin/sh", "-c", script)
+			if r.Code != 0 {
+				t.Fatalf("the attempts did not run:\n%v", r)
+			}
+			for _, c := range abiClasses {
+				// 159 = 128 + SIGSYS: killed by the filter, before the call.
+				want := []string{"i386 " + c + " rc=159 ", "x32 " + c + " rc=0 " + c + ": ENOSYS", "native " + c + " rc=0 " + c + ": " + native(c)}
+				for _, w := range want {
+					if !hasLine(r.Stdout, strings.TrimSpace(w)) {
+						t.Errorf("want %q", w)
+					}
+				}
+			}
+			// TIOCSTI with bits above the 32 the kernel reads.
+			wantLines(t, r, "tiocsti-high-bits: EPERM", "injected: nothing")
+			if t.Failed() {
+				t.Logf("%v", r)
+			}
+		})
 	}
 }
