@@ -60,7 +60,7 @@ func main() {
 		native.Init()
 	}
 	if len(os.Args) > 1 && os.Args[1] == "envd" {
-		if err := envd.Run(context.Background(), envd.Options{DefaultUser: "user"}, 3, ""); err != nil {
+		if err := envd.Run(context.Background(), envd.Options{DefaultUser: "user"}, 3, -1, ""); err != nil {
 			fmt.Fprintf(os.Stderr, "envd: %v\n", err)
 			os.Exit(1)
 		}

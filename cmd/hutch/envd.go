@@ -13,9 +13,9 @@ import (
 // is not for people to run.
 func newEnvdCmd() *cobra.Command {
 	var (
-		socketFD int
-		listen   string
-		user     string
+		controlFD, apiFD int
+		listen           string
+		user             string
 	)
 	cmd := &cobra.Command{
 		Use:    "envd",
@@ -24,10 +24,11 @@ func newEnvdCmd() *cobra.Command {
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			logger := envd.NewLogger(os.Stderr)
-			return envd.Run(cmd.Context(), envd.Options{DefaultUser: user, Logger: logger}, socketFD, listen)
+			return envd.Run(cmd.Context(), envd.Options{DefaultUser: user, Logger: logger}, controlFD, apiFD, listen)
 		},
 	}
-	cmd.Flags().IntVar(&socketFD, "socket-fd", 3, "descriptor of the listening unix socket the host passed in")
+	cmd.Flags().IntVar(&controlFD, "control-fd", 3, "descriptor of the host's listening control socket (POST /init, tunnels)")
+	cmd.Flags().IntVar(&apiFD, "api-fd", -1, "descriptor of the host's listening API socket (-1: none)")
 	cmd.Flags().StringVar(&listen, "listen", "0.0.0.0:"+strconv.Itoa(envd.Port), "TCP address inside the sandbox (empty: none)")
 	cmd.Flags().StringVar(&user, "user", "user", "default user of requests that name none")
 	return cmd

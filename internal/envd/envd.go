@@ -4,10 +4,17 @@
 // Connect services, /files, /health, /init, /envs and /metrics.
 //
 // envd runs inside the sandbox as its first process (the hutch binary
-// itself, `hutch envd`). It serves two listeners: a unix socket the host
-// created and passed in (how the host reaches it, with or without a
-// network), and TCP port 49983 in the sandbox's own network namespace.
-// Only the host socket serves POST /init.
+// itself, `hutch envd`). It serves up to three listeners:
+//
+//	control  a unix socket the host made and passed in: the host's own
+//	         way in. Only it serves POST /init (which sets the access
+//	         token) and CONNECT (tunnels to the sandbox's other ports).
+//	api      a second host socket: what the host's edge router forwards
+//	         clients to. Everything on it, CONNECT included, needs the
+//	         access token first (but /health, and /files, which checks
+//	         tokens or URL signatures itself).
+//	TCP      port 49983 in the sandbox's own network namespace, served as
+//	         the api socket is.
 package envd
 
 import (
@@ -73,30 +80,35 @@ func New(opts Options) *Server {
 // State is the server's run-time configuration.
 func (s *Server) State() *config.State { return s.st }
 
-// Handler returns the HTTP handler for one listener; host is true for the
-// host's socket, the only one that accepts POST /init and CONNECT (the
-// tunnel to the sandbox's other ports).
-func (s *Server) Handler(host bool) http.Handler {
+// Handler returns the HTTP handler for one listener; control is true for
+// the host's control socket, the only one that serves POST /init and
+// CONNECT (the tunnel to the sandbox's other ports). On every listener the
+// access token, once set, is checked before anything else, for every
+// method: the token check comes first, then routing.
+func (s *Server) Handler(control bool) http.Handler {
 	mux := http.NewServeMux()
-	if host {
+	mux.Handle("/", s.mux)
+	if control {
 		mux.HandleFunc("POST /init", s.init)
 	}
-	mux.Handle("/", s.requireToken(s.mux))
-	if !host {
-		return mux
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodConnect {
-			s.tunnel(w, r)
+	return s.requireToken(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodConnect {
+			mux.ServeHTTP(w, r)
 			return
 		}
-		mux.ServeHTTP(w, r)
-	})
+		if !control {
+			w.Header().Set("Allow", "GET, POST, PUT, DELETE")
+			WriteError(w, http.StatusMethodNotAllowed, "CONNECT is not served here")
+			return
+		}
+		s.tunnel(w, r)
+	}))
 }
 
-// Serve serves host (the host's socket) and sandbox (TCP inside the
-// sandbox; may be nil) until ctx ends, then shuts down gracefully.
-func (s *Server) Serve(ctx context.Context, host, sandbox net.Listener) error {
+// Serve serves control (the host's control socket), api (the host's API
+// socket; may be nil) and sandbox (TCP inside the sandbox; may be nil)
+// until ctx ends, then shuts down gracefully.
+func (s *Server) Serve(ctx context.Context, control, api, sandbox net.Listener) error {
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
 	// h2c for clients that speak it; the SDKs use HTTP/1.1 on plain HTTP.
@@ -105,10 +117,12 @@ func (s *Server) Serve(ctx context.Context, host, sandbox net.Listener) error {
 		return &http.Server{Handler: h, Protocols: protocols, ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn)}
 	}
 	servers := []*http.Server{newServer(s.Handler(true))}
-	listeners := []net.Listener{host}
-	if sandbox != nil {
-		servers = append(servers, newServer(s.Handler(false)))
-		listeners = append(listeners, sandbox)
+	listeners := []net.Listener{control}
+	for _, ln := range []net.Listener{api, sandbox} {
+		if ln != nil {
+			servers = append(servers, newServer(s.Handler(false)))
+			listeners = append(listeners, ln)
+		}
 	}
 	errs := make(chan error, len(servers))
 	for i, srv := range servers {
@@ -130,12 +144,15 @@ func (s *Server) Serve(ctx context.Context, host, sandbox net.Listener) error {
 // unauthorized is the reference envd's answer to a missing or wrong token.
 const unauthorized = "unauthorized access, please provide a valid access token or method signing if supported"
 
-// requireToken enforces X-Access-Token when the sandbox has a token, except
-// on /health and /files (which checks tokens or URL signatures itself).
+// requireToken enforces X-Access-Token when the sandbox has a token, for
+// every method and path except GET /health and /files (which checks
+// tokens or URL signatures itself). Once a token is set, POST /init needs
+// it too (as E2B's envd): nobody can replace it without knowing it.
 func (s *Server) requireToken(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		token := s.st.Token()
-		if token == "" || r.URL.Path == "/health" || r.URL.Path == "/files" {
+		open := r.Method != http.MethodConnect && (r.URL.Path == "/health" || r.URL.Path == "/files")
+		if token == "" || open {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -165,8 +182,9 @@ type initRequest struct {
 	DefaultWorkdir string            `json:"defaultWorkdir"`
 }
 
-// init sets the sandbox-wide defaults. It is served on the host's socket
-// only, so nothing inside the sandbox can change the access token.
+// init sets the sandbox-wide defaults. It is served on the host's control
+// socket only, so neither the sandbox nor a client of the edge router can
+// change the access token.
 func (s *Server) init(w http.ResponseWriter, r *http.Request) {
 	var req initRequest
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
@@ -189,17 +207,21 @@ func (s *Server) envs(w http.ResponseWriter, r *http.Request) {
 	json.NewEncoder(w).Encode(s.st.Envs())
 }
 
-// Run serves envd inside a sandbox: on the listening socket the host passed
-// as descriptor hostFD and, unless listen is empty, on a TCP address in the
-// sandbox's own network namespace. It returns when ctx ends.
-func Run(ctx context.Context, opts Options, hostFD int, listen string) error {
-	f := os.NewFile(uintptr(hostFD), "envd.sock")
-	host, err := net.FileListener(f)
-	f.Close()
+// Run serves envd inside a sandbox: on the listening control socket the
+// host passed as descriptor controlFD, on its API socket apiFD (-1: none)
+// and, unless listen is empty, on a TCP address in the sandbox's own
+// network namespace. It returns when ctx ends.
+func Run(ctx context.Context, opts Options, controlFD, apiFD int, listen string) error {
+	control, err := fileListener(controlFD, "control")
 	if err != nil {
-		return fmt.Errorf("envd: host socket (descriptor %d): %w", hostFD, err)
+		return err
 	}
-	var sandbox net.Listener
+	var api, sandbox net.Listener
+	if apiFD >= 0 {
+		if api, err = fileListener(apiFD, "api"); err != nil {
+			return err
+		}
+	}
 	if listen != "" {
 		if sandbox, err = net.Listen("tcp", listen); err != nil {
 			return fmt.Errorf("envd: %w", err)
@@ -207,5 +229,15 @@ func Run(ctx context.Context, opts Options, hostFD int, listen string) error {
 	}
 	srv := New(opts)
 	srv.logger.Info("envd started", "version", Version, "default_user", opts.DefaultUser)
-	return srv.Serve(ctx, host, sandbox)
+	return srv.Serve(ctx, control, api, sandbox)
+}
+
+func fileListener(fd int, name string) (net.Listener, error) {
+	f := os.NewFile(uintptr(fd), name+".sock")
+	ln, err := net.FileListener(f)
+	f.Close()
+	if err != nil {
+		return nil, fmt.Errorf("envd: %s socket (descriptor %d): %w", name, fd, err)
+	}
+	return ln, nil
 }

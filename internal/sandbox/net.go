@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/netip"
 
-	"github.com/hutch-sandbox/hutch/internal/envd"
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
 	"github.com/hutch-sandbox/hutch/internal/network"
 	"github.com/hutch-sandbox/hutch/internal/network/policy"
@@ -81,7 +80,7 @@ func (m *Manager) attachNetwork(ctx context.Context, sbx runtime.Sandbox, rt *ro
 	if token != "" {
 		req.Header.Set("X-Access-Token", token)
 	}
-	resp, err := (&http.Client{Transport: rt.transport(envd.Port)}).Do(req)
+	resp, err := (&http.Client{Transport: rt.host}).Do(req)
 	if err == nil {
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {

@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hutch-sandbox/hutch/internal/envd"
 	"github.com/hutch-sandbox/hutch/internal/template"
 )
 
@@ -107,7 +106,7 @@ func (m *Manager) startWarm(ctx context.Context, name string) (*started, error) 
 	}
 	// The socket listened before envd ran: this waits for envd to serve.
 	req, _ := http.NewRequestWithContext(ctx, "GET", "http://envd/health", nil)
-	resp, err := (&http.Client{Transport: st.route.transport(envd.Port)}).Do(req)
+	resp, err := (&http.Client{Transport: st.route.host}).Do(req)
 	if err == nil {
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusNoContent {

@@ -19,59 +19,133 @@ import (
 // nothing listens on that port inside the sandbox.
 var ErrPortClosed = errors.New("port is not open in the sandbox")
 
-// route is the host's way into one sandbox: HTTP to its envd, and tunnels
-// to its other ports, all through envd's unix socket (so they work whether
-// or not the sandbox has a network). Transports are kept per port so that
-// connections are reused across requests, like any HTTP client's.
+// route is the host's way into one sandbox, through the two unix sockets
+// its envd serves (so it works whether or not the sandbox has a network):
+//
+//	api      envd's API, every request token-checked by envd: what the
+//	         edge router forwards clients to.
+//	control  the host's own: POST /init (which sets the access token) and
+//	         CONNECT tunnels to the sandbox's other ports. Nothing a client
+//	         sends is ever written to it: the router reaches other ports
+//	         only through tunnels the host opens itself.
+//
+// A route holds three transports whatever the number of ports used, so
+// that connections are reused across requests without per-port state: the
+// tunnel transport's dialer reads the port from the address it is asked
+// for, and its idle connections are capped in all.
 type route struct {
-	sock string
+	api, control string // socket paths; equal for a sandbox made before the split
+
+	envd  *http.Transport // to envd's API: the edge's requests for envd's port
+	host  *http.Transport // to envd on the control socket: the manager's own calls
+	ports *http.Transport // to every other port, tunnelled
 
 	mu    sync.Mutex
-	ports map[int]*http.Transport
+	token string // envd's access token, sent with each CONNECT
 }
 
-func newRoute(sock string) *route {
-	return &route{sock: sock, ports: map[int]*http.Transport{}}
-}
-
-// transport returns the transport to port inside the sandbox.
-func (r *route) transport(port int) *http.Transport {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if t := r.ports[port]; t != nil {
-		return t
-	}
-	dial := func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "unix", r.sock)
-	}
-	if port != envd.Port {
-		dial = func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return dialTunnel(ctx, r.sock, port)
+func newRoute(api, control string) *route {
+	r := &route{api: api, control: control}
+	unixDial := func(path string) func(context.Context, string, string) (net.Conn, error) {
+		return func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", path)
 		}
 	}
-	t := &http.Transport{
-		DialContext:         dial,
-		DisableCompression:  true,
-		MaxIdleConnsPerHost: 16,
+	r.envd = &http.Transport{DialContext: unixDial(api), DisableCompression: true, MaxIdleConnsPerHost: 16, IdleConnTimeout: 90 * time.Second}
+	r.host = &http.Transport{DialContext: unixDial(control), DisableCompression: true, MaxIdleConnsPerHost: 4, IdleConnTimeout: 90 * time.Second}
+	r.ports = &http.Transport{
+		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+			port, err := portOf(addr)
+			if err != nil {
+				return nil, err
+			}
+			return dialTunnel(ctx, r.control, r.accessToken(), port)
+		},
+		DisableCompression: true,
+		MaxIdleConns:       64,
+		// Per port, as any HTTP client keeps them per host.
+		MaxIdleConnsPerHost: 8,
 		IdleConnTimeout:     90 * time.Second,
 	}
-	r.ports[port] = t
-	return t
+	return r
 }
+
+// legacy reports whether the sandbox predates the control socket: its one
+// socket serves /init and tunnels too, which the router must then refuse.
+func (r *route) legacy() bool { return r.api == r.control }
+
+func (r *route) setToken(token string) {
+	r.mu.Lock()
+	r.token = token
+	r.mu.Unlock()
+}
+
+func (r *route) accessToken() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.token
+}
+
+// transport returns the round tripper the edge uses for port inside the
+// sandbox: envd's API for envd.Port, a tunnel for any other.
+func (r *route) transport(port int) http.RoundTripper {
+	return portTransport{Transport: r.transportFor(port), port: port}
+}
+
+func (r *route) transportFor(port int) *http.Transport {
+	if port == envd.Port {
+		return r.envd
+	}
+	return r.ports
+}
+
+// portTransport sends every request to one port of a sandbox, whatever
+// its URL's host; it holds no state of its own.
+type portTransport struct {
+	*http.Transport
+	port int
+}
+
+// RoundTrip implements http.RoundTripper.
+func (t portTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	host := net.JoinHostPort("127.0.0.1", strconv.Itoa(t.port))
+	if req.URL.Host != host {
+		r := *req
+		u := *req.URL
+		u.Host = host
+		r.URL = &u
+		req = &r
+	}
+	return t.Transport.RoundTrip(req)
+}
+
+// portOf reads the port of a "127.0.0.1:PORT" dial address.
+func portOf(addr string) (int, error) {
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return 0, err
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || !ValidPort(port) {
+		return 0, fmt.Errorf("no port %q in a sandbox", p)
+	}
+	return port, nil
+}
+
+// ValidPort reports whether port can be a port inside a sandbox.
+func ValidPort(port int) bool { return port >= 1 && port <= 65535 }
 
 // close drops every idle connection; in-flight ones end with the sandbox.
 func (r *route) close() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, t := range r.ports {
+	for _, t := range []*http.Transport{r.envd, r.host, r.ports} {
 		t.CloseIdleConnections()
 	}
-	clear(r.ports)
 }
 
 // dialTunnel opens a connection to a port inside the sandbox: it asks envd,
-// through its socket, to CONNECT to that port on the sandbox's loopback.
-func dialTunnel(ctx context.Context, sock string, port int) (net.Conn, error) {
+// through its control socket, to CONNECT to that port on the sandbox's
+// loopback, with envd's access token when the sandbox has one.
+func dialTunnel(ctx context.Context, sock, token string, port int) (net.Conn, error) {
 	conn, err := (&net.Dialer{}).DialContext(ctx, "unix", sock)
 	if err != nil {
 		return nil, err
@@ -82,7 +156,11 @@ func dialTunnel(ctx context.Context, sock string, port int) (net.Conn, error) {
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) })
 	defer stop()
 	target := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	if _, err := fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target); err != nil {
+	var auth string
+	if token != "" {
+		auth = "X-Access-Token: " + token + "\r\n"
+	}
+	if _, err := fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n%s\r\n", target, target, auth); err != nil {
 		conn.Close()
 		return nil, err
 	}
@@ -138,10 +216,15 @@ func (m *Manager) Ingress(id string) (Ingress, bool) {
 }
 
 // Transport returns the round tripper that reaches port inside a running
-// sandbox (envd.Port for envd itself), and false when the manager runs no
-// sandbox with that id. Routing does not check API keys: envd checks its
-// own access token, and ports are the sandbox's public face.
+// sandbox (envd.Port for envd's API), and false when the manager runs no
+// sandbox with that id or port is not 1-65535. Routing does not check API
+// keys: envd checks its own access token, and ports are the sandbox's
+// public face. Nothing reached this way can set envd's token or open a
+// tunnel of the client's choosing (see route).
 func (m *Manager) Transport(id string, port int) (http.RoundTripper, bool) {
+	if !ValidPort(port) {
+		return nil, false
+	}
 	m.mu.Lock()
 	l := m.live[id]
 	m.mu.Unlock()
@@ -149,4 +232,14 @@ func (m *Manager) Transport(id string, port int) (http.RoundTripper, bool) {
 		return nil, false
 	}
 	return l.route.transport(port), true
+}
+
+// Legacy reports whether a running sandbox predates envd's control socket:
+// its envd serves POST /init and CONNECT on the socket the router uses, so
+// the router must refuse them itself.
+func (m *Manager) Legacy(id string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l := m.live[id]
+	return l != nil && l.route.legacy()
 }

@@ -124,9 +124,12 @@ type CreateRequest struct {
 	Network             Network
 }
 
-// runtimeInfo is what the store keeps for re-adopting a sandbox.
+// runtimeInfo is what the store keeps for re-adopting a sandbox: its
+// envd's API and control sockets (Control is empty for a sandbox made
+// before envd had one).
 type runtimeInfo struct {
-	Socket string `json:"socket"`
+	Socket  string `json:"socket"`
+	Control string `json:"control,omitempty"`
 }
 
 // Create makes a sandbox, waits until its envd answers, and records it.
@@ -193,7 +196,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (_ *store.Sandb
 	if err := m.initEnvd(ctx, st.route, rec, tpl.DefaultUser); err != nil {
 		return nil, err
 	}
-	info, _ := json.Marshal(runtimeInfo{Socket: st.route.sock})
+	info, _ := json.Marshal(runtimeInfo{Socket: st.route.api, Control: st.route.control})
 	rec.Runtime = string(info)
 	if err := m.store.CreateSandbox(ctx, rec); err != nil {
 		return nil, err
@@ -216,49 +219,62 @@ func (s *started) alive(ctx context.Context) bool {
 	return err == nil && st.State == runtime.StateRunning
 }
 
-// discard kills a started sandbox and removes its socket.
+// discard kills a started sandbox and removes its sockets.
 func (s *started) discard() {
 	s.route.close()
 	s.sbx.Delete(context.Background())
-	os.Remove(s.route.sock)
+	os.Remove(s.route.api)
+	os.Remove(s.route.control)
 }
 
-// start makes a sandbox of tpl with envd as its first process, listening
-// on a socket the manager made in DataDir/sockets.
-func (m *Manager) start(ctx context.Context, tpl *template.Template) (*started, error) {
+// start makes a sandbox of tpl with envd as its first process, serving the
+// two sockets the manager made in DataDir/sockets (see route): the control
+// socket as descriptor 3, the API socket as 4.
+func (m *Manager) start(ctx context.Context, tpl *template.Template) (_ *started, retErr error) {
 	id := newID()
-	sock := m.socketPath(id)
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		return nil, fmt.Errorf("envd socket: %w", err)
+	api, control := m.socketPaths(id)
+	var files []*os.File
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+		if retErr != nil {
+			os.Remove(api)
+			os.Remove(control)
+		}
+	}()
+	for _, path := range []string{control, api} {
+		ln, err := net.Listen("unix", path)
+		if err != nil {
+			return nil, fmt.Errorf("envd socket: %w", err)
+		}
+		ln.(*net.UnixListener).SetUnlinkOnClose(false)
+		f, err := ln.(*net.UnixListener).File()
+		ln.Close()
+		if err != nil {
+			return nil, fmt.Errorf("envd socket: %w", err)
+		}
+		files = append(files, f)
 	}
-	ln.(*net.UnixListener).SetUnlinkOnClose(false)
-	f, err := ln.(*net.UnixListener).File()
-	ln.Close()
-	if err != nil {
-		os.Remove(sock)
-		return nil, fmt.Errorf("envd socket: %w", err)
-	}
-	defer f.Close()
 	sbx, err := m.rt.Create(ctx, runtime.Spec{
 		ID: id, Template: tpl.Name, Resources: m.resources,
 		Labels: map[string]string{controlPlaneLabel: "true"},
 		Process: runtime.Process{
-			Args: []string{runtime.SelfExe, "envd", "--socket-fd", "3", "--user", tpl.DefaultUser},
-			User: "root", ExtraFiles: []*os.File{f},
+			Args: []string{runtime.SelfExe, "envd", "--control-fd", "3", "--api-fd", "4", "--user", tpl.DefaultUser},
+			User: "root", ExtraFiles: files,
 		},
 	})
 	if err != nil {
-		os.Remove(sock)
 		return nil, err
 	}
-	return &started{sbx: sbx, route: newRoute(sock), built: tpl.Built}, nil
+	return &started{sbx: sbx, route: newRoute(api, control), built: tpl.Built}, nil
 }
 
 // adopt makes a running sandbox routable, starts sampling it and arms its
 // expiry.
 func (m *Manager) adopt(sbx runtime.Sandbox, rt *route, rec *store.Sandbox) {
 	end := rec.EndAt
+	rt.setToken(rec.EnvdAccessToken)
 	l := &live{route: rt, metrics: newSeries(sbx, m.resources), trafficToken: rec.TrafficAccessToken}
 	var n netRecord
 	if json.Unmarshal([]byte(rec.Network), &n) == nil && n.MaskRequestHost != nil {
@@ -304,9 +320,7 @@ func (m *Manager) initEnvd(ctx context.Context, rt *route, rec *store.Sandbox, u
 	body, _ := json.Marshal(map[string]any{
 		"accessToken": rec.EnvdAccessToken, "envVars": rec.EnvVars, "defaultUser": user,
 	})
-	// The route's own transport: the connection made here serves the
-	// SDK's first request too.
-	client := &http.Client{Transport: rt.transport(envd.Port)}
+	client := &http.Client{Transport: rt.host}
 	for {
 		req, _ := http.NewRequestWithContext(ctx, "POST", "http://envd/init", bytes.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
@@ -326,7 +340,15 @@ func (m *Manager) initEnvd(ctx context.Context, rt *route, rec *store.Sandbox, u
 	}
 }
 
-func (m *Manager) socketPath(id string) string { return filepath.Join(m.sockets, id+".sock") }
+// socketPaths are a sandbox's envd sockets: its API and its control socket.
+func (m *Manager) socketPaths(id string) (api, control string) {
+	return filepath.Join(m.sockets, id+apiSuffix), filepath.Join(m.sockets, id+controlSuffix)
+}
+
+const (
+	apiSuffix     = ".sock"
+	controlSuffix = ".control.sock"
+)
 
 // Get returns a sandbox the key may see.
 func (m *Manager) Get(ctx context.Context, keyID, id string) (*store.Sandbox, error) {
@@ -375,7 +397,9 @@ func (m *Manager) remove(ctx context.Context, id string) error {
 			return fmt.Errorf("kill sandbox %s: %w", id, err)
 		}
 	}
-	os.Remove(m.socketPath(id))
+	api, control := m.socketPaths(id)
+	os.Remove(api)
+	os.Remove(control)
 	return nil
 }
 
@@ -475,7 +499,10 @@ func (m *Manager) Recover(ctx context.Context) error {
 			}
 			continue
 		}
-		m.adopt(sbx, newRoute(info.Socket), &rec)
+		if info.Control == "" {
+			info.Control = info.Socket // made before the control socket
+		}
+		m.adopt(sbx, newRoute(info.Socket, info.Control), &rec)
 		if p, err := egressOf(&rec); err == nil && p.Internet {
 			nets = append(nets, network.Live{ID: rec.ID, Policy: p})
 		}
@@ -498,7 +525,11 @@ func (m *Manager) Recover(ctx context.Context) error {
 		return err
 	}
 	for _, e := range socks {
-		if id, ok := strings.CutSuffix(e.Name(), ".sock"); !ok || !known[id] {
+		id, ok := strings.CutSuffix(e.Name(), controlSuffix)
+		if !ok {
+			id, ok = strings.CutSuffix(e.Name(), apiSuffix)
+		}
+		if !ok || !known[id] {
 			os.Remove(filepath.Join(m.sockets, e.Name()))
 		}
 	}

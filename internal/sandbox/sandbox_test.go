@@ -144,7 +144,7 @@ func TestKillAndKeyScoping(t *testing.T) {
 	if err := m.Kill(ctx, keyB.ID, rec.ID); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("another key's Kill = %v, want not found", err)
 	}
-	sock := m.socketPath(rec.ID)
+	sock, control := m.socketPaths(rec.ID)
 	if err := m.Kill(ctx, keyA.ID, rec.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -154,8 +154,10 @@ func TestKillAndKeyScoping(t *testing.T) {
 	if _, err := e.rt.Load(ctx, rec.ID); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("the runtime still has the sandbox: %v", err)
 	}
-	if _, err := os.Stat(sock); !os.IsNotExist(err) {
-		t.Errorf("socket %s left behind", sock)
+	for _, p := range []string{sock, control} {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("socket %s left behind", p)
+		}
 	}
 	if _, ok := m.Transport(rec.ID, envd.Port); ok {
 		t.Error("a killed sandbox is still routable")
@@ -263,7 +265,7 @@ func TestPortsThroughTheSocket(t *testing.T) {
 	e := newEnv(t)
 	m := e.manager(t)
 	ctx := context.Background()
-	rec, err := m.Create(ctx, CreateRequest{})
+	rec, err := m.Create(ctx, CreateRequest{Secure: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,7 +283,7 @@ while True:
     c.close()
 ' >/dev/null 2>&1 &
 for i in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/8000) 2>/dev/null && exit 0; sleep 0.05; done; exit 1`
-	if _, err := run(t, m, rec.ID, "", script); err != nil {
+	if _, err := run(t, m, rec.ID, rec.EnvdAccessToken, script); err != nil {
 		t.Fatalf("starting the services: %v", err)
 	}
 
@@ -301,7 +303,7 @@ for i in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/8000) 2>/dev/null && exit 0;
 
 	var conn io.ReadWriteCloser
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if conn, err = dialTunnel(ctx, m.socketPath(rec.ID), 9000); err == nil || time.Now().After(deadline) {
+		if conn, err = dialTunnel(ctx, controlSocket(m, rec.ID), rec.EnvdAccessToken, 9000); err == nil || time.Now().After(deadline) {
 			break
 		}
 	}
@@ -315,8 +317,30 @@ for i in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/8000) 2>/dev/null && exit 0;
 		t.Errorf("raw tunnel read %q, %v; want the banner and the echo", buf, err)
 	}
 
-	if _, err := dialTunnel(ctx, m.socketPath(rec.ID), 9999); !errors.Is(err, ErrPortClosed) {
+	if _, err := dialTunnel(ctx, controlSocket(m, rec.ID), rec.EnvdAccessToken, 9999); !errors.Is(err, ErrPortClosed) {
 		t.Errorf("closed port: %v, want ErrPortClosed", err)
+	}
+	// envd opens tunnels only for its token's holder, and only on the
+	// control socket: never on the API socket the edge forwards clients to.
+	if _, err := dialTunnel(ctx, controlSocket(m, rec.ID), "", 9000); err == nil || !strings.Contains(err.Error(), "401") {
+		t.Errorf("tunnel without the access token: %v, want envd's 401", err)
+	}
+	api, _ := m.socketPaths(rec.ID)
+	if _, err := dialTunnel(ctx, api, rec.EnvdAccessToken, 9000); err == nil || !strings.Contains(err.Error(), "405") {
+		t.Errorf("tunnel through the API socket: %v, want envd's 405", err)
+	}
+	// One transport serves every port: none is kept per port asked for.
+	first, _ := m.Transport(rec.ID, 8000)
+	for port := 1; port <= 65535; port += 97 {
+		tr, ok := m.Transport(rec.ID, port)
+		if !ok || tr.(portTransport).Transport != first.(portTransport).Transport {
+			t.Fatalf("Transport(%d) = %v, %v; want the one tunnel transport", port, tr, ok)
+		}
+	}
+	for _, port := range []int{0, -1, 65536, 1 << 40} {
+		if _, ok := m.Transport(rec.ID, port); ok {
+			t.Errorf("Transport(%d) has a route", port)
+		}
 	}
 	if _, ok := m.Transport("inosuchsandbox", 8000); ok {
 		t.Error("an unknown sandbox has a route")
@@ -348,7 +372,7 @@ func TestRecoverRemovesOrphans(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { other.Delete(context.Background()) })
-	stale := m.socketPath("istalesocket")
+	stale, _ := m.socketPaths("istalesocket")
 	if err := os.WriteFile(stale, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -502,8 +526,9 @@ func TestWarmPool(t *testing.T) {
 			t.Errorf("Close removed the created sandbox %s", id)
 		}
 	}
-	if ents, _ := os.ReadDir(filepath.Join(e.dataDir, "sockets")); len(ents) != len(made) {
-		t.Errorf("%d sockets left, want %d", len(ents), len(made))
+	// Two each: envd's API and control sockets.
+	if ents, _ := os.ReadDir(filepath.Join(e.dataDir, "sockets")); len(ents) != 2*len(made) {
+		t.Errorf("%d sockets left, want %d", len(ents), 2*len(made))
 	}
 }
 
@@ -554,3 +579,5 @@ func TestSandboxThatKillsItsEnvd(t *testing.T) {
 		}
 	}
 }
+
+func controlSocket(m *Manager, id string) string { _, c := m.socketPaths(id); return c }

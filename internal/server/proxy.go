@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"path"
 	"strconv"
 	"strings"
 
@@ -33,6 +34,12 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id string, port i
 	transport, ok := s.mgr.Transport(id, port)
 	if !ok {
 		e2bapi.WriteSandboxNotFound502(w, id)
+		return
+	}
+	if port == envd.Port && s.mgr.Legacy(id) && path.Clean("/"+r.URL.Path) == "/init" {
+		// A sandbox made before envd's control socket serves /init on the
+		// socket this request would go to.
+		e2bapi.WriteError(w, http.StatusForbidden, "POST /init is the host's, not a client's", "")
 		return
 	}
 	host := r.Host

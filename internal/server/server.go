@@ -54,9 +54,21 @@ func New(opts Options) *Server {
 	return s
 }
 
-// ServeHTTP routes a request to a sandbox or to the API.
+// ServeHTTP routes a request to a sandbox or to the API. It never
+// forwards CONNECT: a raw tunnel of the client's choosing would skip both
+// envd's token and the traffic token (a sandbox's ports are reached by
+// HTTP, WebSocket or any other Upgrade through the router's own tunnels).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodConnect {
+		w.Header().Set("Allow", "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS")
+		e2bapi.WriteError(w, http.StatusMethodNotAllowed, "CONNECT is not served: reach a sandbox's ports with E2b-Sandbox-Id/E2b-Sandbox-Port or a <port>-<id> host", "")
+		return
+	}
 	if id, port, ok := s.sandboxTarget(r); ok {
+		if !sandbox.ValidPort(port) {
+			e2bapi.WriteError(w, http.StatusBadRequest, "invalid sandbox port: want 1-65535", "")
+			return
+		}
 		s.proxy(w, r, id, port)
 		return
 	}
@@ -106,12 +118,13 @@ func (s *Server) signedBy(r *http.Request) (string, bool) {
 	return "", false
 }
 
-// sandboxTarget finds the sandbox a request is for, if any.
+// sandboxTarget finds the sandbox a request is for, if any. A port that
+// is not a number in 1-65535 comes back as 0, for the caller to refuse.
 func (s *Server) sandboxTarget(r *http.Request) (id string, port int, ok bool) {
 	if id := r.Header.Get("E2b-Sandbox-Id"); id != "" {
 		port := envd.Port
-		if p, err := strconv.Atoi(r.Header.Get("E2b-Sandbox-Port")); err == nil {
-			port = p
+		if v := r.Header.Get("E2b-Sandbox-Port"); v != "" {
+			port = parsePort(v)
 		}
 		return id, port, true
 	}
@@ -127,11 +140,19 @@ func (s *Server) sandboxTarget(r *http.Request) (id string, port int, ok bool) {
 		return "", 0, false
 	}
 	p, id, found := strings.Cut(label, "-")
-	port, err := strconv.Atoi(p)
-	if !found || err != nil || id == "" {
+	if !found || id == "" || p == "" || strings.Trim(p, "0123456789") != "" {
 		return "", 0, false
 	}
-	return id, port, true
+	return id, parsePort(p), true
+}
+
+// parsePort reads a port number, 0 when it is not one in 1-65535.
+func parsePort(v string) int {
+	p, err := strconv.Atoi(v)
+	if err != nil || !sandbox.ValidPort(p) {
+		return 0
+	}
+	return p
 }
 
 type keyCtx struct{}

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -29,7 +30,15 @@ func Main(m *testing.M) {
 		native.Init()
 	}
 	if len(os.Args) > 1 && os.Args[1] == "envd" {
-		if err := envd.Run(context.Background(), envd.Options{DefaultUser: "user", Logger: envd.NewLogger(os.Stderr)}, 3, "0.0.0.0:49983"); err != nil {
+		// The flags of `hutch envd` that matter here: the sandbox manager
+		// passes an API socket too.
+		api := -1
+		for i, a := range os.Args {
+			if a == "--api-fd" && i+1 < len(os.Args) {
+				api, _ = strconv.Atoi(os.Args[i+1])
+			}
+		}
+		if err := envd.Run(context.Background(), envd.Options{DefaultUser: "user", Logger: envd.NewLogger(os.Stderr)}, 3, api, "0.0.0.0:49983"); err != nil {
 			os.Exit(1)
 		}
 		os.Exit(0)

@@ -1,0 +1,74 @@
+package envd_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/hutch-sandbox/hutch/internal/envd"
+)
+
+// TestHandlerTokenBeforeEverything: with an access token set, every
+// request on every listener needs it before anything else happens, CONNECT
+// included; only the control socket serves /init and CONNECT at all, and
+// /init cannot replace the token without knowing it.
+func TestHandlerTokenBeforeEverything(t *testing.T) {
+	srv := envd.New(envd.Options{DefaultUser: "user"})
+	srv.State().SetToken("the-token")
+	api, control := srv.Handler(false), srv.Handler(true)
+	tests := []struct {
+		name    string
+		h       http.Handler
+		method  string
+		target  string
+		token   string
+		want    int
+		wantMsg string
+	}{
+		{"api CONNECT without token", api, "CONNECT", "127.0.0.1:8000", "", 401, "unauthorized"},
+		{"api CONNECT with a wrong token", api, "CONNECT", "127.0.0.1:8000", "nope", 401, "unauthorized"},
+		{"api CONNECT with the token", api, "CONNECT", "127.0.0.1:8000", "the-token", 405, "CONNECT is not served here"},
+		{"api /init without token", api, "POST", "/init", "", 401, "unauthorized"},
+		{"api /init with the token", api, "POST", "/init", "the-token", 404, ""},
+		{"api //init without token", api, "POST", "//init", "", 401, "unauthorized"},
+		{"api process.List without token", api, "POST", "/process.Process/List", "", 401, "unauthorized"},
+		{"api /health open", api, "GET", "/health", "", 204, ""},
+		{"api /envs without token", api, "GET", "/envs", "", 401, "unauthorized"},
+		{"control CONNECT without token", control, "CONNECT", "127.0.0.1:8000", "", 401, "unauthorized"},
+		{"control CONNECT to a closed port with the token", control, "CONNECT", "127.0.0.1:1", "the-token", 502, "not open"},
+		{"control CONNECT off the loopback with the token", control, "CONNECT", "10.0.0.1:80", "the-token", 403, "loopback only"},
+		{"control /init without token", control, "POST", "/init", "", 401, "unauthorized"},
+		{"control /init with a wrong token", control, "POST", "/init", "nope", 401, "unauthorized"},
+		{"control /health open", control, "GET", "/health", "", 204, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req := httptest.NewRequest(tt.method, "http://envd"+tt.target, strings.NewReader(`{"accessToken":"pwned"}`))
+			if tt.method == "CONNECT" {
+				req = httptest.NewRequest("CONNECT", tt.target, nil)
+				req.Host = tt.target
+				req.URL.Path = ""
+			}
+			if tt.token != "" {
+				req.Header.Set("X-Access-Token", tt.token)
+			}
+			rec := httptest.NewRecorder()
+			tt.h.ServeHTTP(rec, req)
+			if rec.Code != tt.want || !strings.Contains(rec.Body.String(), tt.wantMsg) {
+				t.Errorf("%s %s: %d %q, want %d with %q", tt.method, tt.target, rec.Code, rec.Body.String(), tt.want, tt.wantMsg)
+			}
+			if got := srv.State().Token(); got != "the-token" {
+				t.Fatalf("the access token became %q", got)
+			}
+		})
+	}
+	// The token's holder, on the control socket, may set the defaults.
+	req := httptest.NewRequest("POST", "http://envd/init", strings.NewReader(`{"envVars":{"A":"1"}}`))
+	req.Header.Set("X-Access-Token", "the-token")
+	rec := httptest.NewRecorder()
+	control.ServeHTTP(rec, req)
+	if rec.Code != http.StatusNoContent {
+		t.Errorf("/init with the token on the control socket: %d %s", rec.Code, rec.Body)
+	}
+}

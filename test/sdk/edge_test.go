@@ -1,0 +1,158 @@
+package sdk_test
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hutch-sandbox/hutch/sdk"
+	"github.com/hutch-sandbox/hutch/test/internal/hutchtest"
+)
+
+// TestEdgeOutsider attacks `hutch serve`'s edge router the way someone
+// who knows only a sandbox's id would: every path a client can take to a
+// port (header routing, Host routing, CONNECT, Upgrade, HTTP/2) must either
+// reach what the client may reach or be refused, and nothing may change the
+// sandbox's envd access token. The sandbox is secure (an envd token) and
+// private (allowPublicTraffic false: its ports need the traffic token), and
+// runs a service bound to its loopback only.
+func TestEdgeOutsider(t *testing.T) {
+	e := startServer(t)
+	ctx := t.Context()
+	sbx := e.sandbox(t, sdk.CreateOptions{Network: &sdk.Network{AllowPublicTraffic: new(false)}})
+	if sbx.EnvdAccessToken == "" || sbx.TrafficAccessToken == "" {
+		t.Fatalf("the sandbox has no envd or traffic token: %+v", sbx)
+	}
+	secret := unique("private-page")
+	_, err := sbx.Files.Write(ctx, "/tmp/www/secret.txt", []byte(secret), nil)
+	must(t, err, "Write")
+	_, err = sbx.Commands.Start(ctx, "python3 -m http.server 8000 --bind 127.0.0.1 --directory /tmp/www", &sdk.RunOptions{Timeout: sdk.NoTimeout})
+	must(t, err, "start the private service")
+	// The token holder reaches it (the positive control).
+	waitFor(t, 20*time.Second, func() string { return "the private service on 127.0.0.1:8000" }, func() bool {
+		req, err := sbx.PortRequest(ctx, http.MethodGet, 8000, "/secret.txt", nil)
+		must(t, err, "PortRequest")
+		resp, err := sbx.HTTPClient().Do(req)
+		if err != nil {
+			return false
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode == 200 && string(b) == secret
+	})
+
+	id := sbx.ID
+	host := func(port string) string { return port + "-" + id + "." + hutchtest.TestDomain }
+	connectPayload := "GET /secret.txt HTTP/1.0\r\nHost: x\r\n\r\n"
+	cases := []struct {
+		name string
+		req  string // a raw request, sent as is
+		want int    // the status the router must answer
+	}{
+		{"CONNECT by header (envd's port)", "CONNECT 127.0.0.1:8000 HTTP/1.1\r\nHost: 127.0.0.1:8000\r\nE2b-Sandbox-Id: " + id + "\r\nContent-Length: " + strconv.Itoa(len(connectPayload)) + "\r\n\r\n" + connectPayload, 405},
+		{"CONNECT by header (port 8000)", "CONNECT 127.0.0.1:8000 HTTP/1.1\r\nHost: 127.0.0.1:8000\r\nE2b-Sandbox-Id: " + id + "\r\nE2b-Sandbox-Port: 8000\r\n\r\n" + connectPayload, 405},
+		{"CONNECT by header (port 49983)", "CONNECT 127.0.0.1:8000 HTTP/1.1\r\nHost: 127.0.0.1:8000\r\nE2b-Sandbox-Id: " + id + "\r\nE2b-Sandbox-Port: 49983\r\n\r\n" + connectPayload, 405},
+		{"CONNECT by Host", "CONNECT " + host("8000") + ":80 HTTP/1.1\r\nHost: " + host("8000") + "\r\n\r\n" + connectPayload, 405},
+		{"CONNECT by Host to envd", "CONNECT " + host("49983") + ":80 HTTP/1.1\r\nHost: " + host("49983") + "\r\n\r\n" + connectPayload, 405},
+		{"CONNECT with no sandbox", "CONNECT 127.0.0.1:8000 HTTP/1.1\r\nHost: 127.0.0.1:8000\r\n\r\n" + connectPayload, 405},
+		{"POST /init by header", "POST /init HTTP/1.1\r\nHost: x\r\nE2b-Sandbox-Id: " + id + "\r\nContent-Type: application/json\r\nContent-Length: 23\r\nConnection: close\r\n\r\n{\"accessToken\":\"pwned\"}", 401},
+		{"POST //init by header", "POST //init HTTP/1.1\r\nHost: x\r\nE2b-Sandbox-Id: " + id + "\r\nContent-Type: application/json\r\nContent-Length: 23\r\nConnection: close\r\n\r\n{\"accessToken\":\"pwned\"}", 401},
+		{"POST /init by Host", "POST /init HTTP/1.1\r\nHost: " + host("49983") + "\r\nContent-Type: application/json\r\nContent-Length: 23\r\nConnection: close\r\n\r\n{\"accessToken\":\"pwned\"}", 401},
+		{"POST /init through a port", "POST /init HTTP/1.1\r\nHost: x\r\nE2b-Sandbox-Id: " + id + "\r\nE2b-Sandbox-Port: 8000\r\nContent-Length: 23\r\nConnection: close\r\n\r\n{\"accessToken\":\"pwned\"}", 403},
+		{"GET the private port without the traffic token", "GET /secret.txt HTTP/1.1\r\nHost: x\r\nE2b-Sandbox-Id: " + id + "\r\nE2b-Sandbox-Port: 8000\r\nConnection: close\r\n\r\n", 403},
+		{"GET the private port by Host without the traffic token", "GET /secret.txt HTTP/1.1\r\nHost: " + host("8000") + "\r\nConnection: close\r\n\r\n", 403},
+		{"GET the private port with a wrong traffic token", "GET /secret.txt HTTP/1.1\r\nHost: x\r\nE2b-Sandbox-Id: " + id + "\r\nE2b-Sandbox-Port: 8000\r\nE2b-Traffic-Access-Token: nope\r\nConnection: close\r\n\r\n", 403},
+		{"WebSocket upgrade to the private port", "GET /secret.txt HTTP/1.1\r\nHost: x\r\nE2b-Sandbox-Id: " + id + "\r\nE2b-Sandbox-Port: 8000\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n", 403},
+		{"WebSocket upgrade to envd", "GET /process.Process/List HTTP/1.1\r\nHost: x\r\nE2b-Sandbox-Id: " + id + "\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n", 401},
+		{"h2c upgrade to envd", "GET /envs HTTP/1.1\r\nHost: x\r\nE2b-Sandbox-Id: " + id + "\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n", 401},
+		{"h2c upgrade to the private port", "GET /secret.txt HTTP/1.1\r\nHost: x\r\nE2b-Sandbox-Id: " + id + "\r\nE2b-Sandbox-Port: 8000\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n", 403},
+		{"envd's envs without the token", "GET /envs HTTP/1.1\r\nHost: x\r\nE2b-Sandbox-Id: " + id + "\r\nConnection: close\r\n\r\n", 401},
+		{"port 0", "GET / HTTP/1.1\r\nHost: x\r\nE2b-Sandbox-Id: " + id + "\r\nE2b-Sandbox-Port: 0\r\nConnection: close\r\n\r\n", 400},
+		{"port -1", "GET / HTTP/1.1\r\nHost: x\r\nE2b-Sandbox-Id: " + id + "\r\nE2b-Sandbox-Port: -1\r\nConnection: close\r\n\r\n", 400},
+		{"port 65536", "GET / HTTP/1.1\r\nHost: x\r\nE2b-Sandbox-Id: " + id + "\r\nE2b-Sandbox-Port: 65536\r\nConnection: close\r\n\r\n", 400},
+		{"port 2^64", "GET / HTTP/1.1\r\nHost: x\r\nE2b-Sandbox-Id: " + id + "\r\nE2b-Sandbox-Port: 18446744073709551616\r\nConnection: close\r\n\r\n", 400},
+		{"port not a number", "GET / HTTP/1.1\r\nHost: x\r\nE2b-Sandbox-Id: " + id + "\r\nE2b-Sandbox-Port: 80a\r\nConnection: close\r\n\r\n", 400},
+		{"port 65536 by Host", "GET / HTTP/1.1\r\nHost: " + host("65536") + "\r\nConnection: close\r\n\r\n", 400},
+		{"port 0 by Host", "GET / HTTP/1.1\r\nHost: " + host("0") + "\r\nConnection: close\r\n\r\n", 400},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			status, raw := rawExchange(t, e.srv.Addr, tc.req)
+			if strings.Contains(raw, secret) {
+				t.Fatalf("the private service answered:\n%s", raw)
+			}
+			if status != tc.want {
+				t.Errorf("status %d, want %d\n%s", status, tc.want, raw)
+			}
+		})
+	}
+
+	t.Run("HTTP/2 with prior knowledge is not served", func(t *testing.T) {
+		conn, err := net.DialTimeout("tcp", e.srv.Addr, 5*time.Second)
+		must(t, err, "dial")
+		defer conn.Close()
+		conn.SetDeadline(time.Now().Add(5 * time.Second))
+		// The client preface and an empty SETTINGS frame.
+		io.WriteString(conn, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+		b, _ := io.ReadAll(conn)
+		if len(b) >= 9 && b[3] == 0x04 { // a SETTINGS frame back: HTTP/2 is spoken
+			t.Fatalf("the server answered HTTP/2: % x", b)
+		}
+		if strings.Contains(string(b), secret) {
+			t.Fatalf("the private service answered:\n%s", b)
+		}
+		if len(b) > 0 && !strings.HasPrefix(string(b), "HTTP/1.1 4") {
+			t.Errorf("answer to an HTTP/2 preface: %q, want an HTTP/1.1 client error or nothing", b)
+		}
+	})
+
+	// After all that, the token is still the sandbox's own: the SDK's
+	// calls work, and a call with the token an attacker tried to set is
+	// refused.
+	run(t, sbx, "true", nil)
+	list := func(token string) int {
+		status, _ := rawExchange(t, e.srv.Addr, "POST /process.Process/List HTTP/1.1\r\nHost: x\r\nE2b-Sandbox-Id: "+id+
+			"\r\nX-Access-Token: "+token+"\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}")
+		return status
+	}
+	if got := list("pwned"); got != http.StatusUnauthorized {
+		t.Errorf("process.List with the token an attacker tried to set: %d, want 401", got)
+	}
+	if got := list(sbx.EnvdAccessToken); got != http.StatusOK {
+		t.Errorf("process.List with the sandbox's token: %d, want 200", got)
+	}
+}
+
+// rawExchange sends req on a fresh connection to addr and returns the
+// status of the answer and everything read (until the server closes, a
+// second passes quietly, or 64 KiB came).
+func rawExchange(t *testing.T, addr, req string) (int, string) {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	must(t, err, "dial")
+	defer conn.Close()
+	if _, err := io.WriteString(conn, req); err != nil {
+		t.Fatal(err)
+	}
+	var raw strings.Builder
+	buf := make([]byte, 4096)
+	for raw.Len() < 64<<10 {
+		conn.SetReadDeadline(time.Now().Add(time.Second))
+		n, err := conn.Read(buf)
+		raw.Write(buf[:n])
+		if err != nil {
+			break
+		}
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(strings.NewReader(raw.String())), nil)
+	if err != nil {
+		return 0, raw.String()
+	}
+	resp.Body.Close()
+	return resp.StatusCode, raw.String()
+}
