@@ -12,21 +12,28 @@ import (
 	"os/signal"
 	"path"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 	"golang.org/x/term"
 
 	"github.com/hutch-sandbox/hutch/internal/cli/archive"
+	"github.com/hutch-sandbox/hutch/internal/cli/human"
 	"github.com/hutch-sandbox/hutch/internal/cli/progress"
 	"github.com/hutch-sandbox/hutch/internal/cli/shell"
+	"github.com/hutch-sandbox/hutch/internal/cli/sparse"
 	"github.com/hutch-sandbox/hutch/sdk"
 )
 
 func newCpCmd(g *globals) *cobra.Command {
-	var user string
+	var (
+		user       string
+		ignoreFree bool
+	)
 	cmd := &cobra.Command{
 		Use:   "cp [flags] SRC DST",
 		Short: "Copy files and directories between here and a sandbox (ID:PATH names the sandbox side)",
@@ -53,6 +60,15 @@ symlinks travel as a tar stream, through a temporary file in the sandbox's
 /tmp; entries of a stream from a sandbox that would land outside DST
 (absolute names, "..", paths through symlinks) are refused.
 
+Files copied here keep their holes: aligned 4 KiB blocks of zeros are
+skipped rather than written, as cp --sparse=auto does, so a sparse file
+stays sparse (a file that was not sparse may become so; its bytes are the
+same). Before copying here, cp compares the apparent size of what it
+copies (holes included) with the free space of the destination's file
+system, and refuses when it is larger. --ignore-free-space copies anyway,
+for sparse files that take less room than they seem to; if the disk fills
+up all the same, cp fails and removes the file it was writing.
+
 A progress bar shows on standard error, when it is a terminal, for
 transfers over 1 MiB. Failures exit 1.`,
 		Example: `  hutch cp ./src ID:/home/user/project     # ./src becomes /home/user/project (or goes in it)
@@ -77,7 +93,7 @@ transfers over 1 MiB. Failures exit 1.`,
 			if err != nil {
 				return err
 			}
-			cp := &copier{sbx: sbx, user: user, bars: term.IsTerminal(int(os.Stderr.Fd()))}
+			cp := &copier{sbx: sbx, user: user, ignoreFree: ignoreFree, bars: term.IsTerminal(int(os.Stderr.Fd()))}
 			if dst.remote {
 				err = cp.upload(ctx, src.path, dst.path)
 			} else {
@@ -91,6 +107,7 @@ transfers over 1 MiB. Failures exit 1.`,
 		}),
 	}
 	cmd.Flags().StringVarP(&user, "user", "u", "", "sandbox user to act as (default: the sandbox's default user)")
+	cmd.Flags().BoolVar(&ignoreFree, "ignore-free-space", false, "copy here even when the apparent size (holes included) exceeds the free space")
 	return cmd
 }
 
@@ -118,7 +135,10 @@ func parseCpArg(s string) cpArg {
 type copier struct {
 	sbx  *sdk.Sandbox
 	user string
-	bars bool // progress bars on standard error
+	// ignoreFree skips the comparison of a download's apparent size
+	// with the free space here.
+	ignoreFree bool
+	bars       bool // progress bars on standard error
 }
 
 // remoteName names a sandbox path in messages, as ID:PATH.
@@ -305,16 +325,25 @@ func (c *copier) download(ctx context.Context, src, dst string) error {
 		if err := os.Mkdir(clean, 0o755); err != nil {
 			return err
 		}
-		return c.downloadTree(ctx, src, true, clean, "")
+		err := c.downloadTree(ctx, src, true, clean, "")
+		if err != nil {
+			os.Remove(clean) // if nothing was extracted in it
+		}
+		return err
 	}
 	return c.downloadTree(ctx, src, false, filepath.Dir(clean), filepath.Base(clean))
 }
 
 // downloadFile streams sandbox file src (described by info) to local
-// target through a temporary file beside it, with src's mode and time.
+// target through a temporary file beside it, with src's mode and time and
+// with holes where src's content has blocks of zeros. The temporary file
+// is removed when the copy fails.
 func (c *copier) downloadFile(ctx context.Context, src string, info *sdk.EntryInfo, target string) error {
 	if fi, err := os.Lstat(target); err == nil && fi.IsDir() {
 		return fmt.Errorf("cannot overwrite directory %s with a file", target)
+	}
+	if err := c.checkSpace(filepath.Dir(target), c.remoteName(src), info.Size); err != nil {
+		return err
 	}
 	rc, err := c.sbx.Files.ReadStream(ctx, src, &sdk.FileOptions{User: c.user})
 	if err != nil {
@@ -333,9 +362,15 @@ func (c *copier) downloadFile(ctx context.Context, src string, info *sdk.EntryIn
 		}
 	}()
 	bar := c.bar("← "+c.remoteName(src), info.Size)
-	_, err = io.Copy(tmp, bar.reader(rc))
+	_, err = sparse.Copy(tmp, bar.reader(rc))
 	bar.finish()
-	if err != nil {
+	var pe *fs.PathError
+	switch {
+	case errors.Is(err, syscall.ENOSPC):
+		return noSpace(err, filepath.Dir(target), c.remoteName(src))
+	case errors.As(err, &pe):
+		return fmt.Errorf("write %s: %w", target, pe.Err)
+	case err != nil:
 		return fmt.Errorf("read %s: %w", c.remoteName(src), err)
 	}
 	if err := tmp.Chmod(info.Mode.Perm()); err != nil {
@@ -358,8 +393,15 @@ func (c *copier) downloadFile(ctx context.Context, src string, info *sdk.EntryIn
 // downloadTree has the sandbox tar src into a temporary file, reads it
 // and extracts it in local directory dir. With contents the stream holds
 // what is in src (tar -C src .), else src itself, renamed to rename if
-// that is set.
+// that is set. Holes travel as holes (tar --sparse) and are kept here.
 func (c *copier) downloadTree(ctx context.Context, src string, contents bool, dir, rename string) error {
+	if !c.ignoreFree {
+		if size, ok := c.treeSize(ctx, src); ok {
+			if err := c.checkSpace(dir, c.remoteName(src), size); err != nil {
+				return err
+			}
+		}
+	}
 	tmp, err := tempName()
 	if err != nil {
 		return err
@@ -367,10 +409,10 @@ func (c *copier) downloadTree(ctx context.Context, src string, contents bool, di
 	defer c.remove(ctx, tmp)
 	var script string
 	if contents {
-		script = fmt.Sprintf("tar -c -f %s -C %s .", shell.Quote(tmp), shell.Quote(src))
+		script = fmt.Sprintf("tar -c --sparse -f %s -C %s .", shell.Quote(tmp), shell.Quote(src))
 	} else {
 		clean := path.Clean(src)
-		script = fmt.Sprintf("tar -c -f %s -C %s %s", shell.Quote(tmp), shell.Quote(path.Dir(clean)), shell.Quote("./"+path.Base(clean)))
+		script = fmt.Sprintf("tar -c --sparse -f %s -C %s %s", shell.Quote(tmp), shell.Quote(path.Dir(clean)), shell.Quote("./"+path.Base(clean)))
 	}
 	if _, err := c.run(ctx, script); err != nil {
 		// GNU tar exits 1 when a file changed while it read it: the
@@ -394,7 +436,61 @@ func (c *copier) downloadTree(ctx context.Context, src string, contents bool, di
 	bar := c.bar(label, size)
 	err = archive.Unpack(bar.reader(rc), dir, archive.Options{Rename: rename})
 	bar.finish()
-	return err
+	return noSpace(err, dir, c.remoteName(src))
+}
+
+// treeSize is the apparent size of sandbox path src and what is under
+// it, holes included, as du -s -b counts it; ok is false when du could
+// not tell (not GNU du), and then nothing is checked before the copy.
+func (c *copier) treeSize(ctx context.Context, src string) (size int64, ok bool) {
+	// du prints the total even when it cannot read some of the tree;
+	// tar then reports what it cannot read.
+	res, err := c.run(ctx, fmt.Sprintf("du -s -b -- %s 2>/dev/null; exit 0", shell.Quote(src)))
+	if err != nil {
+		return 0, false
+	}
+	fields := strings.Fields(res.Stdout)
+	if len(fields) == 0 {
+		return 0, false
+	}
+	size, err = strconv.ParseInt(fields[0], 10, 64)
+	return size, err == nil
+}
+
+// checkSpace refuses to copy what, size bytes (its apparent size, holes
+// included), into local directory dir when dir's file system has less
+// space free for the caller, unless the copy ignores free space.
+func (c *copier) checkSpace(dir, what string, size int64) error {
+	if c.ignoreFree {
+		return nil
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return &fs.PathError{Op: "statfs", Path: dir, Err: err}
+	}
+	free := int64(st.Bavail) * int64(st.Bsize)
+	if size <= free {
+		return nil
+	}
+	return fmt.Errorf("%s is %s, more than the %s free in %s (--ignore-free-space copies it anyway: holes are kept, so a sparse file may fit)",
+		what, human.Bytes(size), human.Bytes(free), absPath(dir))
+}
+
+// noSpace rewrites a full disk while copying what into local directory
+// dir into what happened; other errors pass unchanged.
+func noSpace(err error, dir, what string) error {
+	if !errors.Is(err, syscall.ENOSPC) {
+		return err
+	}
+	return &cliError{fmt.Sprintf("no space left in %s for %s (the file being written was removed)", absPath(dir), what), err}
+}
+
+// absPath is p made absolute for messages, or p when that fails.
+func absPath(p string) string {
+	if a, err := filepath.Abs(p); err == nil {
+		return a
+	}
+	return p
 }
 
 // run runs a shell command in the sandbox as the copy's user; a failure

@@ -18,6 +18,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/hutch-sandbox/hutch/internal/cli/sparse"
 )
 
 // blockSize is tar's unit: headers take one block, contents are padded to
@@ -165,12 +167,19 @@ type Options struct {
 // refused one stay extracted. Symlinks are created with their targets as
 // they are: a target is data, only following one could escape.
 //
-// Regular files, directories, symlinks and hard links are extracted; other
-// types (devices, FIFOs) are skipped. Files and directories get the
-// entry's permission and sticky bits, never setuid or setgid, and its
-// modification time; owners are not restored (files belong to the caller).
+// Regular files (GNU tar's sparse ones too), directories, symlinks and
+// hard links are extracted; other types (devices, FIFOs) are skipped.
+// Files and directories get the entry's permission and sticky bits, never
+// setuid or setgid, and its modification time; owners are not restored
+// (files belong to the caller).
 // A non-directory in an entry's place is replaced; a directory in a
 // directory's place is kept and takes the entry's mode.
+//
+// Regular files are written as [sparse.Copy] writes them: their aligned
+// blocks of zeros become holes, whether or not the archive recorded them
+// as such (GNU tar's --sparse). A file whose content cannot be written in
+// full (the stream ends early, the disk is full: errors.Is(err,
+// syscall.ENOSPC)) is removed before Unpack returns the error.
 func Unpack(r io.Reader, dir string, opts Options) error {
 	if opts.Rename != "" && (strings.Contains(opts.Rename, "/") || opts.Rename == "." || opts.Rename == "..") {
 		return fmt.Errorf("archive: invalid new name %q", opts.Rename)
@@ -268,7 +277,7 @@ func (u *unpacker) extract(hdr *tar.Header, r io.Reader) error {
 	switch hdr.Typeflag {
 	case tar.TypeDir:
 		return u.dir(name, mode, hdr.ModTime)
-	case tar.TypeReg, tar.TypeRegA: //nolint:staticcheck // TypeRegA: old archives
+	case tar.TypeReg, tar.TypeRegA, tar.TypeGNUSparse: //nolint:staticcheck // TypeRegA: old archives
 		if err := u.prepare(name); err != nil {
 			return err
 		}
@@ -344,21 +353,23 @@ func (u *unpacker) dir(name string, mode fs.FileMode, mtime time.Time) error {
 	return nil
 }
 
-// file writes a regular file's content, then its mode and time.
+// file writes a regular file's content, with holes where it has whole
+// blocks of zeros, then its mode and time. A file it could not write in
+// full is removed.
 func (u *unpacker) file(name string, mode fs.FileMode, mtime time.Time, r io.Reader) error {
 	f, err := u.root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return err
 	}
-	if _, err := io.Copy(f, r); err != nil {
-		f.Close()
-		return err
+	_, err = sparse.Copy(f, r)
+	if err == nil {
+		err = f.Chmod(mode)
 	}
-	if err := f.Chmod(mode); err != nil {
-		f.Close()
-		return err
+	if cerr := f.Close(); err == nil {
+		err = cerr
 	}
-	if err := f.Close(); err != nil {
+	if err != nil {
+		u.root.Remove(name)
 		return err
 	}
 	return u.root.Chtimes(name, mtime, mtime)

@@ -3,12 +3,14 @@ package archive
 import (
 	"archive/tar"
 	"bytes"
+	"errors"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -471,5 +473,100 @@ func TestUnpackRejectsBadRename(t *testing.T) {
 		if err := Unpack(makeTar(t, nil), t.TempDir(), Options{Rename: r}); err == nil {
 			t.Errorf("Rename %q accepted", r)
 		}
+	}
+}
+
+// TestUnpackKeepsHoles extracts files that were sparse where they were
+// archived: a tar stream carries their zeros either in full (plain tar, or
+// Go's writer) or as a map of holes (GNU tar --sparse). Both come out
+// sparse, with the same bytes.
+func TestUnpackKeepsHoles(t *testing.T) {
+	const size = 48 << 20
+	src := t.TempDir()
+	sparseFile := filepath.Join(src, "holes")
+	f, err := os.Create(sparseFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []struct {
+		off  int64
+		data string
+	}{{0, "head"}, {10<<20 + 5, "middle"}} { // then a trailing hole
+		if _, err := f.WriteAt([]byte(w.data), w.off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Truncate(size); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	want, err := os.ReadFile(sparseFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	gnuTar := func(args ...string) func(t *testing.T) *bytes.Buffer {
+		return func(t *testing.T) *bytes.Buffer {
+			tarBin, err := exec.LookPath("tar")
+			if err != nil {
+				t.Skip("no tar")
+			}
+			out, err := exec.Command(tarBin, append(append([]string{"-c", "-f", "-"}, args...), "-C", src, "holes")...).Output()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return bytes.NewBuffer(out)
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		stream func(t *testing.T) *bytes.Buffer
+	}{
+		{"zeros in the stream", func(t *testing.T) *bytes.Buffer {
+			return makeTar(t, []entry{{name: "holes", typ: tar.TypeReg, body: string(want)}})
+		}},
+		{"GNU tar", gnuTar()},
+		{"GNU tar --sparse", gnuTar("--sparse")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			stream := tc.stream(t)
+			dst := t.TempDir()
+			if err := Unpack(stream, dst, Options{}); err != nil {
+				t.Fatal(err)
+			}
+			p := filepath.Join(dst, "holes")
+			got, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("extracted %d bytes, not the %d archived", len(got), len(want))
+			}
+			fi, _ := os.Stat(p)
+			if alloc := fi.Sys().(*syscall.Stat_t).Blocks * 512; alloc > 1<<20 {
+				t.Errorf("%d bytes allocated for a %d-byte file of two short runs of data; want holes", alloc, size)
+			}
+		})
+	}
+}
+
+// TestUnpackRemovesPartialFile cuts a stream in the middle of a file:
+// Unpack fails, the entries before stay and the cut file is gone.
+func TestUnpackRemovesPartialFile(t *testing.T) {
+	stream := makeTar(t, []entry{
+		{name: "first", typ: tar.TypeReg, body: "complete"},
+		{name: "cut", typ: tar.TypeReg, body: strings.Repeat("x", 100<<10)},
+	}).Bytes()
+	cut := bytes.Index(stream, []byte("xxxx")) + 50<<10
+	dst := t.TempDir()
+	err := Unpack(bytes.NewReader(stream[:cut]), dst, Options{})
+	if err == nil || !strings.Contains(err.Error(), `entry "cut"`) {
+		t.Fatalf("Unpack of a cut stream: %v, want an error about entry \"cut\"", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dst, "first")); string(b) != "complete" {
+		t.Errorf("first: %q, %v; want it extracted", b, err)
+	}
+	if _, err := os.Lstat(filepath.Join(dst, "cut")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the partial file is still there (Lstat: %v)", err)
 	}
 }
