@@ -431,6 +431,36 @@ func TestDetachAndRestart(t *testing.T) {
 	})
 }
 
+// TestRestartWithManySandboxes: a restarted manager writes the whole
+// firewall of the running sandboxes in one batch; the kernel's
+// acknowledgements of its messages must fit the connection's buffer (with
+// the default one, ten sandboxes were too many: ENOBUFS).
+func TestRestartWithManySandboxes(t *testing.T) {
+	const n = 60
+	w := newWorld(t)
+	var live []Live
+	for i := range n {
+		id := fmt.Sprintf("imany%d", i)
+		// Rules of every kind, for messages of every kind.
+		p := mustPolicy(t, true, []string{"203.0.113.10", "allowed.test"}, []string{"198.51.100.0/24"})
+		w.sandbox(id, p)
+		live = append(live, Live{ID: id, Policy: p})
+	}
+	var err error
+	inNS(t, w.host, func() {
+		w.m.Close()
+		var m2 *Manager
+		if m2, err = New(Options{}); err != nil {
+			return
+		}
+		w.m = m2
+		err = m2.Start(context.Background(), live)
+	})
+	if err != nil {
+		t.Fatalf("restart with %d sandboxes: %v", n, err)
+	}
+}
+
 // TestLimits: a sandbox's concurrent connections are capped in the kernel,
 // and both ends of its link carry a bandwidth cap it cannot lift.
 func TestLimits(t *testing.T) {
