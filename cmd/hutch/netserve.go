@@ -41,7 +41,9 @@ func startNetworks(ctx context.Context, cidr string, upstream []string, maxConns
 		Policy:   func(a netip.Addr) (*policy.Egress, bool) { return n.mgr.Policy(a) },
 		Resolved: func(client, dst netip.Addr) bool { return n.mgr.Resolved(client, dst) },
 		Dial:     dialOut,
-		Logger:   logger.With("component", "egress-proxy"),
+		// Its connections are flows of the sandbox's too, so never more.
+		MaxConnsPerClient: int(maxConns),
+		Logger:            logger.With("component", "egress-proxy"),
 	})
 	n.mgr, err = network.New(network.Options{
 		Prefix: prefix, MaxConns: maxConns, Logger: logger.With("component", "network"),

@@ -48,8 +48,9 @@ type Options struct {
 	// egress proxy listen on (on every address; the firewall closes them to
 	// all but sandboxes). Defaults 15353 and 15380.
 	ResolverPort, ProxyPort uint16
-	// MaxConns caps each sandbox's concurrent outgoing connections; 0 means
-	// 1024.
+	// MaxConns caps the flows (conntrack entries) each sandbox holds at
+	// once, of every protocol and wherever they go, the host's resolver and
+	// egress proxy included; new ones past it are dropped. 0 means 1024.
 	MaxConns uint32
 	// RateBits caps each sandbox's bandwidth in each direction, in bits per
 	// second; 0 means 1 Gbit/s.
