@@ -31,7 +31,7 @@ type sandboxNets struct {
 // startNetworks makes the network manager and the services' listeners; the
 // firewall is written by the sandbox manager's Recover, then serve starts
 // the services.
-func startNetworks(ctx context.Context, cidr string, upstream []string, logger *slog.Logger) (*sandboxNets, error) {
+func startNetworks(ctx context.Context, cidr string, upstream []string, maxConns uint32, logger *slog.Logger) (*sandboxNets, error) {
 	prefix, err := netip.ParsePrefix(cidr)
 	if err != nil {
 		return nil, fmt.Errorf("--network-cidr: %w", err)
@@ -41,10 +41,12 @@ func startNetworks(ctx context.Context, cidr string, upstream []string, logger *
 		Policy:   func(a netip.Addr) (*policy.Egress, bool) { return n.mgr.Policy(a) },
 		Resolved: func(client, dst netip.Addr) bool { return n.mgr.Resolved(client, dst) },
 		Dial:     dialOut,
-		Logger:   logger.With("component", "egress-proxy"),
+		// Its connections are flows of the sandbox's too, so never more.
+		MaxConnsPerClient: int(maxConns),
+		Logger:            logger.With("component", "egress-proxy"),
 	})
 	n.mgr, err = network.New(network.Options{
-		Prefix: prefix, Logger: logger.With("component", "network"),
+		Prefix: prefix, MaxConns: maxConns, Logger: logger.With("component", "network"),
 		OnUpdate: func(sandbox netip.Addr) { n.proxy.Recheck(sandbox) },
 	})
 	if err != nil {

@@ -28,6 +28,7 @@ func newServeCmd(g *globals) *cobra.Command {
 		withNet        bool
 		netCIDR        string
 		dnsUpstream    []string
+		maxConns       uint32
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -60,7 +61,7 @@ Stopping the server leaves sandboxes running; a restart adopts them.`,
 			}
 			var nets *sandboxNets
 			if withNet {
-				if nets, err = startNetworks(ctx, netCIDR, dnsUpstream, logger); err != nil {
+				if nets, err = startNetworks(ctx, netCIDR, dnsUpstream, maxConns, logger); err != nil {
 					return err
 				}
 				defer nets.close()
@@ -109,6 +110,7 @@ Stopping the server leaves sandboxes running; a restart adopts them.`,
 	cmd.Flags().IntVar(&warm, "warm", 4, "sandboxes of the base template kept started ahead of demand (0: start each on demand)")
 	cmd.Flags().BoolVar(&withNet, "network", true, "give sandboxes a network with egress policies (nftables, IPv4 forwarding); false: loopback only")
 	cmd.Flags().StringVar(&netCIDR, "network-cidr", "10.200.0.0/16", "private range sandbox links are numbered from (a /31 each)")
+	cmd.Flags().Uint32Var(&maxConns, "max-conns", 1024, "flows (conntrack entries) each sandbox may hold at once, of every kind (connections, DNS queries, pings): new ones past it are dropped (0: 1024)")
 	cmd.Flags().StringSliceVar(&dnsUpstream, "dns-upstream", nil, "DNS servers (ip:port) the sandboxes' resolver forwards to (default: the host's /etc/resolv.conf)")
 	return cmd
 }

@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/google/nftables"
+	mnl "github.com/mdlayher/netlink"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -47,8 +48,9 @@ type Options struct {
 	// egress proxy listen on (on every address; the firewall closes them to
 	// all but sandboxes). Defaults 15353 and 15380.
 	ResolverPort, ProxyPort uint16
-	// MaxConns caps each sandbox's concurrent outgoing connections; 0 means
-	// 1024.
+	// MaxConns caps the flows (conntrack entries) each sandbox holds at
+	// once, of every protocol and wherever they go, the host's resolver and
+	// egress proxy included; new ones past it are dropped. 0 means 1024.
 	MaxConns uint32
 	// RateBits caps each sandbox's bandwidth in each direction, in bits per
 	// second; 0 means 1 Gbit/s.
@@ -457,9 +459,35 @@ func (m *Manager) Close() error {
 	return nil
 }
 
+// nftBuf bounds the size of a batch (sent in one message) and of the
+// acknowledgements the kernel queues for it, all at once when the batch
+// ends, about 1 KiB per message of the batch. The defaults (wmem_default
+// and rmem_default, 208 KiB) made Start fail with ENOBUFS with ten running
+// sandboxes (~25 messages each), and with EMSGSIZE with about forty. A
+// bound, not an allocation.
+const nftBuf = 64 << 20
+
 // nft returns an nftables connection in the manager's namespace.
 func (m *Manager) nft() (*nftables.Conn, error) {
-	return nftables.New(nftables.WithNetNSFd(int(m.ns)))
+	return nftables.New(nftables.WithNetNSFd(int(m.ns)), nftables.WithSockOptions(func(c *mnl.Conn) error {
+		raw, err := c.SyscallConn()
+		if err != nil {
+			return err
+		}
+		var serr error
+		if err := raw.Control(func(fd uintptr) {
+			// FORCE: past rmem_max and wmem_max (needs CAP_NET_ADMIN, as
+			// nftables does).
+			serr = errors.Join(unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, nftBuf),
+				unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, nftBuf))
+		}); err != nil {
+			return err
+		}
+		if serr != nil {
+			return fmt.Errorf("netlink buffers: %w", serr)
+		}
+		return nil
+	}))
 }
 
 // Ports are the host ports of the sandboxes' services.

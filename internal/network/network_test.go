@@ -2,6 +2,7 @@ package network
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,11 +12,14 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
@@ -431,6 +435,36 @@ func TestDetachAndRestart(t *testing.T) {
 	})
 }
 
+// TestRestartWithManySandboxes: a restarted manager writes the whole
+// firewall of the running sandboxes in one batch; the kernel's
+// acknowledgements of its messages must fit the connection's buffer (with
+// the default one, ten sandboxes were too many: ENOBUFS).
+func TestRestartWithManySandboxes(t *testing.T) {
+	const n = 60
+	w := newWorld(t)
+	var live []Live
+	for i := range n {
+		id := fmt.Sprintf("imany%d", i)
+		// Rules of every kind, for messages of every kind.
+		p := mustPolicy(t, true, []string{"203.0.113.10", "allowed.test"}, []string{"198.51.100.0/24"})
+		w.sandbox(id, p)
+		live = append(live, Live{ID: id, Policy: p})
+	}
+	var err error
+	inNS(t, w.host, func() {
+		w.m.Close()
+		var m2 *Manager
+		if m2, err = New(Options{}); err != nil {
+			return
+		}
+		w.m = m2
+		err = m2.Start(context.Background(), live)
+	})
+	if err != nil {
+		t.Fatalf("restart with %d sandboxes: %v", n, err)
+	}
+}
+
 // TestLimits: a sandbox's concurrent connections are capped in the kernel,
 // and both ends of its link carry a bandwidth cap it cannot lift.
 func TestLimits(t *testing.T) {
@@ -512,4 +546,155 @@ func TestIsHostAddr(t *testing.T) {
 			}
 		}
 	})
+}
+
+// dnsFlows sends one UDP query to server:53 from each of n sockets of its
+// own (n flows) in the sandbox of pid, and returns how many were answered.
+func (w *world) dnsFlows(pid int, server string, n int) int {
+	w.t.Helper()
+	ns, err := netns.GetFromPid(pid)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	defer ns.Close()
+	answered := 0
+	inNS(w.t, ns, func() {
+		var conns []net.Conn
+		for i := 0; i < n; i++ {
+			c, err := net.Dial("udp", net.JoinHostPort(server, "53"))
+			if err != nil {
+				w.t.Error(err)
+				return
+			}
+			defer c.Close()
+			c.Write([]byte("q"))
+			conns = append(conns, c)
+		}
+		buf := make([]byte, 100)
+		deadline := time.Now().Add(500 * time.Millisecond)
+		for _, c := range conns {
+			c.SetReadDeadline(deadline)
+			if _, err := c.Read(buf); err == nil {
+				answered++
+			}
+		}
+	})
+	return answered
+}
+
+// TestCapCountsEveryFlow: the cap counts every flow from a sandbox's link,
+// forwarded or redirected to the host's resolver, with internet and
+// without, and each sandbox's count is its own.
+func TestCapCountsEveryFlow(t *testing.T) {
+	const limit = 3
+	w := newWorldWith(t, Options{MaxConns: limit})
+	open, _ := w.sandbox("icapopen", mustPolicy(t, true, nil, nil))
+	none, _ := w.sandbox("icapnone", mustPolicy(t, false, nil, nil))
+	neighbour, _ := w.sandbox("icapneighbour", mustPolicy(t, true, nil, nil))
+
+	// DNS flows (to any address, redirected to the resolver) take the
+	// whole cap; the rest are dropped, other connections too.
+	if got := w.dnsFlows(open, "198.51.100.53", 10); got != limit {
+		t.Errorf("sandbox with internet: %d of 10 DNS flows answered, want the cap, %d", got, limit)
+	}
+	if !w.refused(open, "203.0.113.10:8080") {
+		t.Error("a connection passed a cap the sandbox's DNS flows had taken")
+	}
+	if got := w.dnsFlows(none, "198.51.100.53", 10); got != limit {
+		t.Errorf("sandbox without internet: %d of 10 DNS flows answered, want the cap, %d", got, limit)
+	}
+	// A neighbour's cap is its own.
+	if got := w.dnsFlows(neighbour, "198.51.100.53", 2); got != 2 {
+		t.Errorf("a neighbour: %d of 2 DNS flows answered", got)
+	}
+	if !w.reaches(neighbour, "203.0.113.10:8080") {
+		t.Error("a neighbour could not connect")
+	}
+}
+
+// TestCapRules: every sandbox with a link, with internet or without, has a
+// cap chain (ct state new, ct count over the cap: drop) the caps map leads
+// to; a policy update keeps it, a detach removes it.
+func TestCapRules(t *testing.T) {
+	const limit = 7
+	w := newWorldWith(t, Options{MaxConns: limit})
+	w.sandbox("irulesopen", mustPolicy(t, true, nil, nil))
+	w.sandbox("irulesnone", mustPolicy(t, false, nil, nil))
+	w.sandbox("irulesdomains", mustPolicy(t, true, []string{"allowed.test"}, []string{"0.0.0.0/0"}))
+	ids := []string{"irulesopen", "irulesnone", "irulesdomains"}
+
+	check := func(when string, want []string) {
+		t.Helper()
+		inNS(t, w.host, func() {
+			c, err := nftables.New()
+			if err != nil {
+				t.Fatal(err)
+			}
+			tb := w.m.existing()
+			els, err := c.GetSetElements(tb.caps)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// google/nftables does not decode verdicts: Val holds the
+			// verdict's attributes, the chain's name among them.
+			jumps := map[string]bool{}
+			for _, el := range els {
+				for _, id := range ids {
+					if bytes.Contains(el.Val, []byte(capChainName(id)+"\x00")) {
+						jumps[capChainName(id)] = true
+					}
+				}
+			}
+			if len(els) != len(want) {
+				t.Errorf("%s: %d elements in the caps map, want %d", when, len(els), len(want))
+			}
+			for _, id := range ids {
+				wanted := slices.Contains(want, id)
+				if jumps[capChainName(id)] != wanted {
+					t.Errorf("%s: caps map leads to %s: %v, want %v", when, capChainName(id), jumps[capChainName(id)], wanted)
+				}
+				_, err := c.ListChain(tb.t, capChainName(id))
+				if !wanted {
+					if err == nil {
+						t.Errorf("%s: chain %s is left", when, capChainName(id))
+					}
+					continue
+				}
+				if err != nil {
+					t.Errorf("%s: chain %s: %v", when, capChainName(id), err)
+					continue
+				}
+				rules, err := c.GetRules(tb.t, &nftables.Chain{Name: capChainName(id), Table: tb.t})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var capped bool
+				for _, r := range rules {
+					for _, e := range r.Exprs {
+						if cl, ok := e.(*expr.Connlimit); ok && cl.Count == limit && cl.Flags == expr.NFT_CONNLIMIT_F_INV {
+							capped = true
+						}
+					}
+				}
+				if !capped {
+					t.Errorf("%s: chain %s has no ct count over %d", when, capChainName(id), limit)
+				}
+			}
+		})
+	}
+	check("attached", ids)
+	inNS(t, w.host, func() {
+		if err := w.m.Update(context.Background(), "irulesopen", mustPolicy(t, false, nil, nil)); err != nil {
+			t.Fatal(err)
+		}
+	})
+	check("after an update", ids)
+	inNS(t, w.host, func() {
+		for _, id := range ids[1:] {
+			if err := w.m.Detach(context.Background(), id); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	check("after detaching two", ids[:1])
 }

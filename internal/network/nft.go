@@ -16,6 +16,11 @@ import (
 // The firewall is one nftables table, "inet hutch", written through netlink
 // (google/nftables) in atomic batches:
 //
+//	chain conncap     (filter, prerouting hook, after conntrack and before
+//	                  NAT): packets from sandbox links go to their
+//	                  sandbox's cap chain through the "caps" verdict map,
+//	                  so that every new flow of a sandbox is counted,
+//	                  whether it is forwarded or redirected to the host.
 //	chain forward     (filter, forward hook): packets from sandbox links
 //	                  go to their sandbox's chain through the "dispatch"
 //	                  verdict map; nothing may start a connection into a
@@ -28,6 +33,8 @@ import (
 //	                  set) goes to the egress proxy.
 //	chain postrouting (nat): sandboxes' traffic leaving the host is
 //	                  masqueraded.
+//	chain cap-<id>    one per sandbox: its cap on flows tracked at once
+//	                  (ct count); its count lives in its one rule.
 //	chain sbx-<id>    one per sandbox: its egress policy.
 //	set res-<id>      one per sandbox: addresses its allowed names resolved
 //	                  to, each for the answer's TTL.
@@ -146,25 +153,37 @@ func one(e expr.Any) []expr.Any { return []expr.Any{e} }
 
 // tables are the objects of the base table, for building batches.
 type tables struct {
-	t                                  *nftables.Table
-	forward, input, prerouting, sbxOut *nftables.Chain
-	dispatch, proxied                  *nftables.Set
+	t                       *nftables.Table
+	forward, input, conncap *nftables.Chain
+	prerouting              *nftables.Chain
+	dispatch, caps, proxied *nftables.Set
 }
 
-// addBase queues the whole base table: chains, rules, the dispatch map and
-// the proxied set (both empty).
+// addBase queues the whole base table: chains, rules, the dispatch and
+// caps maps and the proxied set (all empty).
 func (m *Manager) addBase(c *nftables.Conn) *tables {
-	tb := &tables{t: c.AddTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: tableName})}
+	tb := baseSets(c.AddTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: tableName}))
 	t := tb.t
 	accept := nftables.ChainPolicyAccept
-	tb.dispatch = &nftables.Set{Table: t, Name: "dispatch", IsMap: true,
-		KeyType: nftables.TypeIFName, DataType: nftables.TypeVerdict}
-	tb.proxied = &nftables.Set{Table: t, Name: "proxied", KeyType: nftables.TypeIFName}
-	for _, s := range []*nftables.Set{tb.dispatch, tb.proxied} {
+	for _, s := range []*nftables.Set{tb.dispatch, tb.caps, tb.proxied} {
 		if err := c.AddSet(s, nil); err != nil {
 			panic(fmt.Sprintf("network: set %s: %v", s.Name, err)) // only malformed sets fail here
 		}
 	}
+
+	// Every packet from a sandbox link passes its cap chain first, before
+	// NAT sends DNS and web traffic to the host's resolver and proxy: the
+	// cap counts those flows too, and those of sandboxes without internet.
+	// Conntrack (priority -200) has made the packet's entry by then; a
+	// packet dropped here never confirms it, so it takes no room in the
+	// table. A link with no cap chain (being set up or torn down) starts
+	// no flow; the packets of its tracked flows still pass (a torn-down
+	// sandbox's answer to the proxy's FIN, say), to be judged as before.
+	tb.conncap = c.AddChain(&nftables.Chain{Name: "conncap", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityRef(*nftables.ChainPriorityNATDest - 50), Policy: &accept})
+	c.AddRule(rule(t, tb.conncap, iifname(linkPrefix, false), one(&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1}),
+		one(&expr.Lookup{SourceRegister: 1, SetName: tb.caps.Name, SetID: tb.caps.ID, IsDestRegSet: true, DestRegister: 0})))
+	c.AddRule(rule(t, tb.conncap, iifname(linkPrefix, false), ctState(expr.CtStateBitNEW), one(verdict(expr.VerdictDrop))))
 
 	tb.forward = c.AddChain(&nftables.Chain{Name: "forward", Table: t, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityRef(*nftables.ChainPriorityFilter - 1), Policy: &accept})
@@ -227,26 +246,46 @@ func redirect(port uint16) []expr.Any {
 // existing returns handles on the base table's objects as they are in the
 // kernel, for incremental batches.
 func (m *Manager) existing() *tables {
-	t := &nftables.Table{Family: nftables.TableFamilyINet, Name: tableName}
+	return baseSets(&nftables.Table{Family: nftables.TableFamilyINet, Name: tableName})
+}
+
+// baseSets returns the base table t with its sets and maps.
+func baseSets(t *nftables.Table) *tables {
 	return &tables{
 		t:        t,
 		dispatch: &nftables.Set{Table: t, Name: "dispatch", IsMap: true, KeyType: nftables.TypeIFName, DataType: nftables.TypeVerdict},
+		caps:     &nftables.Set{Table: t, Name: "caps", IsMap: true, KeyType: nftables.TypeIFName, DataType: nftables.TypeVerdict},
 		proxied:  &nftables.Set{Table: t, Name: "proxied", KeyType: nftables.TypeIFName},
 	}
 }
 
+func capChainName(id string) string { return "cap-" + id }
 func chainName(id string) string    { return "sbx-" + id }
 func resolvedName(id string) string { return "res-" + id }
 
-// addSandbox queues a sandbox's chain, its resolved-addresses set and its
-// dispatch entry. With fresh false the chain and set exist already and are
-// emptied first (a policy update): the whole change is one batch, so no
-// packet ever sees half a policy.
+// addSandbox queues a sandbox's chains, its resolved-addresses set and its
+// dispatch and caps entries. With fresh false they exist already: the
+// policy chain and the set are emptied first (a policy update), and the
+// cap chain is left as it is, with the flows it counts. The whole change
+// is one batch, so no packet ever sees half a policy.
 func (m *Manager) addSandbox(c *nftables.Conn, tb *tables, sb *sandboxNet, fresh bool) error {
 	t := tb.t
 	ch := &nftables.Chain{Name: chainName(sb.id), Table: t}
 	res := &nftables.Set{Table: t, Name: resolvedName(sb.id), KeyType: nftables.TypeIPAddr, HasTimeout: true}
 	if fresh {
+		// ct count over N: a new flow past the cap is dropped. The count
+		// is this rule's own (one rule per sandbox); a flow leaves it when
+		// conntrack forgets the flow (TCP already once it is closed).
+		capCh := c.AddChain(&nftables.Chain{Name: capChainName(sb.id), Table: t})
+		c.AddRule(rule(t, capCh, ctState(expr.CtStateBitNEW), one(&expr.Connlimit{Count: m.maxConns, Flags: expr.NFT_CONNLIMIT_F_INV}), one(verdict(expr.VerdictDrop))))
+		// A final verdict: a jump that returns would go on to the
+		// conncap chain's drop of new flows.
+		c.AddRule(rule(t, capCh, one(verdict(expr.VerdictAccept))))
+		if err := c.SetAddElements(tb.caps, []nftables.SetElement{{
+			Key: ifname(sb.link, true), VerdictData: &expr.Verdict{Kind: expr.VerdictJump, Chain: capCh.Name},
+		}}); err != nil {
+			return err
+		}
 		c.AddChain(ch)
 		if err := c.AddSet(res, nil); err != nil {
 			return err
@@ -263,10 +302,6 @@ func (m *Manager) addSandbox(c *nftables.Conn, tb *tables, sb *sandboxNet, fresh
 	if !p.Internet {
 		c.AddRule(rule(t, ch, one(verdict(expr.VerdictDrop))))
 	} else {
-		if m.maxConns > 0 {
-			// ct count over N: new connections past the cap are dropped.
-			c.AddRule(rule(t, ch, ctState(expr.CtStateBitNEW), one(&expr.Connlimit{Count: m.maxConns, Flags: 1}), one(verdict(expr.VerdictDrop))))
-		}
 		for _, r := range p.Allow {
 			if r.Prefix.IsValid() {
 				c.AddRule(rule(t, ch, addrIn(r.Prefix, false), one(verdict(expr.VerdictAccept))))
@@ -310,12 +345,15 @@ func (m *Manager) addSandbox(c *nftables.Conn, tb *tables, sb *sandboxNet, fresh
 func delSandbox(c *nftables.Conn, tb *tables, sb *sandboxNet) {
 	el := []nftables.SetElement{{Key: ifname(sb.link, true)}}
 	c.SetDeleteElements(tb.dispatch, el)
+	c.SetDeleteElements(tb.caps, el)
 	if sb.proxied {
 		c.SetDeleteElements(tb.proxied, el)
 	}
-	ch := &nftables.Chain{Name: chainName(sb.id), Table: tb.t}
-	c.FlushChain(ch)
-	c.DelChain(ch)
+	for _, name := range []string{chainName(sb.id), capChainName(sb.id)} {
+		ch := &nftables.Chain{Name: name, Table: tb.t}
+		c.FlushChain(ch)
+		c.DelChain(ch)
+	}
 	c.DelSet(&nftables.Set{Table: tb.t, Name: resolvedName(sb.id)})
 }
 

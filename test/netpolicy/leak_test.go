@@ -122,8 +122,8 @@ func TestCreateKillCyclesLeaveNothing(t *testing.T) {
 	var st hostState
 	waitFor(t, "nothing of the sandboxes left on the host", 10*time.Second, func() (bool, string) {
 		st = w.inspect(t)
-		clean := len(st.links) == 0 && len(st.chains) == 0 && len(st.sets) == 0 && st.dispatch == 0 && st.proxied == 0
-		return clean, fmt.Sprintf("links %v, chains %d, sets %d, dispatch %d, proxied %d", st.links, len(st.chains), len(st.sets), st.dispatch, st.proxied)
+		clean := len(st.links) == 0 && len(st.chains) == 0 && len(st.sets) == 0 && st.dispatch == 0 && st.caps == 0 && st.proxied == 0
+		return clean, fmt.Sprintf("links %v, chains %d, sets %d, dispatch %d, caps %d, proxied %d", st.links, len(st.chains), len(st.sets), st.dispatch, st.caps, st.proxied)
 	})
 	if !st.table {
 		t.Error("the hutch table is gone while hutch serve runs")
@@ -331,7 +331,7 @@ func TestServeKilledAndRestarted(t *testing.T) {
 	// No server: the kernel keeps confining the sandboxes.
 	down := w.inspect(t)
 	for _, id := range []string{keepDeny, keepDomain, dies, diesDomain} {
-		if !slices.Contains(down.chains, "sbx-"+id) || down.linkOf(id) == "" {
+		if !slices.Contains(down.chains, "sbx-"+id) || !slices.Contains(down.chains, "cap-"+id) || down.linkOf(id) == "" {
 			t.Errorf("with no server running, sandbox %s lost its link or chain (chains %v)", id, down.chains)
 		}
 	}
@@ -377,7 +377,7 @@ func TestServeKilledAndRestarted(t *testing.T) {
 		if id == keepNone {
 			continue
 		}
-		wantChains = append(wantChains, "sbx-"+id)
+		wantChains = append(wantChains, "cap-"+id, "sbx-"+id)
 		wantSets = append(wantSets, "res-"+id)
 		wantLinks[id] = true
 	}
@@ -391,12 +391,12 @@ func TestServeKilledAndRestarted(t *testing.T) {
 		}
 		sort.Strings(aliases)
 		ok := len(aliases) == len(wantLinks) && slices.Equal(st.chains, wantChains) && slices.Equal(st.sets, wantSets) &&
-			st.dispatch == len(wantChains) && st.proxied == 1
+			st.dispatch == len(wantLinks) && st.caps == len(wantLinks) && st.proxied == 1
 		for _, a := range aliases {
 			ok = ok && wantLinks[a]
 		}
-		return ok, fmt.Sprintf("links of %v, chains %v, sets %v, dispatch %d, proxied %d; want links of %d sandboxes, chains %v, %d proxied",
-			aliases, st.chains, st.sets, st.dispatch, st.proxied, len(wantLinks), wantChains, 1)
+		return ok, fmt.Sprintf("links of %v, chains %v, sets %v, dispatch %d, caps %d, proxied %d; want links of %d sandboxes, chains %v, %d proxied",
+			aliases, st.chains, st.sets, st.dispatch, st.caps, st.proxied, len(wantLinks), wantChains, 1)
 	})
 
 	// The survivors' policies are in force, as getInfo still reports.
@@ -425,7 +425,7 @@ func TestServeKilledAndRestarted(t *testing.T) {
 	}
 	waitFor(t, "nothing of the sandboxes left on the host", 10*time.Second, func() (bool, string) {
 		st := w.inspect(t)
-		clean := len(st.links) == 0 && len(st.chains) == 0 && len(st.sets) == 0 && st.dispatch == 0 && st.proxied == 0
-		return clean, fmt.Sprintf("links %v, chains %v, sets %v, dispatch %d, proxied %d", st.links, st.chains, st.sets, st.dispatch, st.proxied)
+		clean := len(st.links) == 0 && len(st.chains) == 0 && len(st.sets) == 0 && st.dispatch == 0 && st.caps == 0 && st.proxied == 0
+		return clean, fmt.Sprintf("links %v, chains %v, sets %v, dispatch %d, caps %d, proxied %d", st.links, st.chains, st.sets, st.dispatch, st.caps, st.proxied)
 	})
 }

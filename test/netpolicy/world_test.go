@@ -46,6 +46,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -124,6 +125,7 @@ type world struct {
 	streams *streams
 	closers []io.Closer
 
+	serveArgs []string // more flags of hutch serve
 	serveMu   sync.Mutex
 	serve     *exec.Cmd
 	serveDone chan struct{}
@@ -151,9 +153,9 @@ func ipnet(a string, bits int) *net.IPNet {
 	return &net.IPNet{IP: net.ParseIP(a).To4(), Mask: net.CIDRMask(bits, 32)}
 }
 
-// newWorld builds the namespaces and servers and starts hutch serve; all of
-// it goes when the test ends.
-func newWorld(t *testing.T) *world {
+// newWorld builds the namespaces and servers and starts hutch serve, with
+// serveArgs after its usual flags; all of it goes when the test ends.
+func newWorld(t *testing.T, serveArgs ...string) *world {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: network namespaces, sandboxes")
@@ -163,7 +165,7 @@ func newWorld(t *testing.T) *world {
 			t.Skipf("needs %s: %v", tool, err)
 		}
 	}
-	w := &world{t: t, bin: hutchBinary(t), dns: &dnsServer{}, streams: newStreams()}
+	w := &world{t: t, bin: hutchBinary(t), dns: &dnsServer{}, streams: newStreams(), serveArgs: serveArgs}
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // the thread ends up in a new namespace: never unlocked
@@ -621,6 +623,7 @@ func (w *world) startServe() {
 		w.bin, "serve", "--listen", fmt.Sprintf(":%d", apiPort), // every address, IPv6 too
 		"--dns-upstream", dnsAddr + ":53", "--warm", "0",
 	}
+	args = append(args, w.serveArgs...)
 	cmd := exec.Command("nsenter", args...)
 	cmd.Env = w.env
 	if w.serveLog == nil {
@@ -711,13 +714,18 @@ func (w *world) cleanupSandboxes() {
 // hostState is what the kernel of the host namespace holds for sandboxes.
 type hostState struct {
 	links     map[string]string // hv* link name -> alias (the sandbox id)
-	chains    []string          // sbx-* chains of the hutch table
-	sets      []string          // res-* sets
+	chains    []string          // chains of the hutch table but its base chains: sbx-*, cap-*
+	sets      []string          // sets but the base ones: res-*
 	dispatch  int               // elements of the dispatch map
+	caps      int               // elements of the caps map
 	proxied   int               // elements of the proxied set
 	table     bool              // the inet hutch table exists
 	conntrack []string          // flows from or to the sandbox range
 }
+
+// baseObjects are the chains and sets of the hutch table that are no
+// sandbox's; every other is some sandbox's.
+var baseObjects = []string{"conncap", "forward", "input", "prerouting", "postrouting", "dispatch", "caps", "proxied"}
 
 // inspect reads the host namespace's links, firewall and conntrack table.
 func (w *world) inspect(t *testing.T) hostState {
@@ -748,7 +756,7 @@ func (w *world) inspect(t *testing.T) hostState {
 			t.Fatal(err)
 		}
 		for _, ch := range chains {
-			if ch.Table.Name == "hutch" && strings.HasPrefix(ch.Name, "sbx-") {
+			if ch.Table.Name == "hutch" && ch.Table.Family == nftables.TableFamilyINet && !slices.Contains(baseObjects, ch.Name) {
 				st.chains = append(st.chains, ch.Name)
 			}
 		}
@@ -757,19 +765,21 @@ func (w *world) inspect(t *testing.T) hostState {
 			t.Fatal(err)
 		}
 		for _, s := range sets {
-			switch {
-			case strings.HasPrefix(s.Name, "res-"):
+			if !slices.Contains(baseObjects, s.Name) {
 				st.sets = append(st.sets, s.Name)
-			case s.Name == "dispatch" || s.Name == "proxied":
-				els, err := c.GetSetElements(s)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if s.Name == "dispatch" {
-					st.dispatch = len(els)
-				} else {
-					st.proxied = len(els)
-				}
+				continue
+			}
+			els, err := c.GetSetElements(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch s.Name {
+			case "dispatch":
+				st.dispatch = len(els)
+			case "caps":
+				st.caps = len(els)
+			case "proxied":
+				st.proxied = len(els)
 			}
 		}
 	}
