@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -344,3 +345,87 @@ func TestTemplateCommands(t *testing.T) {
 		t.Errorf("build of an unknown recipe: %s", r)
 	}
 }
+
+// readOutputFiles returns a detached sandbox's two output files on the
+// host, as they are now.
+func readOutputFiles(t *testing.T, id string) (cur, old []byte) {
+	t.Helper()
+	dir := filepath.Join(dataDir, "sandboxes", id)
+	cur, _ = os.ReadFile(filepath.Join(dir, "output.log"))
+	old, _ = os.ReadFile(filepath.Join(dir, "output.1.log"))
+	return cur, old
+}
+
+// TestDetachedOutputIsAPipe: a detached sandbox's output never reaches a
+// host file through a descriptor the sandbox holds (it would name the
+// host path and grow past any disk limit): the process writes to a pipe,
+// and the init keeps the newest output in two files of at most 8 MiB.
+func TestDetachedOutputIsAPipe(t *testing.T) {
+	const script = `
+import os
+print("fd1:", os.readlink("/proc/self/fd/1"), flush=True)
+try:
+    os.posix_fallocate(1, 0, 2 << 30)
+    print("fallocate: OK", flush=True)
+except OSError as e:
+    print("fallocate:", e.strerror, flush=True)
+`
+	r := hutch(t, "", "run", "-d", "--disk", "64M", "--", "python3", "-c", script)
+	if r.Code != 0 {
+		t.Fatalf("run -d: %s", r)
+	}
+	id := strings.TrimSpace(r.Stdout)
+	t.Cleanup(func() { hutch(t, "", "rm", id) })
+	var out []byte
+	for i := 0; i < 250; i++ {
+		if out, _ = readOutputFiles(t, id); bytes.Contains(out, []byte("fallocate:")) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !regexp.MustCompile(`(?m)^fd1: pipe:\[\d+\]$`).Match(out) {
+		t.Errorf("the detached process's stdout is not a pipe:\n%s", out)
+	}
+	if !bytes.Contains(out, []byte("fallocate: Illegal seek")) {
+		t.Errorf("fallocate on stdout did not fail as on a pipe:\n%s", out)
+	}
+	for _, name := range []string{"output.log", "output.1.log"} {
+		if fi, err := os.Stat(filepath.Join(dataDir, "sandboxes", id, name)); err != nil || fi.Size() > 1<<20 {
+			t.Errorf("%s on the host: %v, %v", name, fi, err)
+		}
+	}
+
+	// 40 MiB of output: the host keeps the newest, at most 16 MiB.
+	const flood = `
+import sys
+line = "x" * 1000 + "\n"
+for i in range(40 * 1024):
+    sys.stdout.write("%08d %s" % (i, line))
+sys.stdout.write("last line\n")
+sys.stdout.flush()
+`
+	r = hutch(t, "", "run", "-d", "--", "python3", "-c", flood)
+	if r.Code != 0 {
+		t.Fatalf("run -d: %s", r)
+	}
+	id = strings.TrimSpace(r.Stdout)
+	t.Cleanup(func() { hutch(t, "", "rm", id) })
+	var cur, old []byte
+	for i := 0; i < 500; i++ {
+		if cur, old = readOutputFiles(t, id); bytes.HasSuffix(cur, []byte("last line\n")) || bytes.HasSuffix(old, []byte("last line\n")) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(cur) > 8<<20 || len(old) > 8<<20 {
+		t.Errorf("output files of %d and %d bytes, want at most 8 MiB each", len(cur), len(old))
+	}
+	if len(cur)+len(old) < 8<<20 {
+		t.Errorf("only %d bytes of output kept, want the newest 8 MiB at least", len(cur)+len(old))
+	}
+	if !bytes.HasSuffix(cur, []byte("last line\n")) && !bytes.HasSuffix(old, []byte("last line\n")) {
+		t.Errorf("the newest output is not kept: ends %q / %q", tail(cur), tail(old))
+	}
+}
+
+func tail(b []byte) []byte { return b[max(0, len(b)-40):] }

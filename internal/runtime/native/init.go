@@ -128,9 +128,34 @@ func runInit(sock *os.File, sigs <-chan os.Signal, notified <-chan struct{}) (in
 
 	extra, _ := strconv.Atoi(os.Getenv(envExtraFiles))
 	proc.extra = extra
+	var (
+		outR     *os.File
+		copyDone chan struct{}
+		stopCopy = make(chan struct{})
+	)
+	if cfg.Log {
+		// The process writes to a pipe; the init keeps what comes out in
+		// the output files (descriptors 5 and 6), which it alone holds.
+		r, w, err := os.Pipe()
+		if err != nil {
+			return 0, fmt.Errorf("output pipe: %w", err)
+		}
+		outR, proc.output = r, w
+	}
 	pid, console, err := proc.start()
+	if proc.output != nil {
+		proc.output.Close()
+	}
 	if err != nil {
 		return 0, err
+	}
+	if outR != nil {
+		ring := &outputRing{files: [2]*os.File{os.NewFile(fdStdout, outputLog), os.NewFile(fdStderr, outputLogOld)}, half: outputHalf}
+		copyDone = make(chan struct{})
+		go func() {
+			copyOutput(outR, ring, stopCopy)
+			close(copyDone)
+		}()
 	}
 	started := initMsg{Type: msgStarted, Pid: pid}
 	if console != nil {
@@ -143,14 +168,20 @@ func runInit(sock *os.File, sigs <-chan os.Signal, notified <-chan struct{}) (in
 		// Nobody is attached any more; the sandbox still runs detached.
 		_ = err
 	}
-	for _, fd := range []int{fdStdin, fdStdout, fdStderr} {
-		unix.Close(fd)
+	unix.Close(fdStdin)
+	if outR == nil {
+		unix.Close(fdStdout)
+		unix.Close(fdStderr)
 	}
 	for i := 0; i < extra; i++ {
 		unix.Close(fdExtra + i)
 	}
 
 	st := supervise(pid, sigs)
+	if copyDone != nil {
+		close(stopCopy)
+		<-copyDone
+	}
 	exitFile := os.NewFile(fdExit, "exit.json")
 	if b, err := json.Marshal(st); err == nil {
 		exitFile.Write(b)

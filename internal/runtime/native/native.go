@@ -230,7 +230,7 @@ func (rt *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.San
 		return nil, fmt.Errorf("exit file: %w", err)
 	}
 	defer exitFile.Close()
-	sio, err := newStdio(&spec.Process, filepath.Join(dir, "output.log"))
+	sio, err := newStdio(&spec.Process, dir, hostID)
 	if err != nil {
 		return nil, err
 	}
@@ -321,6 +321,7 @@ func (rt *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.San
 		Disk: spec.Resources.DiskBytes > 0,
 		Args: spec.Process.Args, Env: spec.Process.Env, User: spec.Process.User, Cwd: spec.Process.Cwd,
 		Terminal: spec.Process.Terminal, Rows: spec.Process.ConsoleSize.Rows, Cols: spec.Process.ConsoleSize.Cols,
+		Log: sio.log,
 	}
 	if err := sendMsg(sock, cfg, mounts...); err != nil {
 		return nil, fmt.Errorf("configure sandbox init: %w", err)

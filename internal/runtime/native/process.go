@@ -22,6 +22,9 @@ type process struct {
 	terminal bool
 	size     *pty.Winsize
 	extra    int // descriptors from fdExtra on go to the process as 3, 4, ...
+	// output, when set, is the process's stdout and stderr (the write end
+	// of the init's output pipe) instead of descriptors 5 and 6.
+	output *os.File
 }
 
 func prepareProcess(cfg *initConfig) (*process, error) {
@@ -100,6 +103,9 @@ func (p *process) start() (int, *os.File, error) {
 		console = master
 	} else {
 		attr.Files = []uintptr{fdStdin, fdStdout, fdStderr}
+		if p.output != nil {
+			attr.Files[1], attr.Files[2] = p.output.Fd(), p.output.Fd()
+		}
 	}
 	for i := 0; i < p.extra; i++ {
 		attr.Files = append(attr.Files, uintptr(fdExtra+i))

@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -66,13 +64,10 @@ type sandbox struct {
 
 func (s *sandbox) ID() string { return s.id }
 
-// Output opens sandboxes/<id>/output.log.
+// Output reads the output files of a detached first process, older first
+// (see outputRing).
 func (s *sandbox) Output(ctx context.Context) (io.ReadCloser, error) {
-	f, err := os.Open(filepath.Join(s.rt.sandboxDir(s.id), "output.log"))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("output of sandbox %s: %w", s.id, errdefs.ErrNotFound)
-	}
-	return f, err
+	return readOutput(s.rt.sandboxDir(s.id), s.id)
 }
 
 func (s *sandbox) Status(ctx context.Context) (runtime.Status, error) {

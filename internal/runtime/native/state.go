@@ -21,7 +21,8 @@ import (
 //
 //	sandboxes/<id>/state.json   record: what the sandbox is (this file)
 //	sandboxes/<id>/exit.json    written by the sandbox's init when its first process ends
-//	sandboxes/<id>/output.log   the first process's output when nobody attached
+//	sandboxes/<id>/output.log, output.1.log  the first process's output when
+//	                            nobody attached, kept by the init (see outputRing)
 //	sandboxes/<id>/upper, work  the overlay's private writable layer
 //	sandboxes/<id>/lower, rootfs  mount points, used only inside the sandbox's mount namespace
 //	uids/<slot>                 claims uid range slot (O_EXCL), holds the sandbox id

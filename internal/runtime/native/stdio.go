@@ -9,18 +9,23 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/runtime"
 )
 
-// stdio carries a first process's streams. The sandbox only ever gets pipe
-// ends (or its own log file, or /dev/null): host file descriptors such as a
-// terminal are never passed in, so nothing can be reopened through
-// /proc/self/fd or abused with terminal ioctls.
+// stdio carries a first process's streams. The sandbox's processes only
+// ever get pipe ends (or /dev/null, or a pty made inside): host file
+// descriptors such as a terminal or a log file are never passed to them, so
+// nothing can be reopened through /proc/self/fd, grown on the host, or
+// abused with terminal ioctls. A detached process's output files go to the
+// init only (see outputRing).
 type stdio struct {
 	childIn, childOut, childErr *os.File // handed to the init, closed here after start
+	// log is set when childOut and childErr are the output files the init
+	// writes the process's output to (a detached process).
+	log bool
 	parentEnds                  []*os.File
 	copies                      []func()
 	outputs                     sync.WaitGroup
 }
 
-func newStdio(p *runtime.Process, logPath string) (*stdio, error) {
+func newStdio(p *runtime.Process, dir string, hostUID int) (*stdio, error) {
 	s := &stdio{}
 	devNull := func() (*os.File, error) { return os.OpenFile(os.DevNull, os.O_RDWR, 0) }
 	var err error
@@ -46,11 +51,12 @@ func newStdio(p *runtime.Process, logPath string) (*stdio, error) {
 		return nil, fmt.Errorf("stdin: %w", err)
 	}
 	if p.Stdin == nil && p.Stdout == nil && p.Stderr == nil {
-		log, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		// The init's, not the process's: it keeps the output (see outputRing).
+		files, err := openOutputFiles(dir, hostUID)
 		if err != nil {
-			return nil, fmt.Errorf("output log: %w", err)
+			return nil, err
 		}
-		s.childOut, s.childErr = log, log
+		s.childOut, s.childErr, s.log = files[0], files[1], true
 		return s, nil
 	}
 	if s.childOut, err = s.output(p.Stdout); err != nil {

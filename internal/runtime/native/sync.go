@@ -26,6 +26,9 @@ type initConfig struct {
 	Terminal        bool     `json:"terminal"`
 	Rows            uint16   `json:"rows"`
 	Cols            uint16   `json:"cols"`
+	// Log: descriptors 5 and 6 are the output files, for the init to keep
+	// the process's output in; the process gets a pipe.
+	Log bool `json:"log"`
 }
 
 // initMsg is every later sync message, in either direction.

@@ -1,0 +1,169 @@
+package native
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hutch-sandbox/hutch/internal/errdefs"
+)
+
+// A detached first process (none of Stdin, Stdout and Stderr set: a daemon,
+// `hutch run -d`, envd) writes to a pipe, never to a host file: a host file
+// as its stdout would show its host path in /proc/self/fd/1 and could be
+// grown past any disk limit with fallocate. The sandbox's init reads the
+// pipe and keeps the newest output in two host files it holds and no
+// sandbox process can reach (the init is not dumpable), each at most
+// outputHalf bytes: when the current one is full the other is emptied and
+// written next, and the full one's modification time is set a second back,
+// so that it always reads as the older. Output reads the older file, then
+// the newer. The files belong to the sandbox's root on the host (the
+// init's uid), which the init needs to set their times.
+const (
+	outputLog    = "output.log"
+	outputLogOld = "output.1.log"
+	outputHalf   = 8 << 20
+)
+
+// outputRing writes into two files alternately, each up to half bytes,
+// switching files between lines (only a line longer than half is split).
+type outputRing struct {
+	files [2]*os.File
+	cur   int
+	size  int64
+	half  int64
+}
+
+func (o *outputRing) Write(p []byte) (int, error) {
+	total := len(p)
+	for len(p) > 0 {
+		if o.size >= o.half {
+			prev := o.files[o.cur]
+			o.cur ^= 1
+			if err := o.files[o.cur].Truncate(0); err != nil {
+				return total - len(p), err
+			}
+			o.size = 0
+			back := time.Now().Add(-time.Second)
+			tv := unix.NsecToTimeval(back.UnixNano())
+			unix.Futimes(int(prev.Fd()), []unix.Timeval{tv, tv})
+		}
+		n := len(p)
+		full := false
+		if room := o.half - o.size; int64(n) >= room {
+			// Up to the last line break that fits; a line that does not
+			// fit starts the next file, unless it is longer than a file.
+			n, full = int(room), true
+			if i := bytes.LastIndexByte(p[:n], '\n'); i >= 0 {
+				n = i + 1
+			} else if o.size > 0 {
+				n = 0
+			}
+		}
+		// The files are opened O_APPEND: after a truncation writes start at 0.
+		w, err := o.files[o.cur].Write(p[:n])
+		o.size += int64(w)
+		p = p[w:]
+		if err != nil {
+			return total - len(p), err
+		}
+		if full {
+			o.size = o.half
+		}
+	}
+	return total, nil
+}
+
+// openOutputFiles creates a new sandbox's two output files for its init,
+// owned by uid (the sandbox's root on the host).
+func openOutputFiles(dir string, uid int) ([2]*os.File, error) {
+	var files [2]*os.File
+	for i, name := range []string{outputLog, outputLogOld} {
+		f, err := os.OpenFile(filepath.Join(dir, name), os.O_CREATE|os.O_WRONLY|os.O_APPEND|os.O_TRUNC, 0o600)
+		if err == nil {
+			if err = f.Chown(uid, uid); err != nil {
+				f.Close()
+			}
+		}
+		if err != nil {
+			if files[0] != nil {
+				files[0].Close()
+			}
+			return files, fmt.Errorf("output log: %w", err)
+		}
+		files[i] = f
+	}
+	return files, nil
+}
+
+// copyOutput copies r into the ring until r ends or stop is closed; after
+// stop it goes on only while data keeps coming within a short grace, so
+// output written just before the first process exited is kept even if a
+// process it left behind still holds the pipe.
+func copyOutput(r *os.File, ring *outputRing, stop <-chan struct{}) {
+	go func() {
+		<-stop
+		r.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	}()
+	io.Copy(ring, r)
+}
+
+// readOutput returns a sandbox's output files, older first.
+func readOutput(dir, id string) (io.ReadCloser, error) {
+	type part struct {
+		f   *os.File
+		mod time.Time
+	}
+	var parts []part
+	for _, name := range []string{outputLog, outputLogOld} {
+		f, err := os.Open(filepath.Join(dir, name))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			for _, p := range parts {
+				p.f.Close()
+			}
+			return nil, err
+		}
+		fi, err := f.Stat()
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
+		parts = append(parts, part{f, fi.ModTime()})
+	}
+	if len(parts) == 0 {
+		return nil, fmt.Errorf("output of sandbox %s: %w", id, errdefs.ErrNotFound)
+	}
+	if len(parts) == 2 && parts[1].mod.Before(parts[0].mod) {
+		parts[0], parts[1] = parts[1], parts[0]
+	}
+	rc := &multiReadCloser{}
+	var rs []io.Reader
+	for _, p := range parts {
+		rs = append(rs, p.f)
+		rc.files = append(rc.files, p.f)
+	}
+	rc.Reader = io.MultiReader(rs...)
+	return rc, nil
+}
+
+type multiReadCloser struct {
+	io.Reader
+	files []*os.File
+}
+
+func (m *multiReadCloser) Close() error {
+	for _, f := range m.files {
+		f.Close()
+	}
+	return nil
+}
