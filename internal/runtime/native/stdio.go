@@ -19,10 +19,10 @@ type stdio struct {
 	childIn, childOut, childErr *os.File // handed to the init, closed here after start
 	// log is set when childOut and childErr are the output files the init
 	// writes the process's output to (a detached process).
-	log bool
-	parentEnds                  []*os.File
-	copies                      []func()
-	outputs                     sync.WaitGroup
+	log        bool
+	parentEnds []*os.File
+	copies     []func()
+	outputs    sync.WaitGroup
 }
 
 func newStdio(p *runtime.Process, dir string, hostUID int) (*stdio, error) {
