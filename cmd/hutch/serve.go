@@ -15,15 +15,18 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hutch-sandbox/hutch/internal/runtime"
+	"github.com/hutch-sandbox/hutch/internal/runtime/native"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
 	"github.com/hutch-sandbox/hutch/internal/server"
 	"github.com/hutch-sandbox/hutch/internal/store"
 	"github.com/hutch-sandbox/hutch/internal/template"
+	"github.com/hutch-sandbox/hutch/internal/units"
 )
 
 func newServeCmd(g *globals) *cobra.Command {
 	var (
 		listen, domain string
+		disk           string
 		warm           int
 		withNet        bool
 		netCIDR        string
@@ -55,9 +58,25 @@ Stopping the server leaves sandboxes running; a restart adopts them.`,
 			if err := ensureKey(ctx, g, st); err != nil {
 				return err
 			}
+			diskBytes, err := units.ParseBytes(disk)
+			if err != nil {
+				return fmt.Errorf("--disk: %w", err)
+			}
+			if diskBytes > 0 {
+				if err := native.CheckDisk(); err != nil {
+					return fmt.Errorf("sandboxes' disk limits (--disk 0 runs without them): %w", err)
+				}
+			}
 			rt, err := g.runtime()
 			if err != nil {
 				return err
+			}
+			// Each sandbox may hold native.MaxPtys terminals; the host-wide
+			// pool must not run dry before a thousand sandboxes do.
+			if old, now, err := native.EnsurePtyPool(1024); err != nil {
+				logger.Warn("terminals", "err", err)
+			} else if now != old {
+				logger.Info("raised kernel.pty.max", "from", old, "to", now)
 			}
 			var nets *sandboxNets
 			if withNet {
@@ -68,7 +87,7 @@ Stopping the server leaves sandboxes running; a restart adopts them.`,
 			}
 			mgr, err := sandbox.New(sandbox.Options{
 				Runtime: rt, Store: st, Templates: template.Open(g.templates), DataDir: g.dataDir, Logger: logger,
-				Resources: runtime.Resources{MemoryBytes: 512 << 20, CPUs: 1, Pids: 512}, Warm: warm,
+				Resources: runtime.Resources{MemoryBytes: 512 << 20, CPUs: 1, Pids: 512, DiskBytes: diskBytes}, Warm: warm,
 				Network: nets.manager(),
 			})
 			if err != nil {
@@ -107,6 +126,7 @@ Stopping the server leaves sandboxes running; a restart adopts them.`,
 	}
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:3000", "address to serve on")
 	cmd.Flags().StringVar(&domain, "domain", "", `sandbox domain: route Host "<port>-<id>.<domain>" to sandboxes`)
+	cmd.Flags().StringVar(&disk, "disk", "4G", "each sandbox's disk: its writable layer lives on a file system of this size with one inode per 16 KiB, so a sandbox cannot fill the host's disk or inodes (a template's diskSizeMB overrides it; 0: no limit, not for untrusted code)")
 	cmd.Flags().IntVar(&warm, "warm", 4, "sandboxes of the base template kept started ahead of demand (0: start each on demand)")
 	cmd.Flags().BoolVar(&withNet, "network", true, "give sandboxes a network with egress policies (nftables, IPv4 forwarding); false: loopback only")
 	cmd.Flags().StringVar(&netCIDR, "network-cidr", "10.200.0.0/16", "private range sandbox links are numbered from (a /31 each)")

@@ -50,7 +50,8 @@ type Options struct {
 	Templates *template.Store
 	// DataDir holds the envd sockets (DataDir/sockets).
 	DataDir string
-	// Resources are every sandbox's limits.
+	// Resources are every sandbox's limits; a template's DiskSizeMB, when
+	// set, replaces DiskBytes for its sandboxes.
 	Resources runtime.Resources
 	// Network gives sandboxes their network and enforces their egress
 	// policy; nil leaves every sandbox with loopback only.
@@ -169,7 +170,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (_ *store.Sandb
 		ID: st.sbx.ID(), TemplateID: tpl.Name, Alias: req.Template, ClientID: clientID, EnvdVersion: envd.Version,
 		Secure: req.Secure, AllowInternetAccess: req.AllowInternetAccess, Network: req.Network.JSON,
 		Metadata: req.Metadata, EnvVars: req.EnvVars, StartedAt: time.Now().UTC(),
-		CPUCount: int(max(m.resources.CPUs, 1)), MemoryMB: int(m.resources.MemoryBytes >> 20), DiskSizeMB: int(m.resources.DiskBytes >> 20),
+		CPUCount: int(max(m.resources.CPUs, 1)), MemoryMB: int(m.resources.MemoryBytes >> 20), DiskSizeMB: int(m.resourcesOf(tpl).DiskBytes >> 20),
 		State: store.StateRunning, KeyID: req.KeyID,
 	}
 	rec.EndAt = rec.StartedAt.Add(req.Timeout)
@@ -257,7 +258,7 @@ func (m *Manager) start(ctx context.Context, tpl *template.Template) (_ *started
 		files = append(files, f)
 	}
 	sbx, err := m.rt.Create(ctx, runtime.Spec{
-		ID: id, Template: tpl.Name, Resources: m.resources,
+		ID: id, Template: tpl.Name, Resources: m.resourcesOf(tpl),
 		Labels: map[string]string{controlPlaneLabel: "true"},
 		Process: runtime.Process{
 			Args: []string{runtime.SelfExe, "envd", "--control-fd", "3", "--api-fd", "4", "--user", tpl.DefaultUser},
@@ -268,6 +269,15 @@ func (m *Manager) start(ctx context.Context, tpl *template.Template) (_ *started
 		return nil, err
 	}
 	return &started{sbx: sbx, route: newRoute(api, control), built: tpl.Built}, nil
+}
+
+// resourcesOf returns the limits of a sandbox of tpl.
+func (m *Manager) resourcesOf(tpl *template.Template) runtime.Resources {
+	r := m.resources
+	if tpl.DiskSizeMB > 0 {
+		r.DiskBytes = int64(tpl.DiskSizeMB) << 20
+	}
+	return r
 }
 
 // adopt makes a running sandbox routable, starts sampling it and arms its

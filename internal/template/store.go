@@ -39,6 +39,9 @@ type Config struct {
 	From *Origin `json:"from,omitempty"`
 	// HutchSHA256 is the SHA-256 of the hutch binary the template carries, if any.
 	HutchSHA256 string `json:"hutchSha256,omitempty"`
+	// DiskSizeMB, when set, is the disk limit of the template's sandboxes
+	// (their writable layer), instead of the server's default.
+	DiskSizeMB int `json:"diskSizeMB,omitempty"`
 }
 
 // Origin names one build of a template.

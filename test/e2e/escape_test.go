@@ -34,6 +34,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // pyPrelude defines helpers for the Python attempts:
@@ -858,6 +859,60 @@ for d, dirs, files in os.walk("/dev"):
 			},
 		},
 		{
+			// The host's data dir names nothing inside: overlay layers are
+			// mounted by relative paths, and no descriptor of a sandbox
+			// process is a host file.
+			name:  "host-paths",
+			flags: root,
+			argv: []string{"/bin/sh", "-c", `cat /proc/self/mountinfo /proc/1/mountinfo 2>&1
+for f in /proc/[0-9]*/fd/* /proc/[0-9]*/cwd /proc/[0-9]*/root /proc/[0-9]*/exe; do readlink "$f"; done 2>/dev/null
+cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null | tr '\0' '\n'
+echo listed`},
+			check: func(t *testing.T, r result) {
+				wantLines(t, r, "listed")
+				for _, host := range []string{dataDir, filepath.Dir(hutchBin), templates} {
+					if strings.Contains(r.Stdout, host) {
+						t.Errorf("the host path %s is visible inside", host)
+					}
+				}
+				if !strings.Contains(r.Stdout, "lowerdir=lower,upperdir=upper,workdir=work") {
+					t.Errorf("the root's overlay options are not the relative layer names")
+				}
+			},
+		},
+		{
+			name:  "boot-id",
+			flags: root,
+			argv:  []string{"/bin/sh", "-c", "cat /proc/sys/kernel/random/boot_id; echo x > /proc/sys/kernel/random/boot_id"},
+			check: func(t *testing.T, r result) {
+				got := outLines(r.Stdout)
+				if len(got) != 1 || len(got[0]) != 36 || got[0] == bootID {
+					t.Errorf("boot_id = %q, want a UUID other than the host's %s", got, bootID)
+				}
+				if !strings.Contains(r.Stderr, "Read-only file system") {
+					t.Errorf("writing boot_id: %q, want read-only", r.Stderr)
+				}
+				if other := outLines(sh(t, "cat /proc/sys/kernel/random/boot_id").Stdout); len(got) == 1 && slices.Equal(other, got) {
+					t.Errorf("two sandboxes share the boot id %v", got)
+				}
+			},
+		},
+		{
+			name: "ping-as-user",
+			argv: []string{"/bin/sh", "-c", "ping -c 1 -W 5 127.0.0.1 >/dev/null; echo rc=$?; cat /proc/sys/net/ipv4/ping_group_range"},
+			check: func(t *testing.T, r result) {
+				wantLines(t, r, "rc=0", "0\t65535")
+			},
+		},
+		{
+			name:  "ping-as-root",
+			flags: root,
+			argv:  []string{"/bin/sh", "-c", "ping -c 1 -W 5 127.0.0.1 >/dev/null; echo rc=$?"},
+			check: func(t *testing.T, r result) {
+				wantLines(t, r, "rc=0")
+			},
+		},
+		{
 			name:  "capabilities",
 			flags: root,
 			argv:  []string{"/bin/sh", "-c", "grep -E '^Cap(Eff|Bnd|Amb)' /proc/self/status"},
@@ -1000,4 +1055,44 @@ done
 			}
 		})
 	}
+}
+
+// TestEscapePtyExhaustion: ptys come from one host-wide pool; a sandbox
+// that opens as many as it can stops at its own bound, and another sandbox
+// (and the host) can still open one.
+func TestEscapePtyExhaustion(t *testing.T) {
+	const hog = `
+import os, errno, time
+held = []
+try:
+    while len(held) < 100000:
+        held.append(os.openpty())
+except OSError as e:
+    print("held", len(held), errno.errorcode[e.errno], flush=True)
+time.sleep(1000)
+`
+	r := hutch(t, "", "run", "-d", "--", "python3", "-c", hog)
+	if r.Code != 0 {
+		t.Fatalf("run -d: %s", r)
+	}
+	id := strings.TrimSpace(r.Stdout)
+	t.Cleanup(func() { hutch(t, "", "rm", id) })
+	var out []byte
+	for i := 0; i < 500; i++ {
+		if out, _ = os.ReadFile(filepath.Join(dataDir, "sandboxes", id, "output.log")); strings.Contains(string(out), "held") {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var n int
+	var errName string
+	if _, err := fmt.Sscanf(string(out), "held %d %s", &n, &errName); err != nil {
+		t.Fatalf("the hog's output: %q", out)
+	}
+	t.Logf("one sandbox held %d ptys, then %s", n, errName)
+	if n > 256 {
+		t.Errorf("one sandbox holds %d ptys, want at most 256", n)
+	}
+	r = runSandbox(t, nil, "python3", "-c", "import os; os.openpty(); print('openpty: OK')")
+	wantLines(t, r, "openpty: OK")
 }

@@ -1,9 +1,12 @@
 package native
 
 import (
+	"crypto/rand"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -36,7 +39,14 @@ func setupRootfs(cfg *initConfig, mountFds []int) error {
 	for _, fd := range mountFds {
 		unix.Close(fd)
 	}
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr,volatile", lower, filepath.Join(layer, "upper"), filepath.Join(layer, "work"))
+	// Layers named relative to the sandbox directory: overlayfs shows the
+	// paths it was given in /proc/self/mountinfo, and the host's data dir
+	// is none of the sandbox's business.
+	if err := unix.Chdir(cfg.Dir); err != nil {
+		return fmt.Errorf("sandbox dir: %w", err)
+	}
+	rel := func(p string) string { r, _ := filepath.Rel(cfg.Dir, p); return r }
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr,volatile", rel(lower), rel(filepath.Join(layer, "upper")), rel(filepath.Join(layer, "work")))
 	if err := unix.Mount("overlay", root, "overlay", 0, opts); err != nil {
 		return fmt.Errorf("mount overlay root: %w", err)
 	}
@@ -51,7 +61,9 @@ func setupRootfs(cfg *initConfig, mountFds []int) error {
 		{"proc", "proc", "proc", noexec, ""},
 		{"sysfs", "sys", "sysfs", noexec | unix.MS_RDONLY, ""},
 		{"tmpfs", "dev", "tmpfs", unix.MS_NOSUID | unix.MS_STRICTATIME, "mode=755,size=65536k"},
-		{"devpts", "dev/pts", "devpts", unix.MS_NOSUID | unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620,gid=5"},
+		// max: ptys come from one host-wide pool (kernel.pty.max), which
+		// one sandbox could otherwise empty for all.
+		{"devpts", "dev/pts", "devpts", unix.MS_NOSUID | unix.MS_NOEXEC, fmt.Sprintf("newinstance,ptmxmode=0666,mode=0620,gid=5,max=%d", MaxPtys)},
 		{"tmpfs", "dev/shm", "tmpfs", unix.MS_NOSUID | unix.MS_NODEV, "mode=1777,size=65536k"},
 		{"mqueue", "dev/mqueue", "mqueue", noexec, ""},
 	}
@@ -144,8 +156,15 @@ func setupSystem(cfg *initConfig) error {
 	if err := loopbackUp(); err != nil {
 		return err
 	}
-	// Unprivileged ICMP sockets, so ping works without CAP_NET_RAW.
-	os.WriteFile("/proc/sys/net/ipv4/ping_group_range", []byte("0 2147483647"), 0)
+	// ICMP datagram sockets for every user, so ping works without
+	// CAP_NET_RAW. The range must be of gids mapped in the sandbox's user
+	// namespace, or the kernel refuses it.
+	if err := os.WriteFile("/proc/sys/net/ipv4/ping_group_range", []byte(fmt.Sprintf("0 %d", uidRange-1)), 0); err != nil {
+		return fmt.Errorf("ping_group_range: %w", err)
+	}
+	if err := ownBootID(); err != nil {
+		return err
+	}
 
 	for _, p := range maskedPaths {
 		fi, err := os.Stat(p)
@@ -181,6 +200,41 @@ func setupSystem(cfg *initConfig) error {
 	return nil
 }
 
+// MaxPtys bounds the pseudo-terminals one sandbox may have open at once.
+const MaxPtys = 256
+
+// ownBootID gives the sandbox a boot id of its own: the host's would tell
+// code in two sandboxes that they share a host.
+func ownBootID() error {
+	const p = "/proc/sys/kernel/random/boot_id"
+	if _, err := os.Stat(p); err != nil {
+		return nil
+	}
+	// A file on /dev's tmpfs, bound over the host's and then unlinked: the
+	// mount keeps it, and no path to it remains.
+	src := "/dev/.boot_id"
+	if err := os.WriteFile(src, []byte(newUUID()+"\n"), 0o444); err != nil {
+		return fmt.Errorf("boot id: %w", err)
+	}
+	defer os.Remove(src)
+	if err := unix.Mount(src, p, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("boot id: %w", err)
+	}
+	if err := unix.Mount("", p, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("boot id: %w", err)
+	}
+	return nil
+}
+
+// newUUID returns a random (version 4) UUID in its text form.
+func newUUID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
 func lockedFlags(statfsFlags int64) uintptr {
 	var f uintptr
 	for _, m := range []struct{ st, ms uintptr }{
@@ -213,4 +267,35 @@ func loopbackUp() error {
 		return fmt.Errorf("loopback up: %w", err)
 	}
 	return nil
+}
+
+// EnsurePtyPool raises the host's kernel.pty.max, when it is lower, so
+// that sandboxes sandboxes can each hold MaxPtys terminals besides the
+// ones the host keeps for itself (kernel.pty.reserve): the pool is shared
+// by every devpts instance. It reports the old and new values, equal when
+// nothing changed.
+func EnsurePtyPool(sandboxes int) (old, now int, err error) {
+	read := func(name string) (int, error) {
+		b, err := os.ReadFile("/proc/sys/kernel/pty/" + name)
+		if err != nil {
+			return 0, err
+		}
+		return strconv.Atoi(strings.TrimSpace(string(b)))
+	}
+	if old, err = read("max"); err != nil {
+		return 0, 0, fmt.Errorf("kernel.pty.max: %w", err)
+	}
+	reserve, err := read("reserve")
+	if err != nil {
+		return old, old, fmt.Errorf("kernel.pty.reserve: %w", err)
+	}
+	// The kernel's ceiling (NR_UNIX98_PTY_MAX).
+	want := min(reserve+sandboxes*MaxPtys, 1<<20)
+	if old >= want {
+		return old, old, nil
+	}
+	if err := os.WriteFile("/proc/sys/kernel/pty/max", []byte(strconv.Itoa(want)), 0); err != nil {
+		return old, old, fmt.Errorf("raise kernel.pty.max: %w", err)
+	}
+	return old, want, nil
 }
