@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -155,4 +156,37 @@ func rawExchange(t *testing.T, addr, req string) (int, string) {
 	}
 	resp.Body.Close()
 	return resp.StatusCode, raw.String()
+}
+
+// TestNoHostPathsInside: nothing a sandbox of `hutch serve` can read names
+// the host's data dir: not envd's errors for paths that resolve to a
+// descriptor of its own, not mountinfo, not any process's descriptors,
+// environment or command line.
+func TestNoHostPathsInside(t *testing.T) {
+	e := startServer(t)
+	ctx := t.Context()
+	sbx := e.sandbox(t, sdk.CreateOptions{})
+	var msgs []string
+	for _, p := range []string{"/proc/self/fd/1", "/proc/self/fd/2", "/proc/1/fd/1", "/proc/self/fd/3", "/proc/self/cwd/x"} {
+		_, err := sbx.Files.Write(ctx, p, []byte("x"), &sdk.WriteOptions{User: "root"})
+		if err != nil {
+			msgs = append(msgs, err.Error())
+		}
+		if _, err := sbx.Files.Read(ctx, p, &sdk.FileOptions{User: "root"}); err != nil {
+			msgs = append(msgs, err.Error())
+		}
+	}
+	t.Logf("envd's answers: %q", msgs)
+	out := run(t, sbx, `cat /proc/self/mountinfo /proc/1/mountinfo
+for f in /proc/[0-9]*/fd/* /proc/[0-9]*/cwd /proc/[0-9]*/exe; do readlink "$f"; done 2>/dev/null
+cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null | tr '\0' '\n'`, &sdk.RunOptions{User: "root"}).Stdout
+	all := strings.Join(msgs, "\n") + "\n" + out
+	for _, host := range []string{e.srv.DataDir, filepath.Dir(e.srv.DataDir), "/var/lib/hutch"} {
+		if strings.Contains(all, host) {
+			t.Errorf("the host path %s is visible inside:\n%s", host, all)
+		}
+	}
+	if !strings.Contains(out, "lowerdir=lower") {
+		t.Errorf("mountinfo was not read:\n%s", out)
+	}
 }
