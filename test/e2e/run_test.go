@@ -7,6 +7,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -429,3 +430,44 @@ sys.stdout.flush()
 }
 
 func tail(b []byte) []byte { return b[max(0, len(b)-40):] }
+
+// TestUIDRangesAcrossDataDirs: sandboxes of two data dirs never share a
+// host uid range (they would share per-uid kernel limits, inotify's among
+// them, and could signal each other's processes).
+func TestUIDRangesAcrossDataDirs(t *testing.T) {
+	other := filepath.Join(t.TempDir(), "data")
+	// Sandboxes' uids must traverse to their layers.
+	os.Chmod(filepath.Dir(other), 0o711)
+	os.Chmod(filepath.Dir(filepath.Dir(other)), 0o711)
+	detach := func(dir string) (string, string) {
+		cmd := hutchCmd(t.Context(), "--data-dir", dir, "run", "-d", "--", "sleep", "1000")
+		r := runCmd(t, cmd)
+		if r.Code != 0 {
+			t.Fatalf("run -d in %s: %s", dir, r)
+		}
+		id := strings.TrimSpace(r.Stdout)
+		t.Cleanup(func() { runCmd(t, hutchCmd(context.Background(), "--data-dir", dir, "rm", id)) })
+		cmd = hutchCmd(t.Context(), "--data-dir", dir, "ps", "--json")
+		var rows []psRow
+		if err := json.Unmarshal([]byte(runCmd(t, cmd).Stdout), &rows); err != nil {
+			t.Fatal(err)
+		}
+		for _, row := range rows {
+			if row.ID == id {
+				return id, readTrim(t, fmt.Sprintf("/proc/%d/uid_map", row.Pid))
+			}
+		}
+		t.Fatalf("sandbox %s not listed", id)
+		return "", ""
+	}
+	_, a := detach(dataDir)
+	_, b := detach(other)
+	if a == b {
+		t.Errorf("sandboxes of two data dirs map the same host ids: %q", a)
+	}
+	// Another of the first data dir gets yet another range.
+	_, c := detach(dataDir)
+	if c == a || c == b {
+		t.Errorf("uid maps %q, %q, %q: want three ranges", a, b, c)
+	}
+}

@@ -54,6 +54,9 @@ type Options struct {
 type Runtime struct {
 	dataDir   string
 	templates *template.Store
+	// uidRegistry and subIDFiles: see uids.go (tests point them elsewhere).
+	uidRegistry string
+	subIDFiles  []string
 
 	selfOnce sync.Once
 	self     *os.File // this binary, unreachable and read-only; see selfExe
@@ -70,9 +73,13 @@ func New(opts Options) (*Runtime, error) {
 	if opts.Templates == nil {
 		opts.Templates = template.Open("")
 	}
-	rt := &Runtime{dataDir: opts.DataDir, templates: opts.Templates}
+	abs, err := filepath.Abs(opts.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	rt := &Runtime{dataDir: abs, templates: opts.Templates, uidRegistry: UIDRegistry, subIDFiles: subIDFiles}
 	// 0711: sandboxes' own uids must traverse to their layers, never list them.
-	for _, d := range []string{rt.dataDir, filepath.Join(rt.dataDir, "sandboxes"), filepath.Join(rt.dataDir, "uids"), filepath.Join(rt.dataDir, "empty")} {
+	for _, d := range []string{rt.dataDir, filepath.Join(rt.dataDir, "sandboxes"), filepath.Join(rt.dataDir, "empty")} {
 		if err := os.MkdirAll(d, 0o711); err != nil {
 			return nil, fmt.Errorf("data dir: %w", err)
 		}

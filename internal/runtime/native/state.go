@@ -25,21 +25,12 @@ import (
 //	                            nobody attached, kept by the init (see outputRing)
 //	sandboxes/<id>/upper, work  the overlay's private writable layer
 //	sandboxes/<id>/lower, rootfs  mount points, used only inside the sandbox's mount namespace
-//	uids/<slot>                 claims uid range slot (O_EXCL), holds the sandbox id
+//
+// and, host-wide, UIDRegistry/<slot> claims a uid range (see uids.go).
 //
 // The record is written once, before the sandbox's init runs, and updated
 // once with the init's pid. Everything else about a sandbox is read live
 // from the kernel (pidfd, cgroups).
-
-const (
-	// uidBase is the first host uid handed to sandboxes; well above the
-	// ranges distributions use for users and /etc/subuid (100000+).
-	uidBase = 1 << 20
-	// uidRange is how many ids each sandbox maps: 0..65535 inside.
-	uidRange = 65536
-	// maxSlots keeps every mapped id below 2^32-1 (the invalid uid).
-	maxSlots = (1<<32-uidBase)/uidRange - 1
-)
 
 // record is a sandbox's state file.
 type record struct {
@@ -135,43 +126,6 @@ func (rt *Runtime) readExit(id string) *runtime.ExitStatus {
 		return nil
 	}
 	return &st
-}
-
-// claimSlot reserves a free uid range. Slots are files created with
-// O_EXCL, so concurrent Hutch processes never share one.
-func (rt *Runtime) claimSlot(id string) (int, error) {
-	dir := filepath.Join(rt.dataDir, "uids")
-	used := map[int]bool{}
-	if ents, err := os.ReadDir(dir); err == nil {
-		for _, e := range ents {
-			if n, err := strconv.Atoi(e.Name()); err == nil {
-				used[n] = true
-			}
-		}
-	}
-	for slot := 0; slot < maxSlots; slot++ {
-		if used[slot] {
-			continue
-		}
-		f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(slot)), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-		if errors.Is(err, os.ErrExist) {
-			continue
-		}
-		if err != nil {
-			return 0, fmt.Errorf("claim uid range: %w", err)
-		}
-		_, err = f.WriteString(id)
-		f.Close()
-		return slot, err
-	}
-	return 0, fmt.Errorf("no free uid range for a new sandbox: %w", errdefs.ErrUnavailable)
-}
-
-func (rt *Runtime) releaseSlot(slot int, id string) {
-	p := filepath.Join(rt.dataDir, "uids", strconv.Itoa(slot))
-	if b, err := os.ReadFile(p); err == nil && string(b) == id {
-		os.Remove(p)
-	}
 }
 
 // processStartTime reads field 22 of /proc/<pid>/stat, the process's start
