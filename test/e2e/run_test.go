@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -469,5 +470,32 @@ func TestUIDRangesAcrossDataDirs(t *testing.T) {
 	_, c := detach(dataDir)
 	if c == a || c == b {
 		t.Errorf("uid maps %q, %q, %q: want three ranges", a, b, c)
+	}
+}
+
+// TestUnderIPNetnsExec: `ip netns exec` gives a command a mount namespace
+// with a fresh /sys, without the cgroup hierarchies under /sys/fs/cgroup;
+// hutch finds them anyway (it mounts them again, as PID 1 has them) and
+// its sandboxes get their limits.
+func TestUnderIPNetnsExec(t *testing.T) {
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("no ip(8) (iproute2)")
+	}
+	ns := "hutch-e2e-" + randHex(t)
+	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add: %v: %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	run := func(argv ...string) result {
+		cmd := exec.CommandContext(t.Context(), "ip", append([]string{"netns", "exec", ns, hutchBin, "run", "--rm", "--memory", "64M", "--"}, argv...)...)
+		cmd.Env = append(os.Environ(), "HUTCH_DATA_DIR="+dataDir, "HUTCH_TEMPLATES="+templates)
+		return runCmd(t, cmd)
+	}
+	if r := run("echo", "running"); r.Code != 0 || !hasLine(r.Stdout, "running") {
+		t.Fatalf("hutch run under ip netns exec: %s", r)
+	}
+	// The memory limit is in force: 200 MiB in a 64 MiB sandbox is killed.
+	if r := run("python3", "-c", "b = bytearray(200 << 20); b[::4096] = b'x' * len(b[::4096])"); r.Code != 137 {
+		t.Errorf("200 MiB under a 64 MiB limit: %s; want exit 137 (OOM-killed)", r)
 	}
 }

@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
 	"github.com/opencontainers/cgroups"
 	"github.com/opencontainers/cgroups/fs"
 	"github.com/opencontainers/cgroups/fs2"
+	"golang.org/x/sys/unix"
 
 	"github.com/hutch-sandbox/hutch/internal/runtime"
 )
@@ -99,4 +102,92 @@ func destroyCgroup(m cgroups.Manager) error {
 		time.Sleep(10 * time.Millisecond)
 	}
 	return fmt.Errorf("remove cgroups: %w", err)
+}
+
+// ensureCgroupMounts makes the host's cgroup hierarchies visible in this
+// process's mount namespace when none is: `ip netns exec` (and other
+// tools) give a command a mount namespace with a fresh /sys, which has
+// nothing under /sys/fs/cgroup. The hierarchies are the kernel's, not the
+// mount namespace's: mounting them again with the options PID 1 sees them
+// with attaches the very same ones. Nothing is mounted when this namespace
+// is PID 1's (the host's own layout is left alone) or already has a
+// cgroup mount.
+func ensureCgroupMounts() error {
+	mine, err := mountinfo.GetMounts(cgroupMountFilter)
+	if err != nil {
+		return fmt.Errorf("cgroup mounts: %w", err)
+	}
+	if len(mine) > 0 {
+		return nil
+	}
+	const none = "no cgroup file system is mounted (mount cgroup2 on /sys/fs/cgroup, or the v1 controllers under it)"
+	f, err := os.Open("/proc/1/mountinfo")
+	if err != nil {
+		return fmt.Errorf("%s, and PID 1's mounts cannot be read: %w", none, err)
+	}
+	defer f.Close()
+	all, err := mountinfo.GetMountsFromReader(f, nil)
+	if err != nil {
+		return fmt.Errorf("PID 1's mounts: %w", err)
+	}
+	// Mount ids are host-wide and a new mount namespace copies every mount
+	// under a new id: the same root mount id means PID 1's namespace.
+	// (/proc/1/ns/mnt is not always readable, even by root.)
+	root, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter("/"))
+	if err != nil || len(root) == 0 {
+		return fmt.Errorf("%s: %v", none, err)
+	}
+	var theirs []*mountinfo.Info
+	for _, m := range all {
+		if m.Mountpoint == "/" && m.ID == root[0].ID {
+			return errors.New(none)
+		}
+		in := m.Mountpoint == "/sys/fs/cgroup" || strings.HasPrefix(m.Mountpoint, "/sys/fs/cgroup/")
+		if in && (m.FSType == "tmpfs" || m.FSType == "cgroup" || m.FSType == "cgroup2") {
+			theirs = append(theirs, m)
+		}
+	}
+	if len(theirs) == 0 {
+		return errors.New("no cgroup file system is mounted here or for PID 1")
+	}
+	// PID 1's order is parents first.
+	for _, m := range theirs {
+		if err := os.MkdirAll(m.Mountpoint, 0o755); err != nil {
+			return fmt.Errorf("cgroup mount point %s: %w", m.Mountpoint, err)
+		}
+		var data []string
+		for _, o := range strings.Split(m.VFSOptions, ",") {
+			if o != "rw" && o != "ro" && o != "" {
+				data = append(data, o)
+			}
+		}
+		if m.FSType == "tmpfs" {
+			data = []string{"mode=755"}
+		}
+		if err := unix.Mount(m.FSType, m.Mountpoint, m.FSType, unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, strings.Join(data, ",")); err != nil {
+			return fmt.Errorf("mount %s on %s (as PID 1 has it): %w", m.FSType, m.Mountpoint, err)
+		}
+		if m.FSType == "tmpfs" {
+			// Nothing mounted below it may reach another namespace.
+			if err := unix.Mount("", m.Mountpoint, "", unix.MS_PRIVATE, ""); err != nil {
+				return fmt.Errorf("make %s private: %w", m.Mountpoint, err)
+			}
+		}
+	}
+	// systemd's symlinks (cpu -> cpu,cpuacct and the like).
+	if ents, err := os.ReadDir("/proc/1/root/sys/fs/cgroup"); err == nil {
+		for _, e := range ents {
+			if e.Type()&os.ModeSymlink == 0 {
+				continue
+			}
+			if target, err := os.Readlink("/proc/1/root/sys/fs/cgroup/" + e.Name()); err == nil {
+				os.Symlink(target, "/sys/fs/cgroup/"+e.Name())
+			}
+		}
+	}
+	return nil
+}
+
+func cgroupMountFilter(m *mountinfo.Info) (skip, stop bool) {
+	return m.FSType != "cgroup" && m.FSType != "cgroup2", false
 }

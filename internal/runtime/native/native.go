@@ -73,6 +73,9 @@ func New(opts Options) (*Runtime, error) {
 	if opts.Templates == nil {
 		opts.Templates = template.Open("")
 	}
+	if err := ensureCgroupMounts(); err != nil {
+		return nil, fmt.Errorf("cgroups: %w", err)
+	}
 	abs, err := filepath.Abs(opts.DataDir)
 	if err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
@@ -283,7 +286,14 @@ func (rt *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.San
 	for _, f := range spec.Process.ExtraFiles { // fds 8...
 		attr.Files = append(attr.Files, f.Fd())
 	}
-	pid, _, err := syscall.StartProcess("/proc/self/fd/"+strconv.Itoa(int(self.Fd())), []string{initArg0}, attr)
+	// The binary is executed as /proc/self/fd/N, which the child resolves
+	// after its descriptors were laid out: N must be one of its own. It is
+	// the last, which the init closes first thing (past its extra files).
+	// (Naming the parent's descriptor worked only while its number was
+	// above the child's: under `ip netns exec` it was 7, the exit file.)
+	attr.Files = append(attr.Files, self.Fd())
+	exe := "/proc/self/fd/" + strconv.Itoa(len(attr.Files)-1)
+	pid, _, err := syscall.StartProcess(exe, []string{initArg0}, attr)
 	// The init has its own copies now. Ours must go at once: the sync
 	// socket reports EOF, and output pipes end, only when no copy is left.
 	child.Close()
