@@ -24,6 +24,7 @@ package e2e
 // /sys/power/state) only open the file for writing and never write to it.
 
 import (
+	"bytes"
 	"fmt"
 	"net"
 	"os"
@@ -34,7 +35,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 )
 
 // pyPrelude defines helpers for the Python attempts:
@@ -1071,19 +1071,8 @@ except OSError as e:
     print("held", len(held), errno.errorcode[e.errno], flush=True)
 time.sleep(1000)
 `
-	r := hutch(t, "", "run", "-d", "--", "python3", "-c", hog)
-	if r.Code != 0 {
-		t.Fatalf("run -d: %s", r)
-	}
-	id := strings.TrimSpace(r.Stdout)
-	t.Cleanup(func() { hutch(t, "", "rm", id) })
-	var out []byte
-	for i := 0; i < 500; i++ {
-		if out, _ = os.ReadFile(filepath.Join(dataDir, "sandboxes", id, "output.log")); strings.Contains(string(out), "held") {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	id := detachSandbox(t, nil, "python3", "-c", hog)
+	out := waitOutput(t, id, func(out []byte) bool { return bytes.Contains(out, []byte("held")) })
 	var n int
 	var errName string
 	if _, err := fmt.Sscanf(string(out), "held %d %s", &n, &errName); err != nil {
@@ -1093,6 +1082,6 @@ time.sleep(1000)
 	if n > 256 {
 		t.Errorf("one sandbox holds %d ptys, want at most 256", n)
 	}
-	r = runSandbox(t, nil, "python3", "-c", "import os; os.openpty(); print('openpty: OK')")
+	r := runSandbox(t, nil, "python3", "-c", "import os; os.openpty(); print('openpty: OK')")
 	wantLines(t, r, "openpty: OK")
 }

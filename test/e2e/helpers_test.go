@@ -81,6 +81,23 @@ func detachSandbox(t testing.TB, flags []string, argv ...string) string {
 	return id
 }
 
+// waitOutput reads a detached sandbox's output files (the older, then the
+// newer) until done says so or ten seconds pass, and returns what they
+// hold then.
+func waitOutput(t testing.TB, id string, done func(out []byte) bool) []byte {
+	t.Helper()
+	dir := filepath.Join(dataDir, "sandboxes", id)
+	var out []byte
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		cur, _ := os.ReadFile(filepath.Join(dir, "output.log"))
+		old, _ := os.ReadFile(filepath.Join(dir, "output.1.log"))
+		if out = append(old, cur...); done(out) {
+			break
+		}
+	}
+	return out
+}
+
 // removeSandbox runs `hutch rm id` unless the sandbox is already gone.
 func removeSandbox(t testing.TB, id string) {
 	t.Helper()
