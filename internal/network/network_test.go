@@ -13,7 +13,10 @@ import (
 	"os/exec"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -609,6 +612,82 @@ func TestCapCountsEveryFlow(t *testing.T) {
 	}
 	if !w.reaches(neighbour, "203.0.113.10:8080") {
 		t.Error("a neighbour could not connect")
+	}
+}
+
+// TestCapCountsClosedFlows: a sandbox that opens and closes connections
+// as fast as it can holds no more conntrack entries than its cap, the
+// closed ones included (ct count does not count them: they leave the
+// table as they close), however its connections end. Before, each stayed
+// for 120 s (TIME_WAIT) or 10 s (CLOSE): thousands against a cap of 20.
+func TestCapCountsClosedFlows(t *testing.T) {
+	const (
+		limit = 20
+		// slack: flows being set up when the count is read.
+		slack = 4
+		churn = 2 * time.Second
+	)
+	tests := []struct {
+		name string
+		end  func(c *net.TCPConn)
+	}{
+		{"closed after the greeting (TIME_WAIT)", func(c *net.TCPConn) {
+			c.SetReadDeadline(time.Now().Add(time.Second))
+			c.Read(make([]byte, 100))
+			c.Close()
+		}},
+		{"closed at once, the greeting unread (CLOSE)", func(c *net.TCPConn) { c.Close() }},
+		{"reset (CLOSE)", func(c *net.TCPConn) { c.SetLinger(0); c.Close() }},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// A world each: the host's count is then the sandbox's.
+			w := newWorldWith(t, Options{MaxConns: limit})
+			pid, _ := w.sandbox(fmt.Sprintf("ichurn%d", i), mustPolicy(t, true, nil, nil))
+			ns, err := netns.GetFromPid(pid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ns.Close()
+			var cycles atomic.Int64
+			end := time.Now().Add(churn)
+			var wg sync.WaitGroup
+			for range 4 {
+				wg.Go(func() {
+					inNS(t, ns, func() {
+						for time.Now().Before(end) {
+							c, err := net.DialTimeout("tcp", "203.0.113.10:8080", 100*time.Millisecond)
+							if err != nil {
+								continue // past the cap
+							}
+							tt.end(c.(*net.TCPConn))
+							cycles.Add(1)
+						}
+					})
+				})
+			}
+			held := 0
+			inNS(t, w.host, func() {
+				for time.Now().Before(end) {
+					b, err := os.ReadFile("/proc/sys/net/netfilter/nf_conntrack_count")
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+					held = max(held, n)
+					time.Sleep(5 * time.Millisecond)
+				}
+			})
+			wg.Wait()
+			t.Logf("%d connections opened and closed in %v; at most %d entries in the table (cap %d)", cycles.Load(), churn, held, limit)
+			if held > limit+slack {
+				t.Errorf("the sandbox held %d entries, over its cap of %d", held, limit)
+			}
+			if cycles.Load() < 10*limit {
+				t.Errorf("only %d connections: the churn did not happen", cycles.Load())
+			}
+		})
 	}
 }
 

@@ -20,7 +20,10 @@ import (
 //	                  NAT): packets from sandbox links go to their
 //	                  sandbox's cap chain through the "caps" verdict map,
 //	                  so that every new flow of a sandbox is counted,
-//	                  whether it is forwarded or redirected to the host.
+//	                  whether it is forwarded or redirected to the host;
+//	                  new TCP flows get the timeouts of sandbox-tcp.
+//	ct timeout sandbox-tcp  conntrack's timeouts for sandboxes' TCP
+//	                  flows: none once closed (closedTimeout).
 //	chain forward     (filter, forward hook): packets from sandbox links
 //	                  go to their sandbox's chain through the "dispatch"
 //	                  verdict map; nothing may start a connection into a
@@ -171,6 +174,11 @@ func (m *Manager) addBase(c *nftables.Conn) *tables {
 		}
 	}
 
+	// Sandboxes' TCP flows leave the table when they close (see
+	// closedTimeout), set by the conncap chain's first rule.
+	c.AddObj(&nftables.NamedObj{Table: t, Name: tcpTimeoutName, Type: nftables.ObjTypeCtTimeout,
+		Obj: &expr.CtTimeout{L3Proto: unix.NFPROTO_IPV4, L4Proto: unix.IPPROTO_TCP, Policy: tcpTimeouts()}})
+
 	// Every packet from a sandbox link passes its cap chain first, before
 	// NAT sends DNS and web traffic to the host's resolver and proxy: the
 	// cap counts those flows too, and those of sandboxes without internet.
@@ -181,6 +189,11 @@ func (m *Manager) addBase(c *nftables.Conn) *tables {
 	// sandbox's answer to the proxy's FIN, say), to be judged as before.
 	tb.conncap = c.AddChain(&nftables.Chain{Name: "conncap", Table: t, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityRef(*nftables.ChainPriorityNATDest - 50), Policy: &accept})
+	// A timeout policy is attached to an entry conntrack has made and not
+	// yet confirmed (the kernel ignores it on others): here, not before
+	// conntrack.
+	c.AddRule(rule(t, tb.conncap, iifname(linkPrefix, false), nfproto(unix.NFPROTO_IPV4), l4proto(unix.IPPROTO_TCP),
+		one(&expr.Objref{Type: unix.NFT_OBJECT_CT_TIMEOUT, Name: tcpTimeoutName})))
 	c.AddRule(rule(t, tb.conncap, iifname(linkPrefix, false), one(&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1}),
 		one(&expr.Lookup{SourceRegister: 1, SetName: tb.caps.Name, SetID: tb.caps.ID, IsDestRegSet: true, DestRegister: 0})))
 	c.AddRule(rule(t, tb.conncap, iifname(linkPrefix, false), ctState(expr.CtStateBitNEW), one(verdict(expr.VerdictDrop))))
@@ -256,6 +269,54 @@ func baseSets(t *nftables.Table) *tables {
 		dispatch: &nftables.Set{Table: t, Name: "dispatch", IsMap: true, KeyType: nftables.TypeIFName, DataType: nftables.TypeVerdict},
 		caps:     &nftables.Set{Table: t, Name: "caps", IsMap: true, KeyType: nftables.TypeIFName, DataType: nftables.TypeVerdict},
 		proxied:  &nftables.Set{Table: t, Name: "proxied", KeyType: nftables.TypeIFName},
+	}
+}
+
+// tcpTimeoutName is the conntrack timeout policy of sandboxes' TCP flows.
+const tcpTimeoutName = "sandbox-tcp"
+
+// closedTimeout is how long conntrack keeps a sandbox's TCP flow once it
+// is closed (TIME_WAIT, CLOSE): not at all. ct count does not count those
+// states, the kernel keeps them 120 s and 10 s by default, and never
+// evicts them for new flows when the table is full (they are assured): a
+// sandbox that opened and closed connections fast held thousands of
+// entries against a cap of 40. A short timeout is not enough: entries
+// then live as long as that timeout times the rate of closes, and once
+// expired they wait for the kernel's garbage collector (up to a minute),
+// still in the table (1 s left 14572 entries with a cap of 40). An entry
+// whose timeout is 0 is expired the moment its flow closes, and it goes
+// while it is still counted: ct count keeps a list of the flows it
+// counted and counts each until a lookup (on the sandbox's next new
+// flows) finds it closed or gone, and that very lookup removes an expired
+// entry. So a sandbox's entries, closed ones included, stay within its
+// cap.
+//
+// What a closed flow loses is conntrack's memory of it: a late packet of
+// it (a retransmitted FIN whose last ACK was lost) is judged as new,
+// which from the internet means dropped, as it would be after TIME_WAIT
+// anyway.
+const closedTimeout = 0
+
+// tcpTimeouts returns the timeout policy of sandboxes' TCP flows, in
+// seconds: the kernel's defaults (net.netfilter.nf_conntrack_tcp_timeout_*)
+// but for the closed states. The other closing states (FIN_WAIT,
+// CLOSE_WAIT, LAST_ACK) are counted, and a half-closed stream may go on
+// for long in them. Every state is given: google/nftables fills the
+// missing ones from defaults of its own, which are not the kernel's
+// (and writes the ones given into them).
+func tcpTimeouts() expr.CtStatePolicyTimeout {
+	return expr.CtStatePolicyTimeout{
+		expr.CtStateTCPSYNSENT:     120,
+		expr.CtStateTCPSYNRECV:     60,
+		expr.CtStateTCPESTABLISHED: 432000,
+		expr.CtStateTCPFINWAIT:     120,
+		expr.CtStateTCPCLOSEWAIT:   60,
+		expr.CtStateTCPLASTACK:     30,
+		expr.CtStateTCPTIMEWAIT:    closedTimeout,
+		expr.CtStateTCPCLOSE:       closedTimeout,
+		expr.CtStateTCPSYNSENT2:    120,
+		expr.CtStateTCPRETRANS:     300,
+		expr.CtStateTCPUNACK:       300,
 	}
 }
 

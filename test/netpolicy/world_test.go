@@ -418,6 +418,19 @@ func (d *dnsServer) asked(name string) bool {
 	return d.seen[name] > 0
 }
 
+// askedUnder returns how many names under zone the server was asked.
+func (d *dnsServer) askedUnder(zone string) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := 0
+	for name := range d.seen {
+		if strings.HasSuffix(name, "."+zone) {
+			n++
+		}
+	}
+	return n
+}
+
 // streams are the slow streams the internet serves: raw TCP on streamPort
 // (the client first sends "id ID\n") and HTTP /stream?id=ID. Each sends a
 // tick every 100 ms until a write fails or the client goes.

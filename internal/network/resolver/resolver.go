@@ -93,7 +93,10 @@ type Options struct {
 }
 
 // A Resolver answers the DNS queries of sandboxes by their egress policy.
-// One Resolver may serve any number of sockets at once.
+// One Resolver may serve any number of sockets at once. Each Serve call
+// asks the upstream servers through sockets of its own, a few per server
+// whatever the number of queries (see upstream.go), and closes them when
+// it returns.
 type Resolver struct {
 	upstream []string
 	policy   func(netip.Addr) (*policy.Egress, bool)
@@ -159,7 +162,9 @@ func (r *Resolver) Serve(ctx context.Context, udp net.PacketConn, tcp net.Listen
 	// of queries still in flight, so shutting down does not wait for them.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	h := &handler{r: r, ctx: ctx}
+	ups := r.newUpstreams()
+	defer ups.close() // after the servers: no query uses them any more
+	h := &handler{r: r, ctx: ctx, ups: ups}
 	var servers []*dns.Server
 	if udp != nil {
 		servers = append(servers, &dns.Server{
@@ -240,6 +245,7 @@ func accept(dh dns.Header) dns.MsgAcceptAction {
 type handler struct {
 	r   *Resolver
 	ctx context.Context
+	ups upstreams
 }
 
 // ServeDNS answers one query. A panic (in Policy, OnAnswer or here) is
@@ -256,7 +262,7 @@ func (h *handler) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 		}
 	}()
 	tcp := w.RemoteAddr().Network() == "tcp"
-	resp := h.r.answer(h.ctx, addrOf(w.RemoteAddr()), req)
+	resp := h.r.answer(h.ctx, h.ups, addrOf(w.RemoteAddr()), req)
 	if tcp {
 		resp.Truncate(dns.MaxMsgSize)
 	} else {
@@ -268,8 +274,8 @@ func (h *handler) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	}
 }
 
-// answer returns the response to req from client.
-func (r *Resolver) answer(ctx context.Context, client netip.Addr, req *dns.Msg) *dns.Msg {
+// answer returns the response to req from client, asking ups if it must.
+func (r *Resolver) answer(ctx context.Context, ups upstreams, client netip.Addr, req *dns.Msg) *dns.Msg {
 	opt := req.IsEdns0()
 	// The accept function has rejected these already; checked again so
 	// that answer relies on nothing but its arguments.
@@ -326,12 +332,12 @@ func (r *Resolver) answer(ctx context.Context, client netip.Addr, req *dns.Msg) 
 		}}
 		return resp
 	}
-	return r.forward(ctx, client, req)
+	return r.forward(ctx, ups, client, req)
 }
 
 // forward answers an allowed query with the upstream's answer, and reports
 // the addresses in it before the client can use them.
-func (r *Resolver) forward(ctx context.Context, client netip.Addr, req *dns.Msg) *dns.Msg {
+func (r *Resolver) forward(ctx context.Context, ups upstreams, client netip.Addr, req *dns.Msg) *dns.Msg {
 	q := req.Question[0]
 	if !r.forwards.acquire(client) {
 		r.logger.Debug("dns: too many queries in flight", "client", client.String(), "name", q.Name)
@@ -339,7 +345,7 @@ func (r *Resolver) forward(ctx context.Context, client netip.Addr, req *dns.Msg)
 	}
 	defer r.forwards.release(client)
 
-	up, err := r.exchange(ctx, upstreamQuery(req))
+	up, err := r.exchange(ctx, ups, upstreamQuery(req))
 	if err != nil {
 		r.logger.Debug("dns: no upstream answer", "client", client.String(), "name", q.Name,
 			"type", dns.Type(q.Qtype).String(), "err", err)
@@ -383,12 +389,12 @@ func (r *Resolver) forward(ctx context.Context, client netip.Addr, req *dns.Msg)
 }
 
 // upstreamQuery returns the query sent upstream for req: the question in
-// the client's casing (so 0x20 randomization still works end to end), a
-// fresh ID, recursion desired, and EDNS of its own; the client's EDNS
-// options (cookies, client subnet, padding) are for this hop only.
+// the client's casing (so 0x20 randomization still works end to end),
+// recursion desired, and EDNS of its own; the client's EDNS options
+// (cookies, client subnet, padding) are for this hop only. Each exchange
+// gives it an ID of its own.
 func upstreamQuery(req *dns.Msg) *dns.Msg {
 	m := new(dns.Msg)
-	m.Id = dns.Id()
 	m.RecursionDesired = true
 	m.CheckingDisabled = req.CheckingDisabled
 	m.AuthenticatedData = req.AuthenticatedData
@@ -401,15 +407,36 @@ func upstreamQuery(req *dns.Msg) *dns.Msg {
 	return m
 }
 
+// upstreams are the upstream servers of one Serve call, in r.upstream's
+// order, with their sockets (see upstream.go).
+type upstreams []*upstream
+
+// newUpstreams returns the upstream servers; sockets open as queries
+// need them.
+func (r *Resolver) newUpstreams() upstreams {
+	ups := make(upstreams, len(r.upstream))
+	for i, addr := range r.upstream {
+		ups[i] = newUpstream(addr, r.logger)
+	}
+	return ups
+}
+
+// close closes every socket of ups.
+func (ups upstreams) close() {
+	for _, u := range ups {
+		u.close()
+	}
+}
+
 // exchange sends m to each upstream server in turn until one answers.
-func (r *Resolver) exchange(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
+func (r *Resolver) exchange(ctx context.Context, ups upstreams, m *dns.Msg) (*dns.Msg, error) {
 	var errs []error
-	for _, server := range r.upstream {
-		resp, err := r.exchangeWith(ctx, m, server)
+	for _, u := range ups {
+		resp, err := r.exchangeWith(ctx, m, u)
 		if err == nil {
 			return resp, nil
 		}
-		errs = append(errs, fmt.Errorf("%s: %w", server, err))
+		errs = append(errs, fmt.Errorf("%s: %w", u.addr, err))
 		if ctx.Err() != nil {
 			break
 		}
@@ -419,10 +446,10 @@ func (r *Resolver) exchange(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
 
 // exchangeWith asks one server: over UDP, then over TCP when the answer
 // did not fit.
-func (r *Resolver) exchangeWith(ctx context.Context, m *dns.Msg, server string) (*dns.Msg, error) {
-	resp, err := r.exchangeOver(ctx, "udp", m, server)
+func (r *Resolver) exchangeWith(ctx context.Context, m *dns.Msg, u *upstream) (*dns.Msg, error) {
+	resp, err := r.exchangeOver(ctx, "udp", m, u)
 	if err == nil && resp.Truncated {
-		resp, err = r.exchangeOver(ctx, "tcp", m, server)
+		resp, err = r.exchangeOver(ctx, "tcp", m, u)
 	}
 	if err != nil {
 		return nil, err
@@ -434,20 +461,10 @@ func (r *Resolver) exchangeWith(ctx context.Context, m *dns.Msg, server string) 
 }
 
 // exchangeOver makes one exchange over network, within r.timeout.
-func (r *Resolver) exchangeOver(ctx context.Context, network string, m *dns.Msg, server string) (*dns.Msg, error) {
+func (r *Resolver) exchangeOver(ctx context.Context, network string, m *dns.Msg, u *upstream) (*dns.Msg, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
-	c := &dns.Client{Net: network}
-	conn, err := c.DialContext(ctx, server)
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
-	// The exchange takes its deadline from ctx but does not watch it
-	// otherwise: closing the connection ends it when ctx is canceled.
-	defer context.AfterFunc(ctx, func() { conn.Close() })()
-	resp, _, err := c.ExchangeWithConnContext(ctx, m, conn)
-	return resp, err
+	return u.exchange(ctx, network, m)
 }
 
 // check reports whether resp is an answer to m the client can be given.

@@ -921,13 +921,15 @@ func FuzzAnswer(f *testing.F) {
 		f.Fatal(err)
 	}
 	r.timeout = 50 * time.Millisecond
+	ups := r.newUpstreams()
+	f.Cleanup(ups.close)
 	client := netip.MustParseAddr("127.0.0.1")
 	f.Fuzz(func(t *testing.T, data []byte) {
 		req := new(dns.Msg)
 		if req.Unpack(data) != nil {
 			return
 		}
-		resp := r.answer(context.Background(), client, req)
+		resp := r.answer(context.Background(), ups, client, req)
 		if resp.Id != req.Id || !resp.Response {
 			t.Errorf("answer to id %d (response %v), want %d", resp.Id, resp.Response, req.Id)
 		}
