@@ -115,6 +115,6 @@ func dialOut(ctx context.Context, network_, addr string) (net.Conn, error) {
 	if network.IsHostAddr(ap.Addr()) {
 		return nil, fmt.Errorf("egress proxy: %s is the host's own address", ap.Addr())
 	}
-	d := net.Dialer{Timeout: 10 * time.Second}
+	d := net.Dialer{Timeout: 10 * time.Second, Control: network.MarkEgress}
 	return d.DialContext(ctx, network_, addr)
 }

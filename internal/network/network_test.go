@@ -25,6 +25,7 @@ import (
 	"github.com/google/nftables/expr"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/hutch-sandbox/hutch/internal/network/policy"
 )
@@ -776,4 +777,147 @@ func TestCapRules(t *testing.T) {
 		}
 	})
 	check("after detaching two", ids[:1])
+}
+
+// TestSpoofedSourcesDropped: only packets from a sandbox's own address
+// pass, so none leaves unmasqueraded, reaches the host's services as
+// another sandbox, or escapes the sandbox's count. Sandboxes cannot spoof
+// today (they lack the capabilities); the test's sender, real root in the
+// sandbox's network namespace, can, with IP_TRANSPARENT.
+func TestSpoofedSourcesDropped(t *testing.T) {
+	w := newWorld(t)
+	pid, addr := w.sandbox("ispoof", mustPolicy(t, true, nil, nil))
+	_, other := w.sandbox("ispoofother", mustPolicy(t, true, nil, nil))
+	// A UDP server on the internet that records who sent what.
+	got := make(chan string, 64)
+	inNS(t, w.internet, func() {
+		pc, err := net.ListenPacket("udp4", "203.0.113.10:9999")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { pc.Close() })
+		go func() {
+			buf := make([]byte, 512)
+			for {
+				n, from, err := pc.ReadFrom(buf)
+				if err != nil {
+					return
+				}
+				got <- string(buf[:n]) + " from " + from.(*net.UDPAddr).IP.String()
+			}
+		}()
+	})
+	ns, err := netns.GetFromPid(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	// send sends msg from src (any address, through IP_TRANSPARENT) to dst.
+	send := func(src, dst, msg string) {
+		inNS(t, ns, func() {
+			lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+				var serr error
+				c.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.SOL_IP, unix.IP_TRANSPARENT, 1) })
+				return serr
+			}}
+			pc, err := lc.ListenPacket(context.Background(), "udp4", net.JoinHostPort(src, "0"))
+			if err != nil {
+				t.Errorf("bind %s: %v", src, err)
+				return
+			}
+			defer pc.Close()
+			d, _ := net.ResolveUDPAddr("udp4", dst)
+			if _, err := pc.WriteTo([]byte(msg), d); err != nil {
+				t.Errorf("send from %s: %v", src, err)
+			}
+		})
+	}
+	for _, src := range []string{"203.0.113.77", other.Sandbox.String(), "10.200.255.1"} {
+		send(src, "203.0.113.10:9999", "spoofed-"+src)
+	}
+	send(addr.Sandbox.String(), "203.0.113.10:9999", "genuine")
+	// The genuine packet arrives (masqueraded); none of the others, before
+	// or after it.
+	timeout := time.After(2 * time.Second)
+	var seen []string
+wait:
+	for {
+		select {
+		case m := <-got:
+			seen = append(seen, m)
+			if strings.HasPrefix(m, "genuine") {
+				break wait
+			}
+		case <-timeout:
+			break wait
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	for len(got) > 0 {
+		seen = append(seen, <-got)
+	}
+	if !slices.Contains(seen, "genuine from 203.0.113.254") {
+		t.Errorf("the sandbox's own packet did not arrive masqueraded: %q", seen)
+	}
+	for _, m := range seen {
+		if strings.HasPrefix(m, "spoofed") {
+			t.Errorf("a spoofed packet left the host: %q", m)
+		}
+	}
+}
+
+// TestMarkedEgressFlowsLeaveTheTable: the egress proxy's connections to
+// the internet are the host's own flows, which no sandbox's cap counts;
+// marked with EgressMark, they leave the conntrack table within seconds of
+// closing (conntrack's cleanup), instead of two minutes in TIME_WAIT.
+func TestMarkedEgressFlowsLeaveTheTable(t *testing.T) {
+	w := newWorld(t)
+	churn := func(dst string, control func(string, string, syscall.RawConn) error) {
+		inNS(t, w.host, func() {
+			d := net.Dialer{Timeout: time.Second, Control: control}
+			for range 200 {
+				c, err := d.Dial("tcp", dst)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				c.SetReadDeadline(time.Now().Add(time.Second))
+				c.Read(make([]byte, 64)) // the greeting
+				c.Close()
+			}
+		})
+	}
+	// Marked to one server; the control, unmarked, to another.
+	churn("203.0.113.10:8080", MarkEgress)
+	churn("198.51.100.7:8080", nil)
+	entries := func() (marked, unmarked int) {
+		inNS(t, w.host, func() {
+			flows, err := netlink.ConntrackTableList(netlink.ConntrackTable, unix.AF_INET)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range flows {
+				switch f.Forward.DstIP.String() {
+				case "203.0.113.10":
+					marked++
+				case "198.51.100.7":
+					unmarked++
+				}
+			}
+		})
+		return marked, unmarked
+	}
+	var marked, unmarked int
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
+		if marked, unmarked = entries(); marked == 0 {
+			break
+		}
+	}
+	t.Logf("entries left: %d marked, %d unmarked", marked, unmarked)
+	if marked > 0 {
+		t.Errorf("200 marked connections, closed, still hold %d entries", marked)
+	}
+	if unmarked < 150 {
+		t.Errorf("200 unmarked connections hold only %d entries: the test proves nothing", unmarked)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/netip"
+	"syscall"
 	"time"
 
 	"github.com/google/nftables"
@@ -24,6 +25,9 @@ import (
 //	                  new TCP flows get the timeouts of sandbox-tcp.
 //	ct timeout sandbox-tcp  conntrack's timeouts for sandboxes' TCP
 //	                  flows: none once closed (closedTimeout).
+//	chain egressout   (filter, output hook, after conntrack): the egress
+//	                  proxy's connections (socket mark EgressMark) get
+//	                  sandbox-tcp's timeouts.
 //	chain forward     (filter, forward hook): packets from sandbox links
 //	                  go to their sandbox's chain through the "dispatch"
 //	                  verdict map; nothing may start a connection into a
@@ -36,8 +40,9 @@ import (
 //	                  set) goes to the egress proxy.
 //	chain postrouting (nat): sandboxes' traffic leaving the host is
 //	                  masqueraded.
-//	chain cap-<id>    one per sandbox: its cap on flows tracked at once
-//	                  (ct count); its count lives in its one rule.
+//	chain cap-<id>    one per sandbox: packets not from its own address are
+//	                  dropped; then its cap on flows tracked at once (ct
+//	                  count), whose count lives in its rule.
 //	chain sbx-<id>    one per sandbox: its egress policy.
 //	set res-<id>      one per sandbox: addresses its allowed names resolved
 //	                  to, each for the answer's TTL.
@@ -198,6 +203,18 @@ func (m *Manager) addBase(c *nftables.Conn) *tables {
 		one(&expr.Lookup{SourceRegister: 1, SetName: tb.caps.Name, SetID: tb.caps.ID, IsDestRegSet: true, DestRegister: 0})))
 	c.AddRule(rule(t, tb.conncap, iifname(linkPrefix, false), ctState(expr.CtStateBitNEW), one(verdict(expr.VerdictDrop))))
 
+	// The egress proxy's connections to the internet are the host's, not
+	// a sandbox link's, so conncap does not see them: the proxy marks its
+	// sockets (EgressMark) and they leave the table as they close too,
+	// which bounds them by the proxy's own per-sandbox cap on connections.
+	egressOut := c.AddChain(&nftables.Chain{Name: "egressout", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityRef(*nftables.ChainPriorityNATDest - 50), Policy: &accept})
+	c.AddRule(rule(t, egressOut, []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binary.NativeEndian.AppendUint32(nil, EgressMark)},
+	}, nfproto(unix.NFPROTO_IPV4), l4proto(unix.IPPROTO_TCP),
+		one(&expr.Objref{Type: unix.NFT_OBJECT_CT_TIMEOUT, Name: tcpTimeoutName})))
+
 	tb.forward = c.AddChain(&nftables.Chain{Name: "forward", Table: t, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityRef(*nftables.ChainPriorityFilter - 1), Policy: &accept})
 	// From a sandbox: IPv6 never; IPv4 to its own chain; a link with no
@@ -275,6 +292,26 @@ func baseSets(t *nftables.Table) *tables {
 // tcpTimeoutName is the conntrack timeout policy of sandboxes' TCP flows.
 const tcpTimeoutName = "sandbox-tcp"
 
+// EgressMark is the socket mark (SO_MARK) of the egress proxy's connections
+// to the internet, by which the firewall gives them sandboxes' timeouts. A
+// host that routes by firewall mark must not use this value for itself.
+const EgressMark = 0x68757463 // "hutc"
+
+// MarkEgress is a net.Dialer's Control for the egress proxy: it marks the
+// socket with EgressMark (which needs CAP_NET_ADMIN).
+func MarkEgress(_, _ string, c syscall.RawConn) error {
+	var err error
+	if cerr := c.Control(func(fd uintptr) {
+		err = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_MARK, EgressMark)
+	}); cerr != nil {
+		return cerr
+	}
+	if err != nil {
+		return fmt.Errorf("mark the egress proxy's socket: %w", err)
+	}
+	return nil
+}
+
 // closedTimeout is how long conntrack keeps a sandbox's TCP flow once it
 // is closed (TIME_WAIT, CLOSE): not at all. ct count does not count those
 // states, the kernel keeps them 120 s and 10 s by default, and never
@@ -338,6 +375,17 @@ func (m *Manager) addSandbox(c *nftables.Conn, tb *tables, sb *sandboxNet, fresh
 		// is this rule's own (one rule per sandbox); a flow leaves it when
 		// conntrack forgets the flow (TCP already once it is closed).
 		capCh := c.AddChain(&nftables.Chain{Name: capChainName(sb.id), Table: t})
+		// Only the sandbox's own address. A sandbox cannot send from
+		// another today (raw sockets and IP_TRANSPARENT need capabilities
+		// it lacks), so this is defence in depth: a spoofed packet would
+		// leave unmasqueraded, reach the host's services as another
+		// sandbox, or escape this count.
+		own := sb.addr.As4()
+		c.AddRule(rule(t, capCh, nfproto(unix.NFPROTO_IPV4),
+			[]expr.Any{
+				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
+				&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: own[:]},
+			}, one(verdict(expr.VerdictDrop))))
 		c.AddRule(rule(t, capCh, ctState(expr.CtStateBitNEW), one(&expr.Connlimit{Count: m.maxConns, Flags: expr.NFT_CONNLIMIT_F_INV}), one(verdict(expr.VerdictDrop))))
 		// A final verdict: a jump that returns would go on to the
 		// conncap chain's drop of new flows.
