@@ -738,7 +738,7 @@ type hostState struct {
 
 // baseObjects are the chains and sets of the hutch table that are no
 // sandbox's; every other is some sandbox's.
-var baseObjects = []string{"conncap", "forward", "input", "prerouting", "postrouting", "dispatch", "caps", "proxied"}
+var baseObjects = []string{"conncap", "egressout", "forward", "input", "prerouting", "postrouting", "dispatch", "caps", "proxied"}
 
 // inspect reads the host namespace's links, firewall and conntrack table.
 func (w *world) inspect(t *testing.T) hostState {
