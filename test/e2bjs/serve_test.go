@@ -142,13 +142,18 @@ await Promise.all([0, 1, 2, 3].map(async () => { for (;;) await Sandbox.create({
 	if !sameSet(api, ours) {
 		t.Errorf("after the restart the API reports %v but the runtime has %v", api, ours)
 	}
+	// Each sandbox has two envd sockets: its API and its control socket.
 	socks, _ := filepath.Glob(filepath.Join(s.DataDir, "sockets", "*.sock"))
-	var sockIDs []string
+	var sockIDs, controlIDs []string
 	for _, p := range socks {
-		sockIDs = append(sockIDs, strings.TrimSuffix(filepath.Base(p), ".sock"))
+		if id, ok := strings.CutSuffix(filepath.Base(p), ".control.sock"); ok {
+			controlIDs = append(controlIDs, id)
+		} else {
+			sockIDs = append(sockIDs, strings.TrimSuffix(filepath.Base(p), ".sock"))
+		}
 	}
-	if !sameSet(api, sockIDs) {
-		t.Errorf("sockets %v, sandboxes %v", sockIDs, api)
+	if !sameSet(api, sockIDs) || !sameSet(api, controlIDs) {
+		t.Errorf("API sockets %v, control sockets %v, sandboxes %v", sockIDs, controlIDs, api)
 	}
 	t.Logf("%d runtime sandboxes at the kill, %d recorded and kept", before, len(api))
 	if len(api) == 0 {

@@ -270,12 +270,18 @@ func (p *Proxy) closeAll(s *server) {
 // current policy (after a policy update) and cuts those no longer allowed.
 // Returns how many it cut. Connections not judged yet need no recheck:
 // they read the policy after Recheck began, so they see the update.
+//
+// A client with no policy at all is a sandbox that is gone: all its
+// connections are cut, judged or not, and reset rather than closed, since
+// nothing will ever acknowledge a FIN (the socket would wait in FIN_WAIT1
+// for minutes).
 func (p *Proxy) Recheck(client netip.Addr) int {
 	client = client.Unmap()
+	pol, ok := p.opts.Policy(client)
 	var judged []*conn
 	p.mu.Lock()
 	for c := range p.conns[client] {
-		if c.judged {
+		if c.judged || !ok {
 			judged = append(judged, c)
 		}
 	}
@@ -283,11 +289,20 @@ func (p *Proxy) Recheck(client netip.Addr) int {
 	if len(judged) == 0 {
 		return 0
 	}
-	pol, ok := p.opts.Policy(client)
+	if ok {
+		// Read again: the list above may hold connections judged under a
+		// policy older than the one read first.
+		pol, ok = p.opts.Policy(client)
+	}
 	cut := 0
 	for _, c := range judged {
 		if ok && p.allows(pol, client, c.dst.Addr(), c.hello) {
 			continue
+		}
+		if !ok {
+			if l, canLinger := c.c.(interface{ SetLinger(int) error }); canLinger {
+				l.SetLinger(0)
+			}
 		}
 		if p.close(c) {
 			cut++
