@@ -22,17 +22,22 @@ func TestLogsRecordProcesses(t *testing.T) {
 	if _, err := run(t, m, rec.ID, "", "exit 3"); err != nil {
 		t.Fatal(err)
 	}
-	all, err := m.Logs(ctx, k1.ID, rec.ID, LogQuery{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// envd's log reaches the host through a pipe its init copies from:
+	// an entry written as the command ends may take a moment.
+	var all []LogEntry
 	var started, ended *LogEntry
-	for i, e := range all {
-		switch e.Message {
-		case "process started":
-			started = &all[i]
-		case "process ended":
-			ended = &all[i]
+	for deadline := time.Now().Add(5 * time.Second); ended == nil && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if all, err = m.Logs(ctx, k1.ID, rec.ID, LogQuery{}); err != nil {
+			t.Fatal(err)
+		}
+		started, ended = nil, nil
+		for i, e := range all {
+			switch e.Message {
+			case "process started":
+				started = &all[i]
+			case "process ended":
+				ended = &all[i]
+			}
 		}
 	}
 	if started == nil || ended == nil {

@@ -489,20 +489,26 @@ func (m *Manager) Recover(ctx context.Context) error {
 	}
 	known := map[string]bool{}
 	var nets []network.Live
+	type adoption struct {
+		sbx  runtime.Sandbox
+		info runtimeInfo
+		rec  store.Sandbox
+	}
+	var alive []adoption
 	for _, rec := range all {
 		known[rec.ID] = true
-		alive := false
+		running := false
 		sbx, err := m.rt.Load(ctx, rec.ID)
 		if err == nil {
 			if st, err := sbx.Status(ctx); err == nil && st.State == runtime.StateRunning {
-				alive = true
+				running = true
 			}
 		}
 		var info runtimeInfo
 		if json.Unmarshal([]byte(rec.Runtime), &info) != nil || info.Socket == "" {
-			alive = false
+			running = false
 		}
-		if !alive {
+		if !running {
 			m.logger.Info("sandbox gone while the server was down", "id", rec.ID)
 			if err := m.remove(ctx, rec.ID); err != nil {
 				return err
@@ -512,10 +518,23 @@ func (m *Manager) Recover(ctx context.Context) error {
 		if info.Control == "" {
 			info.Control = info.Socket // made before the control socket
 		}
-		m.adopt(sbx, newRoute(info.Socket, info.Control), &rec)
+		alive = append(alive, adoption{sbx, info, rec})
 		if p, err := egressOf(&rec); err == nil && p.Internet {
 			nets = append(nets, network.Live{ID: rec.ID, Policy: p})
 		}
+	}
+	if m.net != nil {
+		// The firewall for the sandboxes to adopt, replacing the previous
+		// server's in one step; links of sandboxes gone are removed. Before
+		// any is adopted: one that ends at once (killed while no server
+		// ran, its teardown not finished) is removed by its watch, whose
+		// Detach must find its network.
+		if err := m.net.Start(ctx, nets); err != nil {
+			return fmt.Errorf("sandbox networks: %w", err)
+		}
+	}
+	for _, a := range alive {
+		m.adopt(a.sbx, newRoute(a.info.Socket, a.info.Control), &a.rec)
 	}
 	statuses, err := m.rt.List(ctx)
 	if err != nil {
@@ -541,13 +560,6 @@ func (m *Manager) Recover(ctx context.Context) error {
 		}
 		if !ok || !known[id] {
 			os.Remove(filepath.Join(m.sockets, e.Name()))
-		}
-	}
-	if m.net != nil {
-		// The firewall for the adopted sandboxes, replacing the previous
-		// server's in one step; links of sandboxes gone are removed.
-		if err := m.net.Start(ctx, nets); err != nil {
-			return fmt.Errorf("sandbox networks: %w", err)
 		}
 	}
 	// Only now: warm sandboxes are not recorded, so the orphan sweep above
