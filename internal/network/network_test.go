@@ -874,7 +874,7 @@ func TestMarkedEgressFlowsLeaveTheTable(t *testing.T) {
 	w := newWorld(t)
 	churn := func(dst string, control func(string, string, syscall.RawConn) error) {
 		inNS(t, w.host, func() {
-			d := net.Dialer{Timeout: time.Second, Control: control}
+			d := net.Dialer{Timeout: 10 * time.Second, Control: control}
 			for range 200 {
 				c, err := d.Dial("tcp", dst)
 				if err != nil {
