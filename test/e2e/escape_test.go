@@ -34,6 +34,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -991,7 +992,7 @@ var abiClasses = []string{
 	"fsopen", "open_tree", "move_mount", "mount_setattr", "statmount", "listmount",
 	"open_tree_attr", "listns", "open_by_handle_at", "name_to_handle_at", "bpf",
 	"perf_event_open", "add_key", "keyctl", "request_key", "userfaultfd",
-	"io_uring_setup", "fanotify_init", "init_module", "finit_module", "delete_module",
+	"io_uring_setup", "io_setup", "fanotify_init", "init_module", "finit_module", "delete_module",
 	"kexec_load", "reboot-cad-off", "swapon", "syslog", "acct", "settimeofday",
 	"clock_settime", "process_vm_readv", "kcmp", "pidfd_getfd", "mbind",
 	"set_mempolicy", "personality", "ioctl-tiocsti", "socket-vsock", "socket-alg",
@@ -1030,6 +1031,8 @@ done
 			return "OK"
 		case "socket-vsock", "socket-alg":
 			return "EAFNOSUPPORT"
+		case "io_setup":
+			return "ENOSYS"
 		}
 		return "EPERM"
 	}
@@ -1084,4 +1087,55 @@ time.sleep(1000)
 	}
 	r := runSandbox(t, nil, "python3", "-c", "import os; os.openpty(); print('openpty: OK')")
 	wantLines(t, r, "openpty: OK")
+}
+
+// TestEscapeSharedUserBudgets: the kernel's per-user budgets (inotify
+// instances, POSIX message queue bytes) are charged to each sandbox's own
+// host uid, the owner of its user namespace: a sandbox that uses up its
+// own leaves them to other sandboxes and to the host's root.
+func TestEscapeSharedUserBudgets(t *testing.T) {
+	const hog = `
+import ctypes, errno, os, time
+libc = ctypes.CDLL(None, use_errno=True)
+rt = ctypes.CDLL("librt.so.1", use_errno=True)
+n = 0
+while n < 100000 and libc.inotify_init() >= 0:
+    n += 1
+print("inotify", n, errno.errorcode[ctypes.get_errno()], flush=True)
+rt.mq_open.restype = ctypes.c_int
+q = 0
+while q < 1000 and rt.mq_open(("/hog%d" % q).encode(), os.O_CREAT | os.O_RDWR, 0o600, None) >= 0:
+    q += 1
+print("mqueues", q, errno.errorcode[ctypes.get_errno()], flush=True)
+time.sleep(1000)
+`
+	const probe = `
+import ctypes, errno, os
+libc = ctypes.CDLL(None, use_errno=True)
+rt = ctypes.CDLL("librt.so.1", use_errno=True)
+fd = libc.inotify_init()
+print("inotify:", "OK" if fd >= 0 else errno.errorcode[ctypes.get_errno()])
+q = rt.mq_open(b"/probe", os.O_CREAT | os.O_RDWR, 0o600, None)
+print("mq_open:", "OK" if q >= 0 else errno.errorcode[ctypes.get_errno()])
+`
+	for _, user := range []string{"user", "root"} {
+		t.Run(user, func(t *testing.T) {
+			id := detachSandbox(t, []string{"--user", user}, "python3", "-c", hog)
+			out := waitOutput(t, id, func(out []byte) bool { return bytes.Contains(out, []byte("mqueues")) })
+			t.Logf("the hog: %s", out)
+			if !bytes.Contains(out, []byte("inotify ")) || !bytes.Contains(out, []byte("mqueues ")) {
+				t.Fatalf("the hog did not run: %q", out)
+			}
+			// Another sandbox, as the same user inside.
+			r := runSandbox(t, []string{"--user", user}, "python3", "-c", probe)
+			wantLines(t, r, "inotify: OK", "mq_open: OK")
+			// The host's root.
+			fd, err := syscall.InotifyInit1(syscall.IN_CLOEXEC)
+			if err != nil {
+				t.Errorf("the host's root cannot make an inotify instance while a sandbox holds its own: %v", err)
+			} else {
+				syscall.Close(fd)
+			}
+		})
+	}
 }

@@ -293,7 +293,10 @@ func (rt *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.San
 	// above the child's: under `ip netns exec` it was 7, the exit file.)
 	attr.Files = append(attr.Files, self.Fd())
 	exe := "/proc/self/fd/" + strconv.Itoa(len(attr.Files)-1)
-	pid, _, err := syscall.StartProcess(exe, []string{initArg0}, attr)
+	pid, err := startAsOwner(hostID, func() (int, error) {
+		pid, _, err := syscall.StartProcess(exe, []string{initArg0}, attr)
+		return pid, err
+	})
 	// The init has its own copies now. Ours must go at once: the sync
 	// socket reports EOF, and output pipes end, only when no copy is left.
 	child.Close()

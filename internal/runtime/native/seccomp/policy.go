@@ -68,6 +68,13 @@ var DeniedSyscalls = []string{
 	"get_mempolicy", "set_mempolicy", "mbind", "move_pages", "set_mempolicy_home_node",
 }
 
+// AbsentSyscalls fail with ENOSYS, as on a kernel built without them, so
+// programs take their fallback: Linux's native AIO, whose contexts come
+// from one host-wide table (fs.aio-max-nr) that nothing bounds per user or
+// cgroup — one sandbox could take it all. (libaio users such as InnoDB fall
+// back to threads.)
+var AbsentSyscalls = []string{"io_setup", "io_destroy", "io_submit", "io_cancel", "io_getevents", "io_pgetevents"}
+
 // Conditional are the syscalls allowed or refused by their arguments (see
 // Policy); clone3 is refused with ENOSYS.
 var Conditional = []string{"clone", "clone3", "ioctl", "personality", "socket", "socketpair"}
@@ -141,7 +148,7 @@ func Policy() seccomp.Policy {
 			},
 			// clone3 passes its flags in memory a filter cannot read: answer
 			// ENOSYS so libc falls back to clone, as Docker does.
-			{Action: seccomp.Action(ActionENOSYS), Names: []string{"clone3"}},
+			{Action: seccomp.Action(ActionENOSYS), Names: append([]string{"clone3"}, AbsentSyscalls...)},
 		},
 	}
 }

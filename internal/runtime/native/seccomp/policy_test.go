@@ -124,6 +124,8 @@ func TestVerdicts(t *testing.T) {
 		{"clone new user ns", auditArchX86_64, unix.SYS_CLONE, []uint64{unix.CLONE_NEWUSER | uint64(unix.SIGCHLD)}, ActionEPERM},
 		{"clone new net ns, high bits set", auditArchX86_64, unix.SYS_CLONE, []uint64{hi | unix.CLONE_NEWNET}, ActionEPERM},
 		{"clone3", auditArchX86_64, unix.SYS_CLONE3, nil, ActionENOSYS},
+		{"io_setup (AIO: one host-wide table)", auditArchX86_64, unix.SYS_IO_SETUP, []uint64{4096}, ActionENOSYS},
+		{"io_submit", auditArchX86_64, unix.SYS_IO_SUBMIT, nil, ActionENOSYS},
 
 		{"ioctl TCGETS", auditArchX86_64, unix.SYS_IOCTL, []uint64{0, unix.TCGETS}, ActionAllow},
 		{"ioctl TIOCGWINSZ", auditArchX86_64, unix.SYS_IOCTL, []uint64{0, unix.TIOCGWINSZ}, ActionAllow},
@@ -186,6 +188,7 @@ func TestEveryListedSyscall(t *testing.T) {
 		}
 	}
 	check(DeniedSyscalls, ActionEPERM)
+	check(AbsentSyscalls, ActionENOSYS)
 	for _, d := range deniedByNumber {
 		check([]string{d.name}, ActionEPERM)
 	}
@@ -202,7 +205,7 @@ func TestEverySyscallClassified(t *testing.T) {
 	}
 	nums := xsysSyscalls(t)
 	lists := map[string][]string{
-		"DeniedSyscalls": DeniedSyscalls, "Conditional": Conditional, "AllowedSyscalls": AllowedSyscalls,
+		"DeniedSyscalls": DeniedSyscalls, "AbsentSyscalls": AbsentSyscalls, "Conditional": Conditional, "AllowedSyscalls": AllowedSyscalls,
 	}
 	for _, d := range deniedByNumber {
 		lists["deniedByNumber"] = append(lists["deniedByNumber"], d.name)

@@ -73,6 +73,7 @@ func calls() map[string]call {
 		"request_key":       {287, unix.SYS_REQUEST_KEY, []uintptr{addr(&strUser), addr(&strKey), 0, 0}},
 		"userfaultfd":       {374, unix.SYS_USERFAULTFD, []uintptr{0}},
 		"io_uring_setup":    {425, unix.SYS_IO_URING_SETUP, []uintptr{1, addr(&scratch)}},
+		"io_setup":          {245, unix.SYS_IO_SETUP, []uintptr{4096, addr(&scratch)}},
 		"fanotify_init":     {338, unix.SYS_FANOTIFY_INIT, []uintptr{0, 0}},
 		"init_module":       {128, unix.SYS_INIT_MODULE, []uintptr{addr(&scratch), 4, addr(&strNone)}},
 		"finit_module":      {350, unix.SYS_FINIT_MODULE, []uintptr{0, addr(&strNone), 0}},
