@@ -334,3 +334,45 @@ func TestLimitRefused(t *testing.T) {
 		t.Errorf("sandbox directories before %v, after %v: refused runs left something behind", before, after)
 	}
 }
+
+// TestLimitTCPMemory: TCP socket buffers count against a sandbox's memory
+// limit (on cgroup v1 they have a counter of their own, which Hutch sets
+// to the same limit): data parked in loopback connections nobody reads
+// cannot take the host's memory. The hog queues until sends would block
+// (or it is killed for memory, as on cgroup v2).
+func TestLimitTCPMemory(t *testing.T) {
+	const hog = `
+import socket, sys, time
+ln = socket.socket(); ln.bind(("127.0.0.1", 0)); ln.listen(512)
+port = ln.getsockname()[1]
+conns, total = [], 0
+chunk = b"x" * 65536
+for i in range(200):
+    c = socket.create_connection(("127.0.0.1", port)); s, _ = ln.accept()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+    c.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8 << 20)
+    c.setblocking(False)
+    conns.append((c, s))
+    deadline = time.time() + 2
+    while time.time() < deadline:
+        try:
+            total += c.send(chunk)
+        except BlockingIOError:
+            break
+    if total > 600 << 20:
+        break
+print("queued_mib", total >> 20, flush=True)
+`
+	r := runSandbox(t, []string{"--memory", "64M"}, "python3", "-c", hog)
+	t.Logf("%v", r)
+	if r.Code == 137 {
+		return // killed at the limit: bounded
+	}
+	var mib int
+	if _, err := fmt.Sscanf(strings.TrimSpace(r.Stdout), "queued_mib %d", &mib); err != nil {
+		t.Fatalf("the hog's output: %v", r)
+	}
+	if mib > 128 {
+		t.Errorf("a 64 MiB sandbox queued %d MiB in TCP buffers", mib)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -64,6 +65,28 @@ func joinCgroup(m cgroups.Manager, pid int) error {
 	}
 	if err := m.Set(cg.Resources); err != nil {
 		return fmt.Errorf("set cgroup limits: %w", err)
+	}
+	return limitTCPMemory(m, cg.Resources.Memory)
+}
+
+// limitTCPMemory bounds a sandbox's TCP socket buffers on cgroup v1, where
+// the kernel charges them to a memory cgroup only once its
+// memory.kmem.tcp.limit_in_bytes is set (they have a counter of their own
+// there); without it a sandbox could park any amount of host memory in
+// connections nobody reads. Cgroup v2 charges socket memory with the rest
+// by default. opencontainers/cgroups leaves this file alone, so it is
+// written here; the limit is the sandbox's memory limit.
+func limitTCPMemory(m cgroups.Manager, limit int64) error {
+	if limit <= 0 || cgroups.IsCgroup2UnifiedMode() {
+		return nil
+	}
+	dir := m.Path("memory")
+	if dir == "" {
+		return nil
+	}
+	err := os.WriteFile(filepath.Join(dir, "memory.kmem.tcp.limit_in_bytes"), []byte(strconv.FormatInt(limit, 10)), 0)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("limit TCP memory: %w", err)
 	}
 	return nil
 }
