@@ -1139,3 +1139,27 @@ print("mq_open:", "OK" if q >= 0 else errno.errorcode[ctypes.get_errno()])
 		})
 	}
 }
+
+// TestEscapeNeighbourDisks: a sandbox's disk is a loop device whose
+// backing file names the host's data dir and the sandbox's id; nothing of
+// it may be readable from another sandbox (the review listed every
+// neighbour's id through /sys/block/loop*/loop/backing_file), nor the
+// host's kernel command line.
+func TestEscapeNeighbourDisks(t *testing.T) {
+	neighbour := detachSandbox(t, []string{"--disk", "64M"}, "sleep", "1000")
+	r := runSandbox(t, []string{"--user", "root", "--disk", "64M"}, "/bin/sh", "-c", `
+for d in /sys/block /sys/class/block /sys/dev/block /sys/devices/virtual/block; do echo "$d: $(ls -A $d 2>&1 | tr '\n' ' ')"; done
+cat /sys/block/*/loop/backing_file /sys/devices/virtual/block/*/loop/backing_file 2>/dev/null
+grep -rs loop /proc/self/mountinfo
+echo "cmdline: $(wc -c < /proc/cmdline)"
+echo end`)
+	wantLines(t, r, "end", "cmdline: 0")
+	for _, d := range []string{"/sys/block", "/sys/class/block", "/sys/dev/block", "/sys/devices/virtual/block"} {
+		wantLines(t, r, d+":")
+	}
+	for _, secret := range []string{neighbour, dataDir, "disk.img"} {
+		if strings.Contains(r.Stdout+r.Stderr, secret) {
+			t.Errorf("%q is visible from another sandbox:\n%v", secret, r)
+		}
+	}
+}

@@ -141,6 +141,14 @@ var (
 		"/proc/acpi", "/proc/asound", "/proc/interrupts", "/proc/kcore", "/proc/keys",
 		"/proc/latency_stats", "/proc/sched_debug", "/proc/scsi", "/proc/timer_list",
 		"/proc/timer_stats", "/sys/firmware", "/sys/devices/virtual/powercap",
+		// Beyond Docker's list. The host's block devices: each sandbox's
+		// disk is a loop device whose backing_file names the host's data
+		// dir and the sandbox's id, so every sandbox could list its
+		// neighbours'. A sandbox has no block device of its own to see.
+		"/sys/block", "/sys/class/block", "/sys/dev/block", "/sys/devices/virtual/block",
+		// The host's kernel command line (a VM agent's flags and ports) and
+		// build configuration.
+		"/proc/cmdline", "/proc/config.gz",
 	}
 	readonlyPaths = []string{
 		"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
