@@ -102,7 +102,7 @@ func (s *Store) Get(name string) (*Template, error) {
 	dir := filepath.Join(s.dir, name)
 	b, err := os.ReadFile(filepath.Join(dir, "template.json"))
 	if os.IsNotExist(err) {
-		return nil, fmt.Errorf("template %q in %s (build it with `hutch template build %s`): %w", name, s.dir, name, errdefs.ErrNotFound)
+		return nil, fmt.Errorf("template %q is not built (build it with `hutch template build %s`): %w", name, name, errdefs.ErrNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read template %q: %w", name, err)

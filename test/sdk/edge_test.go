@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -176,12 +177,22 @@ func TestNoHostPathsInside(t *testing.T) {
 			msgs = append(msgs, err.Error())
 		}
 	}
-	t.Logf("envd's answers: %q", msgs)
+	// The API's errors too: an unknown template.
+	if _, err := sdk.Create(ctx, sdk.CreateOptions{Config: e.cfg, Template: "no-such-template"}); err == nil {
+		t.Error("a sandbox of an unknown template was made")
+	} else {
+		msgs = append(msgs, err.Error())
+	}
+	t.Logf("envd's and the API's answers: %q", msgs)
 	out := run(t, sbx, `cat /proc/self/mountinfo /proc/1/mountinfo
 for f in /proc/[0-9]*/fd/* /proc/[0-9]*/cwd /proc/[0-9]*/exe; do readlink "$f"; done 2>/dev/null
 cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null | tr '\0' '\n'`, &sdk.RunOptions{User: "root"}).Stdout
 	all := strings.Join(msgs, "\n") + "\n" + out
-	for _, host := range []string{e.srv.DataDir, filepath.Dir(e.srv.DataDir), "/var/lib/hutch"} {
+	templates := os.Getenv("HUTCH_TEMPLATES")
+	if templates == "" {
+		templates = "/var/lib/hutch/templates"
+	}
+	for _, host := range []string{e.srv.DataDir, filepath.Dir(e.srv.DataDir), "/var/lib/hutch", templates} {
 		if strings.Contains(all, host) {
 			t.Errorf("the host path %s is visible inside:\n%s", host, all)
 		}
