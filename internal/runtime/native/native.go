@@ -81,6 +81,7 @@ func New(opts Options) (*Runtime, error) {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
 	rt := &Runtime{dataDir: abs, templates: opts.Templates, uidRegistry: UIDRegistry, subIDFiles: subIDFiles}
+	rt.adoptLegacyClaims()
 	// 0711: sandboxes' own uids must traverse to their layers, never list them.
 	for _, d := range []string{rt.dataDir, filepath.Join(rt.dataDir, "sandboxes"), filepath.Join(rt.dataDir, "empty")} {
 		if err := os.MkdirAll(d, 0o711); err != nil {

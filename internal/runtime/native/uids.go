@@ -174,3 +174,38 @@ func overlaps(rs []idRange, base int) bool {
 	}
 	return false
 }
+
+// adoptLegacyClaims moves the uid range claims an older Hutch kept in the
+// data dir (DataDir/uids/<slot>, holding the sandbox id) into the
+// host-wide registry, for the sandboxes that still exist, so that a new
+// sandbox never takes a range a sandbox made before the upgrade still uses.
+func (rt *Runtime) adoptLegacyClaims() {
+	legacy := filepath.Join(rt.dataDir, "uids")
+	ents, err := os.ReadDir(legacy)
+	if err != nil {
+		return
+	}
+	if err := os.MkdirAll(rt.uidRegistry, 0o700); err != nil {
+		return
+	}
+	for _, e := range ents {
+		p := filepath.Join(legacy, e.Name())
+		slot, err := strconv.Atoi(e.Name())
+		b, rerr := os.ReadFile(p)
+		if err != nil || rerr != nil {
+			continue
+		}
+		if dir := rt.sandboxDir(string(b)); validID(string(b)) && exists(dir) {
+			f, err := os.OpenFile(filepath.Join(rt.uidRegistry, strconv.Itoa(slot)), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+			if err != nil {
+				continue // claimed in the registry already (by whom is not ours to judge)
+			}
+			f.WriteString(dir)
+			f.Close()
+		}
+		os.Remove(p)
+	}
+	os.Remove(legacy) // only when empty
+}
+
+func exists(p string) bool { _, err := os.Stat(p); return err == nil }

@@ -134,3 +134,33 @@ func TestClaimSlotTakesBackStaleClaims(t *testing.T) {
 		t.Error("a claim succeeded with every range taken by a live sandbox")
 	}
 }
+
+// TestAdoptLegacyClaims: claims an older Hutch kept in the data dir move to
+// the host-wide registry for sandboxes that still exist, and are dropped
+// for the others.
+func TestAdoptLegacyClaims(t *testing.T) {
+	registry := t.TempDir()
+	rt := newUIDTestRuntime(t, registry, "")
+	legacy := filepath.Join(rt.dataDir, "uids")
+	if err := os.MkdirAll(legacy, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(rt.sandboxDir("old-alive"), 0o711); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(legacy, "0"), []byte("old-alive"), 0o600)
+	os.WriteFile(filepath.Join(legacy, "1"), []byte("old-gone"), 0o600)
+	rt.adoptLegacyClaims()
+	if b, err := os.ReadFile(filepath.Join(registry, "0")); err != nil || string(b) != rt.sandboxDir("old-alive") {
+		t.Errorf("registry claim of slot 0 = %q, %v; want the old sandbox's directory", b, err)
+	}
+	if _, err := os.Stat(filepath.Join(registry, "1")); err == nil {
+		t.Error("a gone sandbox's legacy claim was adopted")
+	}
+	if _, err := os.Stat(legacy); err == nil {
+		t.Error("the legacy claims directory is left")
+	}
+	if got := claim(t, rt, "new"); got != 1 {
+		t.Errorf("a new sandbox got slot %d, want 1 (0 is the old sandbox's)", got)
+	}
+}
