@@ -25,7 +25,8 @@ const (
 )
 
 // Commands runs processes in a sandbox: `/bin/bash -l -c CMD` as the
-// sandbox's default user unless told otherwise.
+// sandbox's default user unless told otherwise, or, with [Commands.Exec],
+// a program directly.
 type Commands struct {
 	envd *envdClient
 }
@@ -80,7 +81,36 @@ type ProcessInfo struct {
 // *CommandExitError together with the result. When ctx ends first, the
 // command is killed and the context's error returned.
 func (c *Commands) Run(ctx context.Context, cmd string, opts *RunOptions) (*CommandResult, error) {
-	h, err := c.start(ctx, cmd, opts, false)
+	h, err := c.start(ctx, shell(cmd), opts, false)
+	return c.wait(ctx, h, err)
+}
+
+// Exec runs the program argv[0] with the arguments argv[1:] and waits for
+// it, as [Commands.Run] does, but without a shell: envd starts the
+// program itself, so no login shell reads the user's startup files
+// (~/.bash_profile, ~/.profile, /etc/profile) and nothing in argv is
+// expanded or split. argv[0] is a path, or a name looked up in the PATH
+// of the command's environment (ErrInvalidArgument when there is no such
+// program); an absolute path leaves nothing of the user's (functions,
+// aliases, a PATH set in a profile) in the choice of program. The
+// environment is the one Run gives a command (envd's PATH, HOME, USER,
+// LOGNAME, the sandbox's variables, opts.Envs) without what a login shell
+// would add; the other options work as for Run.
+//
+// Exec is Hutch's addition: E2B's SDKs always run `/bin/bash -l -c CMD`.
+// The wire request is the same Process/Start with another cmd and args,
+// so it works with any envd.
+func (c *Commands) Exec(ctx context.Context, argv []string, opts *RunOptions) (*CommandResult, error) {
+	if len(argv) == 0 || argv[0] == "" {
+		return nil, &Error{Op: "exec", Kind: ErrInvalidArgument, Message: "no program to run"}
+	}
+	h, err := c.start(ctx, program{cmd: argv[0], args: argv[1:], what: "exec " + quoteArgs(argv)}, opts, false)
+	return c.wait(ctx, h, err)
+}
+
+// wait waits for a command Run or Exec started; when ctx ends first it
+// kills it.
+func (c *Commands) wait(ctx context.Context, h *CommandHandle, err error) (*CommandResult, error) {
 	if err != nil {
 		return nil, err
 	}
@@ -98,14 +128,36 @@ func (c *Commands) Run(ctx context.Context, cmd string, opts *RunOptions) (*Comm
 // only the start: the handle follows the command until it ends, its
 // Timeout passes or [CommandHandle.Disconnect] is called.
 func (c *Commands) Start(ctx context.Context, cmd string, opts *RunOptions) (*CommandHandle, error) {
-	return c.start(ctx, cmd, opts, true)
+	return c.start(ctx, shell(cmd), opts, true)
 }
 
-func (c *Commands) start(ctx context.Context, cmd string, opts *RunOptions, background bool) (*CommandHandle, error) {
+// program is what a command runs: cmd with args; what names it in
+// errors.
+type program struct {
+	cmd  string
+	args []string
+	what string
+}
+
+// shell is the program E2B's SDKs run for a command line.
+func shell(cmd string) program {
+	return program{cmd: "/bin/bash", args: []string{"-l", "-c", cmd}, what: "run " + strconv.Quote(cmd)}
+}
+
+// quoteArgs quotes each of argv as Go would and joins them with spaces.
+func quoteArgs(argv []string) string {
+	q := make([]string, len(argv))
+	for i, a := range argv {
+		q[i] = strconv.Quote(a)
+	}
+	return strings.Join(q, " ")
+}
+
+func (c *Commands) start(ctx context.Context, prog program, opts *RunOptions, background bool) (*CommandHandle, error) {
 	if opts == nil {
 		opts = &RunOptions{}
 	}
-	cfg := &process.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-l", "-c", cmd}, Envs: opts.Envs}
+	cfg := &process.ProcessConfig{Cmd: prog.cmd, Args: prog.args, Envs: opts.Envs}
 	if opts.Cwd != "" {
 		cfg.Cwd = &opts.Cwd
 	}
@@ -116,7 +168,7 @@ func (c *Commands) start(ctx context.Context, cmd string, opts *RunOptions, back
 	}
 	sinks := outputSinks{stdout: sink(opts.Stdout, opts.OnStdout), stderr: sink(opts.Stderr, opts.OnStderr)}
 	sinks.keepStdout, sinks.keepStderr = opts.Stdout == nil, opts.Stderr == nil
-	return startStream(ctx, c.envd, "run "+strconv.Quote(cmd), opts.Timeout, background, true, sinks,
+	return startStream(ctx, c.envd, prog.what, opts.Timeout, background, true, sinks,
 		func(sctx context.Context) (processStream, error) {
 			s, err := c.envd.proc.Start(sctx, streamRequest(msg, opts.User))
 			return startEvents{s}, err

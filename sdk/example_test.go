@@ -94,6 +94,23 @@ func ExampleCommands_Run() {
 	}
 }
 
+func ExampleCommands_Exec() {
+	ctx := context.Background()
+	sbx, err := sdk.Create(ctx, sdk.CreateOptions{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer sbx.Kill(context.Background())
+
+	// No shell: the user's startup files are not read, and a path with
+	// spaces or quotes is one argument.
+	res, err := sbx.Commands.Exec(ctx, []string{"/usr/bin/stat", "-c", "%a %U", "/home/user/it's here"}, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Print(res.Stdout)
+}
+
 func ExampleCommands_Start() {
 	ctx := context.Background()
 	sbx, err := sdk.Create(ctx, sdk.CreateOptions{})

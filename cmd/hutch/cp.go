@@ -57,8 +57,18 @@ Permission bits (and sticky; setuid and setgid are dropped when copying
 here) and modification times are kept; what is copied belongs to the user
 who copies: the sandbox user (-u) there, the caller here. Directories and
 symlinks travel as a tar stream, through a temporary file in the sandbox's
-/tmp; entries of a stream from a sandbox that would land outside DST
-(absolute names, "..", paths through symlinks) are refused.
+/tmp. Copying here, the sandbox's /usr/bin/tar (or /bin/tar) makes it,
+started directly with an empty environment, not through the user's shell
+and startup files. What the sandbox sends is checked here all the same: a
+copy of SRC writes only its own tree, DST/NAME (NAME: SRC's name) or the
+new DST; a stream entry anywhere else (an absolute name, "..", another
+name, a path through a symlink out of the tree) is refused and the copy
+fails. A new tree is extracted in a temporary directory beside it and
+renamed into place only once the whole stream was valid, so a failed copy
+leaves nothing (into an existing tree, what came before the failure
+stays, inside that tree). With SRC/. onto an existing DST, entries land in
+DST itself, replacing same-named files, but DST's own mode, owner and
+times are never taken from the stream.
 
 Files copied here keep their holes: aligned 4 KiB blocks of zeros are
 skipped rather than written, as cp --sparse=auto does, so a sparse file
@@ -296,11 +306,11 @@ func (c *copier) download(ctx context.Context, src, dst string) error {
 	case err == nil && to.IsDir():
 		switch {
 		case contents:
-			return c.downloadTree(ctx, src, true, clean, "")
+			return c.downloadTree(ctx, src, from, true, clean, "")
 		case regular:
 			return c.downloadFile(ctx, src, from, filepath.Join(clean, path.Base(src)))
 		}
-		return c.downloadTree(ctx, src, false, clean, "")
+		return c.downloadTree(ctx, src, from, false, clean, "")
 	case err == nil:
 		switch {
 		case dir || contents:
@@ -308,7 +318,7 @@ func (c *copier) download(ctx context.Context, src, dst string) error {
 		case regular:
 			return c.downloadFile(ctx, src, from, clean)
 		}
-		return c.downloadTree(ctx, src, false, filepath.Dir(clean), filepath.Base(clean))
+		return c.downloadTree(ctx, src, from, false, filepath.Dir(clean), filepath.Base(clean))
 	case !errors.Is(err, fs.ErrNotExist):
 		return err
 	}
@@ -322,16 +332,10 @@ func (c *copier) download(ctx context.Context, src, dst string) error {
 	case regular:
 		return c.downloadFile(ctx, src, from, clean)
 	case contents:
-		if err := os.Mkdir(clean, 0o755); err != nil {
-			return err
-		}
-		err := c.downloadTree(ctx, src, true, clean, "")
-		if err != nil {
-			os.Remove(clean) // if nothing was extracted in it
-		}
-		return err
+		// SRC/. onto a missing DST makes DST a copy of SRC.
+		return c.downloadTree(ctx, src, from, true, filepath.Dir(clean), filepath.Base(clean))
 	}
-	return c.downloadTree(ctx, src, false, filepath.Dir(clean), filepath.Base(clean))
+	return c.downloadTree(ctx, src, from, false, filepath.Dir(clean), filepath.Base(clean))
 }
 
 // downloadFile streams sandbox file src (described by info) to local
@@ -390,11 +394,36 @@ func (c *copier) downloadFile(ctx context.Context, src string, info *sdk.EntryIn
 	return nil
 }
 
-// downloadTree has the sandbox tar src into a temporary file, reads it
-// and extracts it in local directory dir. With contents the stream holds
-// what is in src (tar -C src .), else src itself, renamed to rename if
-// that is set. Holes travel as holes (tar --sparse) and are kept here.
-func (c *copier) downloadTree(ctx context.Context, src string, contents bool, dir, rename string) error {
+// downloadTree has the sandbox tar src (described by from) into a
+// temporary file, reads it and extracts it in local directory dir. With
+// contents the stream holds what is in src (tar -C src .), which goes in
+// dir itself, or becomes dir/rename if that is set; else the stream holds
+// src itself, which becomes dir/NAME (src's name, or rename if set).
+// Holes travel as holes (tar --sparse) and are kept here.
+//
+// The sandbox is not trusted with what lands here: archive.Unpack keeps
+// every entry inside the tree asked for (dir/NAME, or dir itself for
+// contents, whose own mode and times it leaves alone) and refuses the
+// stream otherwise; a new dir/NAME is made only from a stream that was
+// valid throughout.
+func (c *copier) downloadTree(ctx context.Context, src string, from *sdk.EntryInfo, contents bool, dir, rename string) error {
+	var (
+		members []string // tar's -C and member arguments
+		opts    archive.Options
+	)
+	if contents {
+		members = []string{"-C", src, "."}
+		if rename != "" {
+			opts = archive.Options{Name: ".", Rename: rename}
+		}
+	} else {
+		parent, name, err := c.treeName(src, from)
+		if err != nil {
+			return err
+		}
+		members = []string{"-C", parent, "./" + name}
+		opts = archive.Options{Name: name, Rename: rename}
+	}
 	if !c.ignoreFree {
 		if size, ok := c.treeSize(ctx, src); ok {
 			if err := c.checkSpace(dir, c.remoteName(src), size); err != nil {
@@ -402,19 +431,16 @@ func (c *copier) downloadTree(ctx context.Context, src string, contents bool, di
 			}
 		}
 	}
+	tarPath, err := c.tarPath(ctx)
+	if err != nil {
+		return err
+	}
 	tmp, err := tempName()
 	if err != nil {
 		return err
 	}
 	defer c.remove(ctx, tmp)
-	var script string
-	if contents {
-		script = fmt.Sprintf("tar -c --sparse -f %s -C %s .", shell.Quote(tmp), shell.Quote(src))
-	} else {
-		clean := path.Clean(src)
-		script = fmt.Sprintf("tar -c --sparse -f %s -C %s %s", shell.Quote(tmp), shell.Quote(path.Dir(clean)), shell.Quote("./"+path.Base(clean)))
-	}
-	if _, err := c.run(ctx, script); err != nil {
+	if _, err := c.exec(ctx, append([]string{tarPath, "-c", "--sparse", "-f", tmp}, members...)...); err != nil {
 		// GNU tar exits 1 when a file changed while it read it: the
 		// archive is complete, with a warning.
 		var ce *sdk.CommandExitError
@@ -434,9 +460,53 @@ func (c *copier) downloadTree(ctx context.Context, src string, contents bool, di
 	defer rc.Close()
 	label := "← " + c.remoteName(src)
 	bar := c.bar(label, size)
-	err = archive.Unpack(bar.reader(rc), dir, archive.Options{Rename: rename})
+	err = archive.Unpack(bar.reader(rc), dir, opts)
 	bar.finish()
+	if err != nil && !errors.Is(err, syscall.ENOSPC) {
+		return fmt.Errorf("%s: %w", c.remoteName(src), err)
+	}
 	return noSpace(err, dir, c.remoteName(src))
+}
+
+// treeName splits sandbox path src (described by from) into the
+// directory tar runs in and the name of the tree it archives. A path
+// without a name of its own ("/", "..") is named by the absolute path the
+// sandbox resolved it to.
+func (c *copier) treeName(src string, from *sdk.EntryInfo) (parent, name string, err error) {
+	usable := func(n string) bool { return n != "/" && n != "." && n != ".." }
+	clean := path.Clean(src)
+	if !usable(path.Base(clean)) && path.IsAbs(from.Path) {
+		clean = path.Clean(from.Path)
+	}
+	if !usable(path.Base(clean)) {
+		return "", "", fmt.Errorf("%s has no name to copy it under: copy its contents with %s/.", c.remoteName(src), c.remoteName(strings.TrimSuffix(src, "/")))
+	}
+	return path.Dir(clean), path.Base(clean), nil
+}
+
+// Programs a copy out of the sandbox runs there, by absolute path and
+// without a shell, so that nothing of the sandbox user's (startup files,
+// functions, aliases, PATH) chooses them, and through env -i, so that
+// they read no variable of the sandbox's (TAR_OPTIONS). A sandbox's root
+// can still replace them: what they send is checked here all the same.
+var (
+	envProgram  = "/usr/bin/env"
+	tarPrograms = []string{"/usr/bin/tar", "/bin/tar"} // the first there
+	duProgram   = "/usr/bin/du"
+)
+
+// tarPath is the first of tarPrograms the sandbox has.
+func (c *copier) tarPath(ctx context.Context) (string, error) {
+	for _, p := range tarPrograms {
+		info, err := c.stat(ctx, p)
+		if err != nil {
+			return "", err
+		}
+		if info != nil && info.Type != sdk.FileTypeDir {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("the sandbox has no tar (%s)", strings.Join(tarPrograms, ", "))
 }
 
 // treeSize is the apparent size of sandbox path src and what is under
@@ -445,15 +515,15 @@ func (c *copier) downloadTree(ctx context.Context, src string, contents bool, di
 func (c *copier) treeSize(ctx context.Context, src string) (size int64, ok bool) {
 	// du prints the total even when it cannot read some of the tree;
 	// tar then reports what it cannot read.
-	res, err := c.run(ctx, fmt.Sprintf("du -s -b -- %s 2>/dev/null; exit 0", shell.Quote(src)))
-	if err != nil {
+	res, _ := c.exec(ctx, duProgram, "-s", "-b", "--", src)
+	if res == nil {
 		return 0, false
 	}
 	fields := strings.Fields(res.Stdout)
 	if len(fields) == 0 {
 		return 0, false
 	}
-	size, err = strconv.ParseInt(fields[0], 10, 64)
+	size, err := strconv.ParseInt(fields[0], 10, 64)
 	return size, err == nil
 }
 
@@ -497,6 +567,23 @@ func absPath(p string) string {
 // reads as the command's standard error.
 func (c *copier) run(ctx context.Context, script string) (*sdk.CommandResult, error) {
 	res, err := c.sbx.Commands.Run(ctx, script, &sdk.RunOptions{User: c.user, Timeout: sdk.NoTimeout})
+	var ce *sdk.CommandExitError
+	if errors.As(err, &ce) {
+		msg := oneLine(ce.Stderr)
+		if msg == "" {
+			msg = ce.Error()
+		}
+		return res, &cliError{"in the sandbox: " + msg, err}
+	}
+	return res, err
+}
+
+// exec runs argv in the sandbox as the copy's user, without a shell and
+// with an empty environment but LC_ALL=C (env -i); argv[0] should be an
+// absolute path. A failure reads as the program's standard error.
+func (c *copier) exec(ctx context.Context, argv ...string) (*sdk.CommandResult, error) {
+	argv = append([]string{envProgram, "-i", "LC_ALL=C"}, argv...)
+	res, err := c.sbx.Commands.Exec(ctx, argv, &sdk.RunOptions{User: c.user, Timeout: sdk.NoTimeout})
 	var ce *sdk.CommandExitError
 	if errors.As(err, &ce) {
 		msg := oneLine(ce.Stderr)

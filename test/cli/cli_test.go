@@ -23,6 +23,7 @@ func TestCLI(t *testing.T) {
 	t.Run("exec", func(t *testing.T) { testExec(t, f, id) })
 	t.Run("shell", func(t *testing.T) { testShell(t, f, id) })
 	t.Run("cp", func(t *testing.T) { testCp(t, f, id) })
+	t.Run("cp from an untrusted sandbox", func(t *testing.T) { testCpUntrusted(t, f, id) })
 	t.Run("cp sparse", func(t *testing.T) { testCpSparse(t, f, id) })
 	t.Run("logs", func(t *testing.T) { testLogs(t, f, id) })
 	t.Run("completion", func(t *testing.T) { testCompletion(t, f, id) })

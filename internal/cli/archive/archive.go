@@ -1,7 +1,7 @@
 // Package archive moves file trees through tar streams, for `hutch cp`:
 // Pack writes a local tree with its modes, symlinks and modification
 // times, and Unpack extracts a stream into a local directory, refusing
-// every entry that would land outside it.
+// every entry that would land outside the tree it was asked for.
 //
 // The streams are plain tar, as GNU tar writes and reads them, so that the
 // other end can be `tar -c` or `tar -x` inside a sandbox.
@@ -152,28 +152,83 @@ func Size(src string) (int64, error) {
 
 // Options adjust [Unpack].
 type Options struct {
-	// Rename, if set, replaces the first component of every entry's name,
-	// so that the archive's top entry lands at DIR/Rename: how a copy
-	// takes a new name. It must be a single name, not "." or "..".
+	// Name, if set, says the stream is one tree, the one named Name in it:
+	// every entry must be Name itself or lie under Name/, once "./" and
+	// empty components are left out ("./Name/x" is Name/x). Any other
+	// entry is refused: "x", "./", "Namex/y". Name "." says the stream is
+	// a directory's contents, as `tar -C SRC .` writes them: its "./"
+	// entry is the tree, and Rename is required. Otherwise Name must be a
+	// single name, not "..".
+	//
+	// Without Name, the stream holds what goes in DIR itself.
+	Name string
+	// Rename, if set, is the name the tree takes in DIR instead of Name:
+	// how a copy takes a new name. It must be a single name, not "." or
+	// "..", and needs Name.
 	Rename string
 }
 
-// Unpack extracts the tar stream r into dir, which must exist.
+// check refuses options that make no sense.
+func (o Options) check() error {
+	single := func(s string) bool { return s != "" && s != "." && s != ".." && !strings.Contains(s, "/") }
+	switch {
+	case o.Name == "" && o.Rename != "":
+		return fmt.Errorf("archive: new name %q without the tree's name", o.Rename)
+	case o.Name != "" && o.Name != "." && !single(o.Name):
+		return fmt.Errorf("archive: invalid tree name %q", o.Name)
+	case o.Rename != "" && !single(o.Rename):
+		return fmt.Errorf("archive: invalid new name %q", o.Rename)
+	case o.Name == "." && o.Rename == "":
+		return errors.New(`archive: tree name "." without a new name`)
+	}
+	return nil
+}
+
+// stagePattern names the temporary directory a new tree is extracted in,
+// beside where it goes.
+const stagePattern = ".hutch-cp-*"
+
+// singleName is where, in the temporary directory, a tree that is not a
+// directory (a symlink, a file) is made.
+const singleName = "tree"
+
+// Unpack extracts the tar stream r into dir, which must exist. The stream
+// may come from someone who wants to write elsewhere: Unpack writes only
+// inside the tree it was asked for, whatever the stream holds.
 //
-// It never writes outside dir. It refuses, with an error, entries whose
-// names are absolute or contain "..", hard links to names outside dir, and
-// entries whose path goes through a symlink that leads out of dir (a
-// symlink the archive made or one that was there). Entries before the
-// refused one stay extracted. Symlinks are created with their targets as
-// they are: a target is data, only following one could escape.
+// Without opts.Name, the tree is dir itself: entries land in dir,
+// replacing what is in their way (as docker cp's SRC/. does), and the
+// entry for dir itself ("." or "./") is skipped, so that dir keeps its
+// mode, owner and times (it is modified only as any directory is when
+// entries are made in it). A refused entry stops the extraction; the
+// entries before it stay extracted.
+//
+// With opts.Name, the tree is dir/NAME, where NAME is opts.Rename or else
+// opts.Name, and it takes the mode and time of the stream's entry for the
+// tree. Nothing else in dir is touched. When dir/NAME is missing or is
+// not a directory, the tree is extracted in a new temporary directory in
+// dir (named like ".hutch-cp-123"), and renamed to dir/NAME (replacing a
+// non-directory there) only once the whole stream was read and every
+// entry was valid: a refused, cut or failed stream leaves nothing behind.
+// When dir/NAME is a directory already, the stream is merged into it,
+// entries replacing what is in their way; a refused entry stops the
+// extraction, the entries before it stay extracted, inside dir/NAME. A
+// stream holding no entry of the tree is an error.
+//
+// Unpack refuses, with an error naming the entry, entries whose names are
+// absolute or contain "..", entries outside the tree (see [Options]), hard
+// links to names outside it, and entries whose path goes through a
+// symlink that leads out of the tree (a symlink the stream made or one
+// that was there). Symlinks are created with their targets as they are: a
+// target is data, only following one could escape.
 //
 // Regular files (GNU tar's sparse ones too), directories, symlinks and
 // hard links are extracted; other types (devices, FIFOs) are skipped.
 // Files and directories get the entry's permission and sticky bits, never
 // setuid or setgid, and its modification time; owners are not restored
-// (files belong to the caller).
-// A non-directory in an entry's place is replaced; a directory in a
-// directory's place is kept and takes the entry's mode.
+// (files belong to the caller). A non-directory in an entry's place is
+// replaced; a directory in a directory's place is kept and takes the
+// entry's mode.
 //
 // Regular files are written as [sparse.Copy] writes them: their aligned
 // blocks of zeros become holes, whether or not the archive recorded them
@@ -181,38 +236,133 @@ type Options struct {
 // full (the stream ends early, the disk is full: errors.Is(err,
 // syscall.ENOSPC)) is removed before Unpack returns the error.
 func Unpack(r io.Reader, dir string, opts Options) error {
-	if opts.Rename != "" && (strings.Contains(opts.Rename, "/") || opts.Rename == "." || opts.Rename == "..") {
-		return fmt.Errorf("archive: invalid new name %q", opts.Rename)
+	if err := opts.check(); err != nil {
+		return err
 	}
-	root, err := os.OpenRoot(dir)
+	parent, err := os.OpenRoot(dir)
+	if err != nil {
+		return fmt.Errorf("archive: %w", err)
+	}
+	defer parent.Close()
+	if opts.Name == "" {
+		u := &unpacker{root: parent, skipRoot: true}
+		if err := u.unpack(r); err != nil {
+			return err
+		}
+		return u.finishDirs()
+	}
+	final := opts.Rename
+	if final == "" {
+		final = opts.Name
+	}
+	fi, err := parent.Lstat(final)
+	switch {
+	case err == nil && fi.IsDir():
+		return unpackMerge(r, parent, final, opts.Name)
+	case err == nil, errors.Is(err, fs.ErrNotExist):
+		return unpackStaged(r, dir, parent, final, opts.Name)
+	}
+	return fmt.Errorf("archive: %w", err)
+}
+
+// unpackMerge extracts the tree top of stream r into the existing
+// directory final of parent.
+func unpackMerge(r io.Reader, parent *os.Root, final, top string) error {
+	root, err := parent.OpenRoot(final)
 	if err != nil {
 		return fmt.Errorf("archive: %w", err)
 	}
 	defer root.Close()
-	u := &unpacker{root: root, rename: opts.Rename}
-	tr := tar.NewReader(r)
-	for {
-		hdr, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return fmt.Errorf("archive: %w", err)
-		}
-		if err := u.extract(hdr, tr); err != nil {
-			if escapes(err) {
-				err = fmt.Errorf("refused: it leads through a symlink out of the destination (%w)", err)
-			}
-			return fmt.Errorf("archive: entry %q: %w", hdr.Name, err)
-		}
+	u := &unpacker{root: root, top: top}
+	if err := u.unpack(r); err != nil {
+		return err
+	}
+	if !u.seen {
+		return u.empty()
 	}
 	return u.finishDirs()
 }
 
-// unpacker extracts one stream.
+// unpackStaged extracts the tree top of stream r in a new temporary
+// directory of parent (whose path is dir), then renames it to final.
+func unpackStaged(r io.Reader, dir string, parent *os.Root, final, top string) error {
+	stage, err := os.MkdirTemp(dir, stagePattern)
+	if err != nil {
+		return fmt.Errorf("archive: %w", err)
+	}
+	stage = filepath.Base(stage)
+	placed := false
+	defer func() {
+		if !placed {
+			parent.RemoveAll(stage)
+		}
+	}()
+	root, err := parent.OpenRoot(stage)
+	if err != nil {
+		return fmt.Errorf("archive: %w", err)
+	}
+	defer root.Close()
+	u := &unpacker{root: root, top: top, staged: true}
+	if err := u.unpack(r); err != nil {
+		return err
+	}
+	if !u.seen {
+		return u.empty()
+	}
+	if !u.single && !u.rootMode {
+		// A stream without an entry for the tree itself: it is made as
+		// missing parents are.
+		if err := root.Chmod(".", 0o755); err != nil {
+			return fmt.Errorf("archive: %w", err)
+		}
+	}
+	from := stage
+	if u.single {
+		from = path.Join(stage, singleName)
+	}
+	switch fi, err := parent.Lstat(final); {
+	case err == nil && fi.IsDir():
+		return fmt.Errorf("archive: %s: a directory appeared there during the extraction", final)
+	case err == nil:
+		if err := parent.Remove(final); err != nil {
+			return fmt.Errorf("archive: %w", err)
+		}
+	case !errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("archive: %w", err)
+	}
+	if err := parent.Rename(from, final); err != nil {
+		return fmt.Errorf("archive: %w", err)
+	}
+	placed = true
+	if u.single {
+		parent.Remove(stage)
+		return nil
+	}
+	// root follows the directory to its new name.
+	return u.finishDirs()
+}
+
+// unpacker extracts one stream into one tree.
 type unpacker struct {
-	root   *os.Root
-	rename string
+	// root is the tree's directory (or, for a tree that turns out to be a
+	// single non-directory, the temporary directory it is made in).
+	root *os.Root
+	// top is the tree's name in the stream: "" or "." when the stream
+	// holds the contents of root, else the name every entry must be or
+	// lie under.
+	top string
+	// skipRoot skips the entry for root itself: root keeps its mode and
+	// times.
+	skipRoot bool
+	// staged says root is a new temporary directory: the tree may then be
+	// a single non-directory, made at singleName in it.
+	staged bool
+	// single is set once the tree is such a non-directory: no entry may
+	// follow.
+	single bool
+	// seen is set once an entry of the tree was extracted; rootMode once
+	// the entry for the tree's directory was.
+	seen, rootMode bool
 	// dirs get their modes and times after everything else, so that a
 	// read-only directory does not block its own entries.
 	dirs []dirEntry
@@ -236,8 +386,36 @@ func escapes(err error) bool {
 	return strings.Contains(err.Error(), "path escapes from parent")
 }
 
-// name maps an archive name to a name relative to the root ("." for the
-// root itself), or "" for an entry to skip.
+// unpack extracts every entry of r.
+func (u *unpacker) unpack(r io.Reader) error {
+	tr := tar.NewReader(r)
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("archive: %w", err)
+		}
+		if err := u.extract(hdr, tr); err != nil {
+			if escapes(err) {
+				err = fmt.Errorf("refused: it leads through a symlink out of the tree being extracted (%w)", err)
+			}
+			return fmt.Errorf("archive: entry %q: %w", hdr.Name, err)
+		}
+	}
+}
+
+// empty is the error for a stream with no entry of the tree.
+func (u *unpacker) empty() error {
+	if u.top == "." {
+		return errors.New("archive: the stream holds no entry")
+	}
+	return fmt.Errorf("archive: the stream holds no entry for %q", u.top)
+}
+
+// name maps an archive name to a name relative to the tree's root ("."
+// for the root itself).
 func (u *unpacker) name(archived string) (string, error) {
 	if strings.HasPrefix(archived, "/") {
 		return "", errAbsolute
@@ -252,14 +430,14 @@ func (u *unpacker) name(archived string) (string, error) {
 		}
 		parts = append(parts, p)
 	}
-	if len(parts) == 0 {
-		if u.rename != "" {
-			return "", nil // the "./" of a `tar -C dir .` cannot be renamed
+	if u.top != "" && u.top != "." {
+		if len(parts) == 0 || parts[0] != u.top {
+			return "", fmt.Errorf("refused: outside %q, the tree being copied", u.top)
 		}
-		return ".", nil
+		parts = parts[1:]
 	}
-	if u.rename != "" {
-		parts[0] = u.rename
+	if len(parts) == 0 {
+		return ".", nil
 	}
 	return strings.Join(parts, "/"), nil
 }
@@ -267,8 +445,11 @@ func (u *unpacker) name(archived string) (string, error) {
 // extract writes one entry.
 func (u *unpacker) extract(hdr *tar.Header, r io.Reader) error {
 	name, err := u.name(hdr.Name)
-	if err != nil || name == "" {
+	if err != nil {
 		return err
+	}
+	if u.single {
+		return fmt.Errorf("refused: the tree %q is not a directory", u.top)
 	}
 	mode := fs.FileMode(hdr.Mode) & fs.ModePerm
 	if hdr.Mode&0o1000 != 0 {
@@ -276,14 +457,18 @@ func (u *unpacker) extract(hdr *tar.Header, r io.Reader) error {
 	}
 	switch hdr.Typeflag {
 	case tar.TypeDir:
+		if name == "." && u.skipRoot {
+			return nil
+		}
+		u.seen = true
 		return u.dir(name, mode, hdr.ModTime)
 	case tar.TypeReg, tar.TypeRegA, tar.TypeGNUSparse: //nolint:staticcheck // TypeRegA: old archives
-		if err := u.prepare(name); err != nil {
+		if name, err = u.place(name); err != nil {
 			return err
 		}
 		return u.file(name, mode, hdr.ModTime, r)
 	case tar.TypeSymlink:
-		if err := u.prepare(name); err != nil {
+		if name, err = u.place(name); err != nil {
 			return err
 		}
 		return u.root.Symlink(hdr.Linkname, name)
@@ -292,10 +477,10 @@ func (u *unpacker) extract(hdr *tar.Header, r io.Reader) error {
 		if err != nil {
 			return fmt.Errorf("hard link to %q: %w", hdr.Linkname, err)
 		}
-		if target == "" || target == "." {
+		if target == "." {
 			return fmt.Errorf("refused: hard link to %q, not a file", hdr.Linkname)
 		}
-		if err := u.prepare(name); err != nil {
+		if name, err = u.place(name); err != nil {
 			return err
 		}
 		return u.root.Link(target, name)
@@ -303,12 +488,23 @@ func (u *unpacker) extract(hdr *tar.Header, r io.Reader) error {
 	return nil // devices, FIFOs and the like
 }
 
+// place returns where a non-directory entry goes, made ready by prepare.
+// Only the first entry of a staged tree may be the tree itself.
+func (u *unpacker) place(name string) (string, error) {
+	if name == "." {
+		if !u.staged || u.seen {
+			return "", errors.New("refused: only a directory can take the destination's place")
+		}
+		u.single = true
+		name = singleName
+	}
+	u.seen = true
+	return name, u.prepare(name)
+}
+
 // prepare makes room for a non-directory entry: its parent directories
 // exist, and nothing but a directory is in its place.
 func (u *unpacker) prepare(name string) error {
-	if name == "." {
-		return errors.New("refused: only a directory can take the destination's place")
-	}
 	if err := u.root.MkdirAll(path.Dir(name), 0o755); err != nil {
 		return err
 	}
@@ -348,6 +544,8 @@ func (u *unpacker) dir(name string, mode fs.FileMode, mtime time.Time) error {
 				return err
 			}
 		}
+	} else {
+		u.rootMode = true
 	}
 	u.dirs = append(u.dirs, dirEntry{name: name, mode: mode, mtime: mtime})
 	return nil

@@ -5,10 +5,12 @@ import (
 	"bytes"
 	"errors"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -95,14 +97,14 @@ func TestPackUnpackRoundTrip(t *testing.T) {
 	want := snapshot(t, src)
 
 	tests := []struct {
-		name    string // archive name of the source
-		opts    Options
-		into    string // where the copy lands, relative to dst
-		mkInto  bool   // the destination exists already (contents copy)
-		wantTop bool   // want includes "." (the root entry applied)
+		name   string // archive name of the source
+		opts   Options
+		into   string // where the copy lands, relative to dst
+		mkInto bool   // the destination exists already (contents copy): it keeps its mode
 	}{
-		{name: "tree", into: "tree"},
-		{name: "tree", opts: Options{Rename: "renamed"}, into: "renamed"},
+		{name: "tree", opts: Options{Name: "tree"}, into: "tree"},
+		{name: "tree", opts: Options{Name: "tree", Rename: "renamed"}, into: "renamed"},
+		{name: ".", opts: Options{Name: ".", Rename: "new"}, into: "new"},
 		{name: ".", into: "existing", mkInto: true},
 	}
 	for _, tt := range tests {
@@ -130,6 +132,11 @@ func TestPackUnpackRoundTrip(t *testing.T) {
 				t.Fatal(err)
 			}
 			got := snapshot(t, filepath.Join(dst, tt.into))
+			want := want
+			if tt.mkInto {
+				want = maps.Clone(want)
+				want["."] = node{Kind: "dir", Mode: 0o700}
+			}
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("tree differs (-want +got):\n%s", diff)
 			}
@@ -161,7 +168,7 @@ func TestUnpackGNUTar(t *testing.T) {
 		opts Options
 		into string
 	}{
-		{"named", []string{"-C", parent, "./tree"}, Options{Rename: "copy"}, "copy"},
+		{"named", []string{"-C", parent, "./tree"}, Options{Name: "tree", Rename: "copy"}, "copy"},
 		{"contents", []string{"-C", src, "."}, Options{}, "."},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -326,7 +333,7 @@ func TestUnpackRefusesEscapes(t *testing.T) {
 		{
 			name:    "renamed dot-dot",
 			entries: []entry{{name: "top/../../outside/evil", typ: tar.TypeReg, body: "x"}},
-			opts:    Options{Rename: "new"},
+			opts:    Options{Name: "top", Rename: "new"},
 			wantErr: `".."`,
 		},
 	}
@@ -423,8 +430,8 @@ func TestUnpack(t *testing.T) {
 		},
 		{
 			name:    "rename of the top entry",
-			entries: []entry{{name: "./orig/", typ: tar.TypeDir, mode: 0o700}, {name: "./orig/f", typ: tar.TypeReg, body: "1"}, {name: "./", typ: tar.TypeDir, mode: 0o777}},
-			opts:    Options{Rename: "new"},
+			entries: []entry{{name: "./orig/", typ: tar.TypeDir, mode: 0o700}, {name: "./orig/f", typ: tar.TypeReg, body: "1"}},
+			opts:    Options{Name: "orig", Rename: "new"},
 			want:    map[string]node{".": {Kind: "dir", Mode: 0o755}, "new": {Kind: "dir", Mode: 0o700}, "new/f": {Kind: "file", Content: "1", Mode: 0o644}},
 		},
 		{
@@ -468,10 +475,13 @@ func TestUnpack(t *testing.T) {
 	}
 }
 
-func TestUnpackRejectsBadRename(t *testing.T) {
-	for _, r := range []string{"a/b", ".", ".."} {
-		if err := Unpack(makeTar(t, nil), t.TempDir(), Options{Rename: r}); err == nil {
-			t.Errorf("Rename %q accepted", r)
+func TestUnpackRejectsBadOptions(t *testing.T) {
+	for _, opts := range []Options{
+		{Name: "x", Rename: "a/b"}, {Name: "x", Rename: "."}, {Name: "x", Rename: ".."},
+		{Rename: "x"}, {Name: "."}, {Name: ".."}, {Name: "a/b"}, {Name: "/"},
+	} {
+		if err := Unpack(makeTar(t, []entry{{name: "x", typ: tar.TypeReg}}), t.TempDir(), opts); err == nil {
+			t.Errorf("%+v accepted", opts)
 		}
 	}
 }
@@ -568,5 +578,409 @@ func TestUnpackRemovesPartialFile(t *testing.T) {
 	}
 	if _, err := os.Lstat(filepath.Join(dst, "cut")); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("the partial file is still there (Lstat: %v)", err)
+	}
+}
+
+// hostDir makes the directory a copy from a sandbox lands in, as a home
+// directory would be, with a sibling directory beside the tree: dst,
+// mode 0755, holding .bashrc, .ssh/authorized_keys and sibling/f.
+func hostDir(t *testing.T) string {
+	t.Helper()
+	dst := filepath.Join(t.TempDir(), "home")
+	for _, step := range []error{
+		os.MkdirAll(filepath.Join(dst, ".ssh"), 0o700),
+		os.Mkdir(filepath.Join(dst, "sibling"), 0o755),
+		os.WriteFile(filepath.Join(dst, ".bashrc"), []byte("mine\n"), 0o644),
+		os.WriteFile(filepath.Join(dst, ".ssh", "authorized_keys"), []byte("ssh-ed25519 mine\n"), 0o600),
+		os.WriteFile(filepath.Join(dst, "sibling", "f"), []byte("sibling\n"), 0o644),
+		os.Chmod(dst, 0o755),
+	} {
+		if step != nil {
+			t.Fatal(step)
+		}
+	}
+	return dst
+}
+
+// leftovers lists the temporary directories Unpack left in dir.
+func leftovers(t *testing.T, dir string) []string {
+	t.Helper()
+	names, err := filepath.Glob(filepath.Join(dir, stagePattern))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return names
+}
+
+// archived is the modification time makeTar gives every entry.
+var archived = time.Unix(1e9, 0)
+
+// TestUnpackKeepsToTheTree feeds a copy of the tree "results" streams
+// with entries elsewhere, as a sandbox whose tar is not tar would send
+// them: each is refused with an error naming it, nothing outside the tree
+// changes, and a new tree is not made at all.
+func TestUnpackKeepsToTheTree(t *testing.T) {
+	tests := []struct {
+		name    string
+		entries []entry
+		wantErr string // besides the entry's name
+		entry   string // the refused entry, if not the last
+	}{
+		{
+			name:    "a file beside the tree",
+			entries: []entry{{name: "./results/", typ: tar.TypeDir, mode: 0o755}, {name: ".bashrc", typ: tar.TypeReg, body: "echo PWNED\n"}},
+			wantErr: `outside "results"`,
+		},
+		{
+			name:    "the review's stream",
+			entries: []entry{{name: "./.bashrc", typ: tar.TypeReg, body: "echo PWNED\n"}, {name: "./.ssh/authorized_keys", typ: tar.TypeReg, body: "ssh-ed25519 AAAA attacker\n"}},
+			wantErr: `outside "results"`,
+			entry:   "./.bashrc",
+		},
+		{
+			name:    "under a directory beside the tree",
+			entries: []entry{{name: "./.ssh/authorized_keys", typ: tar.TypeReg, body: "ssh-ed25519 AAAA attacker\n"}},
+			wantErr: `outside "results"`,
+		},
+		{
+			name:    "another tree",
+			entries: []entry{{name: "other/x", typ: tar.TypeReg, body: "x"}},
+			wantErr: `outside "results"`,
+		},
+		{
+			name:    "a name the tree's is a prefix of",
+			entries: []entry{{name: "./results/", typ: tar.TypeDir, mode: 0o755}, {name: "resultsx/y", typ: tar.TypeReg, body: "x"}},
+			wantErr: `outside "results"`,
+		},
+		{
+			name:    "the destination's own entry",
+			entries: []entry{{name: "./", typ: tar.TypeDir, mode: 0o1777}, {name: "./results/", typ: tar.TypeDir, mode: 0o755}},
+			wantErr: `outside "results"`,
+			entry:   "./",
+		},
+		{
+			name:    "the destination's own entry, last",
+			entries: []entry{{name: "./results/", typ: tar.TypeDir, mode: 0o755}, {name: "./results/f", typ: tar.TypeReg, body: "1"}, {name: ".", typ: tar.TypeDir, mode: 0o1777}},
+			wantErr: `outside "results"`,
+		},
+		{
+			name:    "a sibling's name, cleaned",
+			entries: []entry{{name: "results/../sibling/f", typ: tar.TypeReg, body: "x"}},
+			wantErr: `".."`,
+		},
+		{
+			name:    "absolute",
+			entries: []entry{{name: "/results/f", typ: tar.TypeReg, body: "x"}},
+			wantErr: "absolute name",
+		},
+		{
+			name:    "a hard link to a file beside the tree",
+			entries: []entry{{name: "results/", typ: tar.TypeDir, mode: 0o755}, {name: "results/keys", typ: tar.TypeLink, link: ".ssh/authorized_keys"}},
+			wantErr: `outside "results"`,
+		},
+		{
+			name: "through a symlink in the tree to a sibling",
+			entries: []entry{
+				{name: "results/", typ: tar.TypeDir, mode: 0o755},
+				{name: "results/up", typ: tar.TypeSymlink, link: "../sibling"},
+				{name: "results/up/f", typ: tar.TypeReg, body: "x"},
+			},
+			wantErr: "symlink out of the tree",
+		},
+		{
+			name: "a directory through a symlink in the tree",
+			entries: []entry{
+				{name: "results/", typ: tar.TypeDir, mode: 0o755},
+				{name: "results/home", typ: tar.TypeSymlink, link: ".."},
+				{name: "results/home/.ssh/", typ: tar.TypeDir, mode: 0o777},
+			},
+			wantErr: "symlink out of the tree",
+		},
+		{
+			name: "a hard link through a symlink in the tree",
+			entries: []entry{
+				{name: "results/", typ: tar.TypeDir, mode: 0o755},
+				{name: "results/home", typ: tar.TypeSymlink, link: ".."},
+				{name: "results/keys", typ: tar.TypeLink, link: "results/home/.ssh/authorized_keys"},
+			},
+			wantErr: "symlink out of the tree",
+		},
+	}
+	for _, tt := range tests {
+		for _, merge := range []bool{false, true} {
+			mode := "new tree"
+			if merge {
+				mode = "existing tree"
+			}
+			t.Run(tt.name+"/"+mode, func(t *testing.T) {
+				dst := hostDir(t)
+				tree := filepath.Join(dst, "results")
+				if merge {
+					os.Mkdir(tree, 0o750)
+					os.WriteFile(filepath.Join(tree, "old"), []byte("old"), 0o644)
+				}
+				before := snapshot(t, dst)
+				err := Unpack(makeTar(t, tt.entries), dst, Options{Name: "results"})
+				entry := tt.entry
+				if entry == "" {
+					entry = tt.entries[len(tt.entries)-1].name
+				}
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) || !strings.Contains(err.Error(), strconv.Quote(entry)) {
+					t.Fatalf("Unpack: %v; want an error naming entry %q and mentioning %q", err, entry, tt.wantErr)
+				}
+				after := snapshot(t, dst)
+				if merge {
+					// What was extracted stays, inside the tree.
+					for p := range after {
+						if p == "results" || strings.HasPrefix(p, "results/") {
+							delete(after, p)
+						}
+					}
+					for p := range before {
+						if p == "results" || strings.HasPrefix(p, "results/") {
+							delete(before, p)
+						}
+					}
+					if fi, err := os.Stat(tree); err != nil || fi.Mode().Perm() != 0o750 {
+						t.Errorf("the existing tree: %v, %v; want its mode 0750 kept", fi.Mode(), err)
+					}
+					if b, _ := os.ReadFile(filepath.Join(tree, "old")); string(b) != "old" {
+						t.Errorf("results/old is now %q", b)
+					}
+				}
+				if diff := cmp.Diff(before, after); diff != "" {
+					t.Errorf("the destination changed (-before +after):\n%s", diff)
+				}
+				if l := leftovers(t, dst); len(l) > 0 {
+					t.Errorf("left behind: %v", l)
+				}
+				if fi, _ := os.Stat(dst); fi.ModTime().Equal(archived) {
+					t.Errorf("the destination took the archive's time")
+				}
+			})
+		}
+	}
+}
+
+// TestUnpackTree copies the tree "results" into a directory: it lands at
+// results (or the new name) and nowhere else, the tree takes the mode of
+// its entry in the stream (setuid and setgid dropped), and the directory
+// it lands in keeps its own.
+func TestUnpackTree(t *testing.T) {
+	tests := []struct {
+		name    string
+		setup   func(t *testing.T, dst string)
+		entries []entry
+		opts    Options
+		want    map[string]node // paths under dst that are not in hostDir's
+	}{
+		{
+			name:    "GNU tar's names",
+			entries: []entry{{name: "./results/", typ: tar.TypeDir, mode: 0o750}, {name: "./results/f", typ: tar.TypeReg, body: "1"}, {name: "./results/sub/g", typ: tar.TypeReg, body: "2"}},
+			want: map[string]node{
+				"results": {Kind: "dir", Mode: 0o750}, "results/f": {Kind: "file", Content: "1", Mode: 0o644},
+				"results/sub": {Kind: "dir", Mode: 0o755}, "results/sub/g": {Kind: "file", Content: "2", Mode: 0o644},
+			},
+		},
+		{
+			name:    "plain and doubled slashes",
+			entries: []entry{{name: "results", typ: tar.TypeDir, mode: 0o700}, {name: "results//f", typ: tar.TypeReg, body: "1"}, {name: "./results/./g", typ: tar.TypeReg, body: "2"}},
+			want:    map[string]node{"results": {Kind: "dir", Mode: 0o700}, "results/f": {Kind: "file", Content: "1", Mode: 0o644}, "results/g": {Kind: "file", Content: "2", Mode: 0o644}},
+		},
+		{
+			name:    "a sticky, world-writable tree",
+			entries: []entry{{name: "./results/", typ: tar.TypeDir, mode: 0o1777}},
+			want:    map[string]node{"results": {Kind: "dir", Mode: 0o777 | fs.ModeSticky}},
+		},
+		{
+			name:    "a setuid and setgid tree",
+			entries: []entry{{name: "./results/", typ: tar.TypeDir, mode: 0o6755}, {name: "./results/f", typ: tar.TypeReg, body: "1"}},
+			want:    map[string]node{"results": {Kind: "dir", Mode: 0o755}, "results/f": {Kind: "file", Content: "1", Mode: 0o644}},
+		},
+		{
+			name:    "a read-only tree",
+			entries: []entry{{name: "./results/", typ: tar.TypeDir, mode: 0o500}, {name: "./results/f", typ: tar.TypeReg, body: "1", mode: 0o400}},
+			want:    map[string]node{"results": {Kind: "dir", Mode: 0o500}, "results/f": {Kind: "file", Content: "1", Mode: 0o400}},
+		},
+		{
+			name:    "a tree without its own entry",
+			entries: []entry{{name: "./results/f", typ: tar.TypeReg, body: "1"}},
+			want:    map[string]node{"results": {Kind: "dir", Mode: 0o755}, "results/f": {Kind: "file", Content: "1", Mode: 0o644}},
+		},
+		{
+			name:    "renamed",
+			entries: []entry{{name: "./results/", typ: tar.TypeDir, mode: 0o750}, {name: "./results/f", typ: tar.TypeReg, body: "1"}},
+			opts:    Options{Name: "results", Rename: "copy"},
+			want:    map[string]node{"copy": {Kind: "dir", Mode: 0o750}, "copy/f": {Kind: "file", Content: "1", Mode: 0o644}},
+		},
+		{
+			name:    "a directory's contents as a new tree",
+			entries: []entry{{name: "./", typ: tar.TypeDir, mode: 0o1777}, {name: "./f", typ: tar.TypeReg, body: "1"}},
+			opts:    Options{Name: ".", Rename: "copy"},
+			want:    map[string]node{"copy": {Kind: "dir", Mode: 0o777 | fs.ModeSticky}, "copy/f": {Kind: "file", Content: "1", Mode: 0o644}},
+		},
+		{
+			name:    "a symlink",
+			entries: []entry{{name: "./results", typ: tar.TypeSymlink, link: "../etc/passwd"}},
+			want:    map[string]node{"results": {Kind: "link", Target: "../etc/passwd"}},
+		},
+		{
+			name: "a symlink replacing a file",
+			setup: func(t *testing.T, dst string) {
+				os.WriteFile(filepath.Join(dst, "results"), []byte("old"), 0o644)
+			},
+			entries: []entry{{name: "./results", typ: tar.TypeSymlink, link: "target"}},
+			want:    map[string]node{"results": {Kind: "link", Target: "target"}},
+		},
+		{
+			name: "a directory replacing a symlink, not what it points to",
+			setup: func(t *testing.T, dst string) {
+				os.Symlink("sibling", filepath.Join(dst, "results"))
+			},
+			entries: []entry{{name: "./results/", typ: tar.TypeDir, mode: 0o755}, {name: "./results/f", typ: tar.TypeReg, body: "new"}},
+			want:    map[string]node{"results": {Kind: "dir", Mode: 0o755}, "results/f": {Kind: "file", Content: "new", Mode: 0o644}},
+		},
+		{
+			name: "merged into an existing tree",
+			setup: func(t *testing.T, dst string) {
+				os.Mkdir(filepath.Join(dst, "results"), 0o700)
+				os.WriteFile(filepath.Join(dst, "results", "old"), []byte("old"), 0o644)
+				os.WriteFile(filepath.Join(dst, "results", "f"), []byte("old f"), 0o644)
+			},
+			entries: []entry{{name: "./results/", typ: tar.TypeDir, mode: 0o750}, {name: "./results/f", typ: tar.TypeReg, body: "1"}},
+			want: map[string]node{
+				"results": {Kind: "dir", Mode: 0o750}, "results/f": {Kind: "file", Content: "1", Mode: 0o644},
+				"results/old": {Kind: "file", Content: "old", Mode: 0o644},
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dst := hostDir(t)
+			home := snapshot(t, dst)
+			if tt.setup != nil {
+				tt.setup(t, dst)
+			}
+			opts := tt.opts
+			if opts.Name == "" {
+				opts.Name = "results"
+			}
+			if err := Unpack(makeTar(t, tt.entries), dst, opts); err != nil {
+				t.Fatal(err)
+			}
+			want := maps.Clone(home)
+			maps.Copy(want, tt.want)
+			got := snapshot(t, dst)
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("the destination (-want +got):\n%s", diff)
+			}
+			// The tree's own entry, when there is one, gives its time.
+			for p := range tt.want {
+				if got[p].Kind != "dir" || strings.Contains(p, "/") || tt.entries[0].typ != tar.TypeDir {
+					continue
+				}
+				if fi, _ := os.Stat(filepath.Join(dst, p)); !fi.ModTime().Equal(archived) {
+					t.Errorf("%s modified at %v, want the archive's %v", p, fi.ModTime(), archived)
+				}
+			}
+			if l := leftovers(t, dst); len(l) > 0 {
+				t.Errorf("left behind: %v", l)
+			}
+			if fi, _ := os.Stat(dst); fi.ModTime().Equal(archived) {
+				t.Errorf("the destination took the archive's time")
+			}
+		})
+	}
+}
+
+// TestUnpackContentsKeepsDestination extracts a directory's contents (SRC/.)
+// into an existing directory: the stream's entry for the directory itself
+// does not change its mode or times.
+func TestUnpackContentsKeepsDestination(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		entries []entry
+		want    map[string]node
+	}{
+		{name: "./ alone", entries: []entry{{name: "./", typ: tar.TypeDir, mode: 0o1777}}},
+		{name: ". alone", entries: []entry{{name: ".", typ: tar.TypeDir, mode: 0o700}}},
+		{
+			name:    "./ first, as GNU tar writes it",
+			entries: []entry{{name: "./", typ: tar.TypeDir, mode: 0o1777}, {name: "./f", typ: tar.TypeReg, body: "1"}},
+			want:    map[string]node{"f": {Kind: "file", Content: "1", Mode: 0o644}},
+		},
+		{
+			name:    "./ last",
+			entries: []entry{{name: "./d/", typ: tar.TypeDir, mode: 0o750}, {name: ".//", typ: tar.TypeDir, mode: 0o6777}},
+			want:    map[string]node{"d": {Kind: "dir", Mode: 0o750}},
+		},
+		{
+			name:    "same-named files are replaced",
+			entries: []entry{{name: "./", typ: tar.TypeDir, mode: 0o1777}, {name: "./.bashrc", typ: tar.TypeReg, body: "theirs\n", mode: 0o600}},
+			want:    map[string]node{".bashrc": {Kind: "file", Content: "theirs\n", Mode: 0o600}},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dst := hostDir(t)
+			old := time.Date(2021, 5, 6, 7, 8, 9, 0, time.UTC)
+			if err := os.Chtimes(dst, old, old); err != nil {
+				t.Fatal(err)
+			}
+			want := snapshot(t, dst)
+			maps.Copy(want, tc.want)
+			if err := Unpack(makeTar(t, tc.entries), dst, Options{}); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(want, snapshot(t, dst)); diff != "" {
+				t.Errorf("the destination (-want +got):\n%s", diff)
+			}
+			fi, err := os.Stat(dst)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := fi.Mode() & (fs.ModePerm | fs.ModeSticky | fs.ModeSetuid | fs.ModeSetgid); got != 0o755 {
+				t.Errorf("the destination's mode is %v, want 0755 kept", got)
+			}
+			if len(tc.want) == 0 && !fi.ModTime().Equal(old) {
+				t.Errorf("the destination's time is %v, want %v kept", fi.ModTime(), old)
+			}
+			if fi.ModTime().Equal(archived) {
+				t.Errorf("the destination took the archive's time")
+			}
+		})
+	}
+}
+
+// TestUnpackNewTreeAllOrNothing: a new tree whose stream is cut, or holds
+// nothing, is not made.
+func TestUnpackNewTreeAllOrNothing(t *testing.T) {
+	full := makeTar(t, []entry{
+		{name: "./results/", typ: tar.TypeDir, mode: 0o755},
+		{name: "./results/first", typ: tar.TypeReg, body: "complete"},
+		{name: "./results/cut", typ: tar.TypeReg, body: strings.Repeat("x", 100<<10)},
+	}).Bytes()
+	for _, tc := range []struct {
+		name    string
+		stream  []byte
+		wantErr string
+	}{
+		{"cut", full[:bytes.Index(full, []byte("xxxx"))+50<<10], `entry "./results/cut"`},
+		{"empty", makeTar(t, nil).Bytes(), `no entry for "results"`},
+		{"only skipped types", makeTar(t, []entry{{name: "results", typ: tar.TypeFifo}}).Bytes(), `no entry for "results"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dst := hostDir(t)
+			before := snapshot(t, dst)
+			err := Unpack(bytes.NewReader(tc.stream), dst, Options{Name: "results"})
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("Unpack: %v, want an error mentioning %q", err, tc.wantErr)
+			}
+			if diff := cmp.Diff(before, snapshot(t, dst)); diff != "" {
+				t.Errorf("the destination changed (-before +after):\n%s", diff)
+			}
+			if l := leftovers(t, dst); len(l) > 0 {
+				t.Errorf("left behind: %v", l)
+			}
+		})
 	}
 }

@@ -1,0 +1,162 @@
+package cli
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// hostileTar is the review's ~/.bash_profile: a tar() function that
+// answers every `tar -c -f FILE` with an archive of its own, whose
+// entries lie beside the tree asked for.
+const hostileTar = `tar() {
+  local out="" create=0 prev=""
+  for a in "$@"; do [ "$prev" = "-f" ] && out="$a"; [ "$a" = "-c" ] && create=1; prev="$a"; done
+  if [ $create = 1 ] && [ -n "$out" ]; then
+    mkdir -p /tmp/.e/.ssh; echo 'echo PWNED-by-sandbox' > /tmp/.e/.bashrc; echo 'ssh-ed25519 AAAA attacker' > /tmp/.e/.ssh/authorized_keys
+    command tar -c -f "$out" -C /tmp/.e ./.bashrc ./.ssh/authorized_keys; return 0
+  fi
+  command tar "$@"
+}
+`
+
+// replacedTar is the same, as the sandbox's root could put it in place
+// of /usr/bin/tar itself.
+const replacedTar = `#!/bin/sh
+out="" create=0 prev=""
+for a in "$@"; do [ "$prev" = "-f" ] && out="$a"; [ "$a" = "-c" ] && create=1; prev="$a"; done
+if [ $create = 1 ] && [ -n "$out" ]; then
+  mkdir -p /tmp/.r/.ssh; echo 'echo PWNED-by-root' > /tmp/.r/.bashrc; echo 'ssh-ed25519 AAAA root-attacker' > /tmp/.r/.ssh/authorized_keys
+  exec /usr/bin/tar.real -c -f "$out" -C /tmp/.r ./.bashrc ./.ssh/authorized_keys
+fi
+exec /usr/bin/tar.real "$@"
+`
+
+// fakeHome makes a local directory with the files a copy out of a
+// sandbox must not touch: .bashrc and .ssh/authorized_keys.
+func fakeHome(t *testing.T) string {
+	t.Helper()
+	home := filepath.Join(t.TempDir(), "fakehome")
+	for _, step := range []error{
+		os.MkdirAll(filepath.Join(home, ".ssh"), 0o700),
+		os.WriteFile(filepath.Join(home, ".bashrc"), []byte("# mine\n"), 0o644),
+		os.WriteFile(filepath.Join(home, ".ssh", "authorized_keys"), []byte("ssh-ed25519 AAAA mine\n"), 0o600),
+		os.Chmod(home, 0o755),
+	} {
+		if step != nil {
+			t.Fatal(step)
+		}
+	}
+	return home
+}
+
+// testCpUntrusted copies out of a sandbox whose user, then whose root,
+// tampers with the tar that cp runs there (review finding: a tar()
+// function in ~/.bash_profile made `hutch cp ID:DIR HOSTDIR/` overwrite
+// HOSTDIR/.bashrc and HOSTDIR/.ssh/authorized_keys), and a directory's
+// contents whose mode the destination must not take.
+func testCpUntrusted(t *testing.T, f *fixture, id string) {
+	f.ok(t, "exec", id, "--", "rm -rf ~/results && mkdir -p ~/results/sub && echo real >~/results/report.txt && echo deep >~/results/sub/x")
+	want := f.remoteTree(t, id, "/home/user/results")
+	cp := func(t *testing.T, args ...string) {
+		t.Helper()
+		r := f.hutch(t, "", append([]string{"cp"}, args...)...)
+		if r.Code != 0 || r.Stdout != "" || r.Stderr != "" {
+			t.Fatalf("cp %s: %s", strings.Join(args, " "), r)
+		}
+	}
+
+	t.Run("a tar function in the user's profile", func(t *testing.T) {
+		profile := filepath.Join(t.TempDir(), "bash_profile")
+		if err := os.WriteFile(profile, []byte(hostileTar), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cp(t, profile, id+":/home/user/.bash_profile") // as the default user
+		t.Cleanup(func() { f.hutch(t, "", "exec", id, "--", "rm", "-f", "/home/user/.bash_profile") })
+		// The function is there for a login shell: tar through one lists
+		// the sandbox's own entries.
+		if got := f.ok(t, "exec", id, "--", "tar -c -f /tmp/probe.tar -C /home/user ./results && command tar -t -f /tmp/probe.tar"); got != "./.bashrc\n./.ssh/authorized_keys\n" {
+			t.Fatalf("the profile's tar() archived %q; want its own entries", got)
+		}
+
+		home := fakeHome(t)
+		before := treeLines(t, home)
+		for _, tc := range []struct{ dst, tree string }{
+			{home + "/", "results"},                     // into HOSTDIR, under its name
+			{filepath.Join(home, "renamed"), "renamed"}, // to a new name
+		} {
+			r := f.hutch(t, "", "cp", id+":/home/user/results", tc.dst)
+			if r.Code != 0 || r.Stdout != "" || r.Stderr != "" {
+				t.Errorf("cp %s:/home/user/results %s: %s", id, tc.dst, r)
+			}
+			var outside []string
+			for _, l := range treeLines(t, home) {
+				if !strings.HasPrefix(l, "results/") && !strings.HasPrefix(l, "results|") && !strings.HasPrefix(l, "renamed/") && !strings.HasPrefix(l, "renamed|") {
+					outside = append(outside, l)
+				}
+			}
+			if diff := cmp.Diff(before, outside); diff != "" {
+				t.Errorf("cp to %s: outside the copied trees, HOSTDIR changed (-before +after):\n%s", tc.dst, diff)
+			}
+			if diff := cmp.Diff(want, treeLines(t, filepath.Join(home, tc.tree))); diff != "" {
+				t.Errorf("HOSTDIR/%s is not the sandbox's results (-want +got):\n%s", tc.tree, diff)
+			}
+		}
+	})
+
+	t.Run("a tar replaced by the sandbox's root", func(t *testing.T) {
+		script := filepath.Join(t.TempDir(), "tar")
+		if err := os.WriteFile(script, []byte(replacedTar), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		f.ok(t, "exec", "-u", "root", id, "--", "mv /usr/bin/tar /usr/bin/tar.real")
+		t.Cleanup(func() { f.hutch(t, "", "exec", "-u", "root", id, "--", "mv -f /usr/bin/tar.real /usr/bin/tar") })
+		cp(t, "-u", "root", script, id+":/usr/bin/tar")
+
+		home := fakeHome(t)
+		before := treeLines(t, home)
+		for _, dst := range []string{home + "/", filepath.Join(home, "renamed")} {
+			r := f.hutch(t, "", "cp", id+":/home/user/results", dst)
+			wantFailure(t, r, 1, `entry "./.bashrc": refused: outside "results"`)
+			if !strings.Contains(r.Stderr, id+":/home/user/results") {
+				t.Errorf("stderr %q does not name the copy's source", r.Stderr)
+			}
+		}
+		if diff := cmp.Diff(before, treeLines(t, home)); diff != "" {
+			t.Errorf("HOSTDIR changed (-before +after):\n%s", diff)
+		}
+	})
+
+	t.Run("a directory's contents keep the destination's mode", func(t *testing.T) {
+		f.ok(t, "exec", id, "--", "rm -rf /tmp/outdir && mkdir /tmp/outdir && echo out >/tmp/outdir/f && chmod 1777 /tmp/outdir && touch -d 2001-09-09T01:46:40Z /tmp/outdir")
+		dst := filepath.Join(t.TempDir(), "cpdest")
+		if err := os.Mkdir(dst, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		cp(t, id+":/tmp/outdir/.", dst)
+		fi, err := os.Stat(dst)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode()&(os.ModePerm|os.ModeSticky) != 0o755 {
+			t.Errorf("cpdest is now %v, want 0755 kept", fi.Mode())
+		}
+		if fi.ModTime().Equal(time.Unix(1e9, 0)) {
+			t.Errorf("cpdest took the sandbox directory's time")
+		}
+		checkFile(t, filepath.Join(dst, "f"), "out\n", 0o644)
+
+		// Onto a missing destination, the copy is a new directory: it
+		// takes the source's mode.
+		fresh := filepath.Join(filepath.Dir(dst), "fresh")
+		cp(t, id+":/tmp/outdir/.", fresh)
+		if fi, err := os.Stat(fresh); err != nil || fi.Mode()&(os.ModePerm|os.ModeSticky) != 0o777|os.ModeSticky {
+			t.Errorf("fresh: %v, %v; want a copy of outdir, mode 1777", fi.Mode(), err)
+		}
+		checkFile(t, filepath.Join(fresh, "f"), "out\n", 0o644)
+	})
+}
