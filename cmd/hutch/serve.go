@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"time"
@@ -32,6 +31,7 @@ func newServeCmd(g *globals) *cobra.Command {
 		netCIDR        string
 		dnsUpstream    []string
 		maxConns       uint32
+		conns          connFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -106,10 +106,14 @@ Stopping the server leaves sandboxes running; a restart adopts them.`,
 			if err != nil {
 				return err
 			}
-			srv := &http.Server{Handler: server.New(server.Options{Manager: mgr, Store: st, Domain: domain, Logger: logger}), ReadHeaderTimeout: 30 * time.Second}
+			capped, srv, err := conns.listen(ln, server.New(server.Options{Manager: mgr, Store: st, Domain: domain, Logger: logger}), logger)
+			if err != nil {
+				ln.Close()
+				return err
+			}
 			logger.Info("serving", "addr", ln.Addr().String(), "data", g.dataDir)
 			errc := make(chan error, 1)
-			go func() { errc <- srv.Serve(ln) }()
+			go func() { errc <- srv.Serve(capped) }()
 			select {
 			case err := <-errc:
 				return err
@@ -131,6 +135,7 @@ Stopping the server leaves sandboxes running; a restart adopts them.`,
 	cmd.Flags().BoolVar(&withNet, "network", true, "give sandboxes a network with egress policies (nftables, IPv4 forwarding); false: loopback only")
 	cmd.Flags().StringVar(&netCIDR, "network-cidr", "10.200.0.0/16", "private range sandbox links are numbered from (a /31 each)")
 	cmd.Flags().Uint32Var(&maxConns, "max-conns", 1024, "flows (conntrack entries) each sandbox may hold at once, of every kind (connections, DNS queries, pings): new ones past it are dropped (0: 1024)")
+	conns.register(cmd.Flags())
 	cmd.Flags().StringSliceVar(&dnsUpstream, "dns-upstream", nil, "DNS servers (ip:port) the sandboxes' resolver forwards to (default: the host's /etc/resolv.conf)")
 	return cmd
 }

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"bufio"
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -29,23 +30,36 @@ var ErrPortClosed = errors.New("port is not open in the sandbox")
 //	         sends is ever written to it: the router reaches other ports
 //	         only through tunnels the host opens itself.
 //
-// A route holds three transports whatever the number of ports used, so
-// that connections are reused across requests without per-port state: the
-// tunnel transport's dialer reads the port from the address it is asked
-// for, and its idle connections are capped in all.
+// envd's API and the control socket have a transport each. Other ports
+// have one each too, but only the maxPortTransports used most recently: a
+// transport keeps state per address it was asked for (idle connections and
+// a wait queue that stays after a failed dial, about 0.5 KB), so a route
+// holding one for every port ever asked for would grow with each distinct
+// port a client names (review R9). A transport dropped from the cache
+// closes its idle connections, and those of its requests still in flight
+// when they end; the next request for its port makes a new one.
 type route struct {
 	api, control string // socket paths; equal for a sandbox made before the split
 
-	envd  *http.Transport // to envd's API: the edge's requests for envd's port
-	host  *http.Transport // to envd on the control socket: the manager's own calls
-	ports *http.Transport // to every other port, tunnelled
+	envd *http.Transport // to envd's API: the edge's requests for envd's port
+	host *http.Transport // to envd on the control socket: the manager's own calls
 
-	mu    sync.Mutex
-	token string // envd's access token, sent with each CONNECT
+	mu     sync.Mutex
+	token  string    // envd's access token, sent with each CONNECT
+	ports  list.List // of *portTransport, the one used most recently first
+	byPort map[int]*list.Element
 }
 
+// maxPortTransports is the number of ports per sandbox whose connections
+// are kept for reuse, and maxIdlePerPort the idle connections each keeps:
+// a sandbox holds at most 64 idle tunnels, whatever ports are used.
+const (
+	maxPortTransports = 16
+	maxIdlePerPort    = 4
+)
+
 func newRoute(api, control string) *route {
-	r := &route{api: api, control: control}
+	r := &route{api: api, control: control, byPort: make(map[int]*list.Element)}
 	unixDial := func(path string) func(context.Context, string, string) (net.Conn, error) {
 		return func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return (&net.Dialer{}).DialContext(ctx, "unix", path)
@@ -53,20 +67,6 @@ func newRoute(api, control string) *route {
 	}
 	r.envd = &http.Transport{DialContext: unixDial(api), DisableCompression: true, MaxIdleConnsPerHost: 16, IdleConnTimeout: 90 * time.Second}
 	r.host = &http.Transport{DialContext: unixDial(control), DisableCompression: true, MaxIdleConnsPerHost: 4, IdleConnTimeout: 90 * time.Second}
-	r.ports = &http.Transport{
-		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
-			port, err := portOf(addr)
-			if err != nil {
-				return nil, err
-			}
-			return dialTunnel(ctx, r.control, r.accessToken(), port)
-		},
-		DisableCompression: true,
-		MaxIdleConns:       64,
-		// Per port, as any HTTP client keeps them per host.
-		MaxIdleConnsPerHost: 8,
-		IdleConnTimeout:     90 * time.Second,
-	}
 	return r
 }
 
@@ -89,18 +89,46 @@ func (r *route) accessToken() string {
 // transport returns the round tripper the edge uses for port inside the
 // sandbox: envd's API for envd.Port, a tunnel for any other.
 func (r *route) transport(port int) http.RoundTripper {
-	return portTransport{Transport: r.transportFor(port), port: port}
+	if port == envd.Port {
+		return portTransport{Transport: r.envd, port: port}
+	}
+	r.mu.Lock()
+	if e, ok := r.byPort[port]; ok {
+		r.ports.MoveToFront(e)
+		t := e.Value.(*portTransport)
+		r.mu.Unlock()
+		return *t
+	}
+	t := &portTransport{Transport: r.newPortTransport(port), port: port}
+	r.byPort[port] = r.ports.PushFront(t)
+	var evicted *portTransport
+	if r.ports.Len() > maxPortTransports {
+		evicted = r.ports.Remove(r.ports.Back()).(*portTransport)
+		delete(r.byPort, evicted.port)
+	}
+	r.mu.Unlock()
+	if evicted != nil {
+		evicted.CloseIdleConnections()
+	}
+	return *t
 }
 
-func (r *route) transportFor(port int) *http.Transport {
-	if port == envd.Port {
-		return r.envd
+// newPortTransport returns a transport that tunnels to port through envd's
+// control socket.
+func (r *route) newPortTransport(port int) *http.Transport {
+	return &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return dialTunnel(ctx, r.control, r.accessToken(), port)
+		},
+		DisableCompression:  true,
+		MaxIdleConns:        maxIdlePerPort,
+		MaxIdleConnsPerHost: maxIdlePerPort,
+		IdleConnTimeout:     90 * time.Second,
 	}
-	return r.ports
 }
 
 // portTransport sends every request to one port of a sandbox, whatever
-// its URL's host; it holds no state of its own.
+// its URL's host (so its transport keeps state for one address only).
 type portTransport struct {
 	*http.Transport
 	port int
@@ -119,25 +147,18 @@ func (t portTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return t.Transport.RoundTrip(req)
 }
 
-// portOf reads the port of a "127.0.0.1:PORT" dial address.
-func portOf(addr string) (int, error) {
-	_, p, err := net.SplitHostPort(addr)
-	if err != nil {
-		return 0, err
-	}
-	port, err := strconv.Atoi(p)
-	if err != nil || !ValidPort(port) {
-		return 0, fmt.Errorf("no port %q in a sandbox", p)
-	}
-	return port, nil
-}
-
 // ValidPort reports whether port can be a port inside a sandbox.
 func ValidPort(port int) bool { return port >= 1 && port <= 65535 }
 
 // close drops every idle connection; in-flight ones end with the sandbox.
 func (r *route) close() {
-	for _, t := range []*http.Transport{r.envd, r.host, r.ports} {
+	r.mu.Lock()
+	all := []*http.Transport{r.envd, r.host}
+	for e := r.ports.Front(); e != nil; e = e.Next() {
+		all = append(all, e.Value.(*portTransport).Transport)
+	}
+	r.mu.Unlock()
+	for _, t := range all {
 		t.CloseIdleConnections()
 	}
 }

@@ -329,13 +329,32 @@ for i in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/8000) 2>/dev/null && exit 0;
 	if _, err := dialTunnel(ctx, api, rec.EnvdAccessToken, 9000); err == nil || !strings.Contains(err.Error(), "405") {
 		t.Errorf("tunnel through the API socket: %v, want envd's 405", err)
 	}
-	// One transport serves every port: none is kept per port asked for.
-	first, _ := m.Transport(rec.ID, 8000)
-	for port := 1; port <= 65535; port += 97 {
+	// A port's transport is reused while the port is among the sandbox's
+	// most used (its connections too); however many ports are asked for,
+	// the route keeps at most maxPortTransports.
+	transportOf := func(port int) *http.Transport {
+		t.Helper()
 		tr, ok := m.Transport(rec.ID, port)
-		if !ok || tr.(portTransport).Transport != first.(portTransport).Transport {
-			t.Fatalf("Transport(%d) = %v, %v; want the one tunnel transport", port, tr, ok)
+		if !ok {
+			t.Fatalf("Transport(%d): no route", port)
 		}
+		return tr.(portTransport).Transport
+	}
+	first := transportOf(8000)
+	if again := transportOf(8000); again != first {
+		t.Error("two transports for port 8000 in a row")
+	}
+	if envdT := transportOf(envd.Port); envdT == first || envdT != transportOf(envd.Port) {
+		t.Error("envd's port does not have its one transport of its own")
+	}
+	for port := 1; port <= 65535; port += 97 {
+		transportOf(port)
+		if port%(97*8) == 1 && transportOf(8000) != first {
+			t.Fatalf("port 8000, used every 8 ports, lost its transport at port %d", port)
+		}
+	}
+	if n := portTransports(m, rec.ID); n > maxPortTransports {
+		t.Errorf("the route keeps %d port transports, want at most %d", n, maxPortTransports)
 	}
 	for _, port := range []int{0, -1, 65536, 1 << 40} {
 		if _, ok := m.Transport(rec.ID, port); ok {
