@@ -60,6 +60,12 @@ const (
 
 	// anyTTL is the TTL of the RFC 8482 answer to ANY queries.
 	anyTTL = 3600
+
+	// maxAnswerAddrs bounds the addresses of one answer: the firewall
+	// opens to each (and keeps a bounded number per sandbox, evicting
+	// the oldest: one answer of thousands of records over TCP would take
+	// all of them), so the ones past it are left out of the answer too.
+	maxAnswerAddrs = 128
 )
 
 // Options configure a Resolver.
@@ -82,7 +88,8 @@ type Options struct {
 	// name the client asked for and the policy judged (lower case, without
 	// the trailing dot), also when the addresses are at the end of a CNAME
 	// chain; addrs are the addresses of the name and its chain in the
-	// answer; ttl is how long they are valid: the smallest TTL of their
+	// answer, at most 128 (maxAnswerAddrs: the answer leaves out the
+	// rest); ttl is how long they are valid: the smallest TTL of their
 	// records, at least 30 s and at most 1 h (answers are given with no
 	// TTL above it, so clients forget the addresses no later than the
 	// firewall). The answer waits for OnAnswer to return; it is called
@@ -373,6 +380,10 @@ func (r *Resolver) forward(ctx context.Context, ups upstreams, client netip.Addr
 	setEDNS(resp, req.IsEdns0(), upEDE...)
 
 	if addrs, ttl := addresses(q.Name, resp.Answer); len(addrs) > 0 {
+		if len(addrs) > maxAnswerAddrs {
+			addrs = addrs[:maxAnswerAddrs]
+			resp.Answer = onlyAddrs(resp.Answer, addrs)
+		}
 		// The firewall forgets the addresses after ttl: the client must
 		// not keep using them, or the chain leading to them, longer.
 		secs := uint32(ttl / time.Second)
@@ -535,6 +546,25 @@ func addresses(name string, answer []dns.RR) ([]netip.Addr, time.Duration) {
 		}
 	}
 	return addrs, min(max(time.Duration(ttl)*time.Second, minTTL), maxTTL)
+}
+
+// onlyAddrs returns answer without the A records of addresses other than
+// addrs.
+func onlyAddrs(answer []dns.RR, addrs []netip.Addr) []dns.RR {
+	keep := make(map[netip.Addr]bool, len(addrs))
+	for _, a := range addrs {
+		keep[a] = true
+	}
+	var out []dns.RR
+	for _, rr := range answer {
+		if a, ok := rr.(*dns.A); ok {
+			if addr, ok := netip.AddrFromSlice(a.A.To4()); !ok || !keep[addr] {
+				continue
+			}
+		}
+		out = append(out, rr)
+	}
+	return out
 }
 
 // allowsLookup reports whether p lets a sandbox look name up. Names with

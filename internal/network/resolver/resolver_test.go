@@ -50,6 +50,11 @@ var zone = func() map[string][]dns.RR {
 	for i := 1; i <= 100; i++ {
 		recs = append(recs, fmt.Sprintf("big.test. 60 IN A 198.51.100.%d", i))
 	}
+	// huge.test has more addresses than one answer may open.
+	for i := range 300 {
+		recs = append(recs, fmt.Sprintf("huge.test. 60 IN A 198.18.%d.%d", i/256, i%256))
+	}
+
 	z := map[string][]dns.RR{}
 	for _, s := range recs {
 		rr, err := dns.NewRR(s)
@@ -675,6 +680,33 @@ func TestTruncation(t *testing.T) {
 				t.Errorf("OnAnswer calls (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestAnswerAddressesBounded: an answer opens at most maxAnswerAddrs
+// addresses, and gives the client no others.
+func TestAnswerAddressesBounded(t *testing.T) {
+	up := startUpstream(t)
+	r := startResolver(t, []string{up.addr}, nil)
+	r.sandboxes.set(mustPolicy(true, nil, nil))
+	resp := exchange(t, r.addr, "tcp", query("huge.test.", dns.TypeA, true))
+	var got []string
+	for _, rr := range resp.Answer {
+		got = append(got, rr.(*dns.A).A.String())
+	}
+	var want []string
+	for i := range maxAnswerAddrs {
+		want = append(want, fmt.Sprintf("198.18.%d.%d", i/256, i%256))
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("addresses in the answer (-want +got):\n%s", diff)
+	}
+	calls := r.answers.take()
+	if len(calls) != 1 {
+		t.Fatalf("OnAnswer calls %v, want one", calls)
+	}
+	if diff := cmp.Diff(want, calls[0].Addrs); diff != "" {
+		t.Errorf("addresses opened (-want +got):\n%s", diff)
 	}
 }
 
