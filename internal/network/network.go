@@ -66,6 +66,7 @@ type Manager struct {
 	prefix                  netip.Prefix
 	resolverPort, proxyPort uint16
 	maxConns                uint32
+	maxResolved             int // addresses open by lookups, per sandbox
 	rate                    uint64
 	onUpdate                func(netip.Addr)
 	logger                  *slog.Logger
@@ -93,9 +94,13 @@ type sandboxNet struct {
 	addr    netip.Addr // sandbox end
 	policy  *policy.Egress
 	proxied bool // in the proxied set
-	// answers are, per name an allowOut domain rule allowed, the addresses
-	// it resolved to and until when.
-	answers map[string]answer
+	// resolved are the addresses names an allowOut domain rule allows
+	// resolved to, as the res-<id> set holds them (guarded by the
+	// manager's mu). resMu is held from a change of resolved to the end
+	// of the batch that makes it in the kernel, so the batches of a
+	// sandbox reach the kernel in the order of its changes.
+	resolved *resolvedSet
+	resMu    sync.Mutex
 }
 
 // New returns a manager for the calling thread's network namespace (the
@@ -144,7 +149,7 @@ func New(opts Options) (*Manager, error) {
 	}
 	return &Manager{ns: ns, h: h, owner: owner,
 		prefix: opts.Prefix.Masked(), resolverPort: opts.ResolverPort, proxyPort: opts.ProxyPort,
-		maxConns: opts.MaxConns, rate: opts.RateBits, onUpdate: opts.OnUpdate, logger: logger,
+		maxConns: opts.MaxConns, maxResolved: maxResolved, rate: opts.RateBits, onUpdate: opts.OnUpdate, logger: logger,
 		nets: map[string]*sandboxNet{}, addrs: map[netip.Addr]*sandboxNet{}, slots: map[int]bool{},
 	}, nil
 }
@@ -221,25 +226,7 @@ func (m *Manager) newNet(id string, slot int, p *policy.Egress) *sandboxNet {
 		return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
 	}
 	return &sandboxNet{id: id, slot: slot, link: fmt.Sprintf("%s%x", linkPrefix, slot),
-		host: ip(host), addr: ip(host + 1), policy: p, answers: map[string]answer{}}
-}
-
-// answer is one DNS answer for an allowed name.
-type answer struct {
-	addrs []netip.Addr
-	until time.Time
-}
-
-// kept returns the answers still valid at now for names p allows, for a
-// policy update: connections to allowed names must survive it.
-func keptAnswers(answers map[string]answer, p *policy.Egress, now time.Time) map[string]answer {
-	kept := map[string]answer{}
-	for name, a := range answers {
-		if now.Before(a.until) && p.Name(name) == policy.Allow {
-			kept[name] = a
-		}
-	}
-	return kept
+		host: ip(host), addr: ip(host + 1), policy: p, resolved: newResolvedSet(m.maxResolved)}
 }
 
 // Addr is a sandbox's place on the network.
@@ -415,28 +402,7 @@ func (m *Manager) Update(ctx context.Context, id string, p *policy.Egress) error
 	if err != nil {
 		return fmt.Errorf("nftables: %w", err)
 	}
-	now := time.Now()
-	m.mu.Lock()
-	old, oldAnswers := sb.policy, sb.answers
-	sb.policy = p
-	sb.answers = keptAnswers(sb.answers, p, now)
-	kept := sb.answers
-	m.mu.Unlock()
-	tb := m.existing()
-	if err := m.addSandbox(c, tb, sb, false); err != nil {
-		return err
-	}
-	// The set was emptied in the batch: what names still allowed resolved
-	// to goes back in, in the same batch.
-	for _, a := range kept {
-		if err := addResolved(c, tb, sb.id, a.addrs, a.until.Sub(now)); err != nil {
-			return err
-		}
-	}
-	if err := c.Flush(); err != nil {
-		m.mu.Lock()
-		sb.policy, sb.answers = old, oldAnswers
-		m.mu.Unlock()
+	if err := m.rewrite(c, sb, p); err != nil {
 		return fmt.Errorf("firewall of sandbox %s: %w", id, err)
 	}
 	m.mu.Lock()
@@ -446,6 +412,37 @@ func (m *Manager) Update(ctx context.Context, id string, p *policy.Egress) error
 		m.onUpdate(sb.addr)
 	}
 	return m.cut(sb)
+}
+
+// rewrite replaces a sandbox's policy chain and resolved addresses in one
+// batch, keeping the addresses names p still allows resolved to. On
+// error, nothing changed.
+func (m *Manager) rewrite(c *nftables.Conn, sb *sandboxNet, p *policy.Egress) error {
+	sb.resMu.Lock()
+	defer sb.resMu.Unlock()
+	now := time.Now()
+	m.mu.Lock()
+	old, oldResolved := sb.policy, sb.resolved
+	sb.policy = p
+	sb.resolved = sb.resolved.kept(p, now)
+	kept := sb.resolved.writes(now)
+	m.mu.Unlock()
+	tb := m.existing()
+	err := m.addSandbox(c, tb, sb, false)
+	if err == nil {
+		// The set was emptied in the batch: what names still allowed
+		// resolved to goes back in, in the same batch.
+		err = writeResolved(c, tb, sb.id, kept, nil)
+	}
+	if err == nil {
+		err = c.Flush()
+	}
+	if err != nil {
+		m.mu.Lock()
+		sb.policy, sb.resolved = old, oldResolved
+		m.mu.Unlock()
+	}
+	return err
 }
 
 // Close gives up the namespace's sandbox networks (for another server);
@@ -623,16 +620,7 @@ func (m *Manager) Resolved(client, dst netip.Addr) bool {
 
 // resolvedLocked reports whether an allowed name's valid answer holds a.
 func (sb *sandboxNet) resolvedLocked(a netip.Addr, now time.Time) bool {
-	for _, an := range sb.answers {
-		if now.Before(an.until) {
-			for _, b := range an.addrs {
-				if b == a {
-					return true
-				}
-			}
-		}
-	}
-	return false
+	return sb.resolved.has(a, now)
 }
 
 // Answered records the addresses a name resolved to for a sandbox and,
@@ -641,39 +629,69 @@ func (sb *sandboxNet) resolvedLocked(a netip.Addr, now time.Time) bool {
 // packet already passes. Answers for names no rule mentions open nothing:
 // the address rules judge those addresses (a lookup must never open what
 // denyOut denies).
+//
+// A sandbox has at most maxResolved addresses open so; past that, the new
+// answer's addresses take the places of those added longest ago, which
+// are closed (see maxResolved).
 func (m *Manager) Answered(client netip.Addr, name string, addrs []netip.Addr, ttl time.Duration) {
 	m.mu.Lock()
 	sb, ok := m.addrs[client.Unmap()]
-	if ok && sb.policy.Name(name) == policy.Allow {
-		now := time.Now()
-		var v4 []netip.Addr
-		for _, a := range addrs {
-			if a = a.Unmap(); a.Is4() {
-				v4 = append(v4, a)
-			}
-		}
-		sb.answers[name] = answer{addrs: v4, until: now.Add(ttl)}
-		// Forget what has expired, so the map stays small.
-		for n, an := range sb.answers {
-			if !now.Before(an.until) {
-				delete(sb.answers, n)
-			}
-		}
-	} else {
-		ok = false
-	}
 	m.mu.Unlock()
 	if !ok {
 		return
 	}
+	var v4 []netip.Addr
+	for _, a := range addrs {
+		if a = a.Unmap(); a.Is4() {
+			v4 = append(v4, a)
+		}
+	}
+	if len(v4) == 0 {
+		return
+	}
+	sb.resMu.Lock()
+	defer sb.resMu.Unlock()
+	m.mu.Lock()
+	if m.addrs[sb.addr] != sb || sb.policy.Name(name) != policy.Allow {
+		m.mu.Unlock() // detached meanwhile, or not a name a rule allows
+		return
+	}
+	now := time.Now()
+	writes, evicted := sb.resolved.add(name, v4, now.Add(ttl), now)
+	m.mu.Unlock()
 	c, err := m.nft()
 	if err == nil {
-		if err = addResolved(c, m.existing(), sb.id, addrs, ttl); err == nil {
+		if err = writeResolved(c, m.existing(), sb.id, writes, evicted); err == nil {
 			err = c.Flush()
 		}
 	}
 	if err != nil {
 		m.logger.Warn("open the firewall to resolved addresses", "sandbox", sb.id, "name", name, "err", err)
+		m.resyncResolved(sb)
+	}
+}
+
+// resyncResolved writes a sandbox's res-<id> set afresh from what the
+// manager holds, after a batch that changed it failed: the kernel then
+// holds nothing the manager does not count. Called with sb.resMu held.
+func (m *Manager) resyncResolved(sb *sandboxNet) {
+	m.mu.Lock()
+	attached := m.addrs[sb.addr] == sb
+	writes := sb.resolved.writes(time.Now())
+	m.mu.Unlock()
+	if !attached {
+		return
+	}
+	c, err := m.nft()
+	if err == nil {
+		tb := m.existing()
+		c.FlushSet(&nftables.Set{Table: tb.t, Name: resolvedName(sb.id)})
+		if err = writeResolved(c, tb, sb.id, writes, nil); err == nil {
+			err = c.Flush()
+		}
+	}
+	if err != nil {
+		m.logger.Warn("rewrite the resolved addresses", "sandbox", sb.id, "err", err)
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/netip"
 	"syscall"
-	"time"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
@@ -45,7 +44,8 @@ import (
 //	                  count), whose count lives in its rule.
 //	chain sbx-<id>    one per sandbox: its egress policy.
 //	set res-<id>      one per sandbox: addresses its allowed names resolved
-//	                  to, each for the answer's TTL.
+//	                  to, each for the answer's TTL; at most maxResolved
+//	                  (resolved.go).
 const tableName = "hutch"
 
 // linkPrefix starts the name of every sandbox's host-side link.
@@ -369,7 +369,7 @@ func resolvedName(id string) string { return "res-" + id }
 func (m *Manager) addSandbox(c *nftables.Conn, tb *tables, sb *sandboxNet, fresh bool) error {
 	t := tb.t
 	ch := &nftables.Chain{Name: chainName(sb.id), Table: t}
-	res := &nftables.Set{Table: t, Name: resolvedName(sb.id), KeyType: nftables.TypeIPAddr, HasTimeout: true}
+	res := &nftables.Set{Table: t, Name: resolvedName(sb.id), KeyType: nftables.TypeIPAddr, HasTimeout: true, Size: resolvedSetSize}
 	if fresh {
 		// ct count over N: a new flow past the cap is dropped. The count
 		// is this rule's own (one rule per sandbox); a flow leaves it when
@@ -466,17 +466,36 @@ func delSandbox(c *nftables.Conn, tb *tables, sb *sandboxNet) {
 	c.DelSet(&nftables.Set{Table: tb.t, Name: resolvedName(sb.id)})
 }
 
-// addResolved lets a sandbox reach addresses its allowed names resolved to,
-// for ttl.
-func addResolved(c *nftables.Conn, tb *tables, id string, addrs []netip.Addr, ttl time.Duration) error {
+// writeResolved queues the changes of a sandbox's res-<id> set (see
+// resolvedSet.add): the evicted addresses go first, each written then
+// deleted (deleting an element the kernel does not hold, or holds
+// expired, would fail the batch), then the addresses written, each for
+// its timeout.
+func writeResolved(c *nftables.Conn, tb *tables, id string, writes []resolvedWrite, evicted []netip.Addr) error {
 	res := &nftables.Set{Table: tb.t, Name: resolvedName(id), KeyType: nftables.TypeIPAddr, HasTimeout: true}
+	if len(evicted) > 0 {
+		var els []nftables.SetElement
+		for _, a := range evicted {
+			b := a.As4()
+			els = append(els, nftables.SetElement{Key: b[:], Timeout: evictTimeout})
+		}
+		if err := c.SetAddElements(res, els); err != nil {
+			return err
+		}
+		for i := range els {
+			els[i].Timeout = 0
+		}
+		if err := c.SetDeleteElements(res, els); err != nil {
+			return err
+		}
+	}
 	var els []nftables.SetElement
-	for _, a := range addrs {
-		if !a.Is4() {
+	for _, w := range writes {
+		if !w.addr.Is4() || w.timeout <= 0 {
 			continue
 		}
-		b := a.As4()
-		els = append(els, nftables.SetElement{Key: b[:], Timeout: ttl})
+		b := w.addr.As4()
+		els = append(els, nftables.SetElement{Key: b[:], Timeout: w.timeout})
 	}
 	if len(els) == 0 {
 		return nil

@@ -30,9 +30,13 @@ import (
 
 const (
 	// upstreamTimeout bounds each exchange with an upstream server, per
-	// transport: a stub resolver in a sandbox retries after about 5 s, so
-	// an answer that takes longer is of no use to it.
+	// transport, and forwardTimeout a forwarded query, whatever the
+	// number of servers tried: a stub resolver in a sandbox retries after
+	// about 5 s, so an answer that takes longer is of no use to it, and
+	// a query whose servers never answer holds its slot (below) no
+	// longer than that.
 	upstreamTimeout = 2 * time.Second
+	forwardTimeout  = 4 * time.Second
 
 	// minTTL and maxTTL bound how long the addresses of an answer are
 	// reported valid: a very short TTL would let the firewall close
@@ -46,20 +50,40 @@ const (
 	// (DNS flag day 2020); larger answers go over TCP.
 	ednsSize = 1232
 
-	// Forwarded queries in flight, in all and per sandbox. Forwarding is
-	// the only slow work (up to a few seconds per query); answers decided
-	// locally take microseconds and are not limited.
-	maxForwards          = 1024
+	// Forwarded queries in flight. Forwarding is the only slow work (up
+	// to forwardTimeout per query); answers decided locally take
+	// microseconds and are not limited. Each sandbox may have
+	// maxForwardsReserved in flight whatever the others have; past those,
+	// sandboxes share maxForwardsShared, each up to maxForwardsPerClient;
+	// never more than maxForwards in all. A query in flight costs a
+	// goroutine and its buffers, about 11 KiB (8 KiB of stack, 3 KiB of
+	// heap, measured): maxForwards is 90 MiB. With a single pool (1024,
+	// 64 each), 17 sandboxes asking for names that never answer filled it
+	// and failed another sandbox's lookups (review R8); now another
+	// sandbox's lookups fail only once 896 sandboxes hold their reserved
+	// queries all at once.
+	maxForwards          = 8192
+	maxForwardsShared    = 1024
 	maxForwardsPerClient = 64
+	maxForwardsReserved  = 8
 
-	// TCP connections open, in all and per sandbox: each holds a
-	// goroutine for up to the idle timeout (8 s). Stub resolvers use TCP
-	// only for answers too big for UDP, a connection each.
-	maxConns          = 1024
+	// TCP connections open, shared as forwarded queries are: each holds
+	// a goroutine and a socket for up to the idle timeout (8 s). Stub
+	// resolvers use TCP only for answers too big for UDP, a connection
+	// each.
+	maxConns          = 4096
+	maxConnsShared    = 1024
 	maxConnsPerClient = 64
+	maxConnsReserved  = 4
 
 	// anyTTL is the TTL of the RFC 8482 answer to ANY queries.
 	anyTTL = 3600
+
+	// maxAnswerAddrs bounds the addresses of one answer: the firewall
+	// opens to each (and keeps a bounded number per sandbox, evicting
+	// the oldest: one answer of thousands of records over TCP would take
+	// all of them), so the ones past it are left out of the answer too.
+	maxAnswerAddrs = 128
 )
 
 // Options configure a Resolver.
@@ -82,7 +106,8 @@ type Options struct {
 	// name the client asked for and the policy judged (lower case, without
 	// the trailing dot), also when the addresses are at the end of a CNAME
 	// chain; addrs are the addresses of the name and its chain in the
-	// answer; ttl is how long they are valid: the smallest TTL of their
+	// answer, at most 128 (maxAnswerAddrs: the answer leaves out the
+	// rest); ttl is how long they are valid: the smallest TTL of their
 	// records, at least 30 s and at most 1 h (answers are given with no
 	// TTL above it, so clients forget the addresses no later than the
 	// firewall). The answer waits for OnAnswer to return; it is called
@@ -103,9 +128,10 @@ type Resolver struct {
 	onAnswer func(netip.Addr, string, []netip.Addr, time.Duration)
 	logger   *slog.Logger
 
-	timeout  time.Duration // per upstream exchange
-	forwards *limiter      // forwarded queries in flight
-	conns    *limiter      // TCP connections open
+	timeout        time.Duration // per upstream exchange
+	forwardTimeout time.Duration // per forwarded query
+	forwards       *limiter      // forwarded queries in flight
+	conns          *limiter      // TCP connections open
 }
 
 // New returns a resolver for opts. It reads /etc/resolv.conf when
@@ -141,13 +167,14 @@ func New(opts Options) (*Resolver, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	return &Resolver{
-		upstream: append([]string(nil), upstream...),
-		policy:   opts.Policy,
-		onAnswer: opts.OnAnswer,
-		logger:   logger,
-		timeout:  upstreamTimeout,
-		forwards: newLimiter(maxForwards, maxForwardsPerClient),
-		conns:    newLimiter(maxConns, maxConnsPerClient),
+		upstream:       append([]string(nil), upstream...),
+		policy:         opts.Policy,
+		onAnswer:       opts.OnAnswer,
+		logger:         logger,
+		timeout:        upstreamTimeout,
+		forwardTimeout: forwardTimeout,
+		forwards:       newReservingLimiter(maxForwards, maxForwardsShared, maxForwardsPerClient, maxForwardsReserved),
+		conns:          newReservingLimiter(maxConns, maxConnsShared, maxConnsPerClient, maxConnsReserved),
 	}, nil
 }
 
@@ -345,6 +372,8 @@ func (r *Resolver) forward(ctx context.Context, ups upstreams, client netip.Addr
 	}
 	defer r.forwards.release(client)
 
+	ctx, cancel := context.WithTimeout(ctx, r.forwardTimeout)
+	defer cancel()
 	up, err := r.exchange(ctx, ups, upstreamQuery(req))
 	if err != nil {
 		r.logger.Debug("dns: no upstream answer", "client", client.String(), "name", q.Name,
@@ -373,6 +402,10 @@ func (r *Resolver) forward(ctx context.Context, ups upstreams, client netip.Addr
 	setEDNS(resp, req.IsEdns0(), upEDE...)
 
 	if addrs, ttl := addresses(q.Name, resp.Answer); len(addrs) > 0 {
+		if len(addrs) > maxAnswerAddrs {
+			addrs = addrs[:maxAnswerAddrs]
+			resp.Answer = onlyAddrs(resp.Answer, addrs)
+		}
 		// The firewall forgets the addresses after ttl: the client must
 		// not keep using them, or the chain leading to them, longer.
 		secs := uint32(ttl / time.Second)
@@ -535,6 +568,25 @@ func addresses(name string, answer []dns.RR) ([]netip.Addr, time.Duration) {
 		}
 	}
 	return addrs, min(max(time.Duration(ttl)*time.Second, minTTL), maxTTL)
+}
+
+// onlyAddrs returns answer without the A records of addresses other than
+// addrs.
+func onlyAddrs(answer []dns.RR, addrs []netip.Addr) []dns.RR {
+	keep := make(map[netip.Addr]bool, len(addrs))
+	for _, a := range addrs {
+		keep[a] = true
+	}
+	var out []dns.RR
+	for _, rr := range answer {
+		if a, ok := rr.(*dns.A); ok {
+			if addr, ok := netip.AddrFromSlice(a.A.To4()); !ok || !keep[addr] {
+				continue
+			}
+		}
+		out = append(out, rr)
+	}
+	return out
 }
 
 // allowsLookup reports whether p lets a sandbox look name up. Names with

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -49,6 +50,10 @@ var zone = func() map[string][]dns.RR {
 	// answer is truncated and has to be fetched again over TCP.
 	for i := 1; i <= 100; i++ {
 		recs = append(recs, fmt.Sprintf("big.test. 60 IN A 198.51.100.%d", i))
+	}
+	// huge.test has more addresses than one answer may open.
+	for i := range 300 {
+		recs = append(recs, fmt.Sprintf("huge.test. 60 IN A 198.18.%d.%d", i/256, i%256))
 	}
 	z := map[string][]dns.RR{}
 	for _, s := range recs {
@@ -102,6 +107,9 @@ func (u *testUpstream) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	u.mu.Unlock()
 	if hold != nil {
 		<-hold
+	}
+	if strings.HasSuffix(strings.ToLower(q.Name), ".never.test.") {
+		return // a name whose servers never answer
 	}
 
 	resp := new(dns.Msg).SetReply(req)
@@ -209,10 +217,12 @@ func listenPair(t *testing.T) (net.PacketConn, net.Listener) {
 }
 
 // A sandboxes is the Policy of the tests: the sandbox at 127.0.0.1 has
-// the policy set last; nil makes 127.0.0.1 no sandbox.
+// the policy set last; nil makes 127.0.0.1 no sandbox. With loopback,
+// every address of 127.0.0.0/8 is a sandbox of that policy.
 type sandboxes struct {
-	mu sync.Mutex
-	p  *policy.Egress
+	mu       sync.Mutex
+	p        *policy.Egress
+	loopback bool
 }
 
 func (s *sandboxes) set(p *policy.Egress) {
@@ -222,11 +232,11 @@ func (s *sandboxes) set(p *policy.Egress) {
 }
 
 func (s *sandboxes) policy(client netip.Addr) (*policy.Egress, bool) {
-	if client != netip.MustParseAddr("127.0.0.1") {
-		return nil, false
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if client != netip.MustParseAddr("127.0.0.1") && !(s.loopback && client.IsLoopback()) {
+		return nil, false
+	}
 	return s.p, s.p != nil
 }
 
@@ -675,6 +685,33 @@ func TestTruncation(t *testing.T) {
 				t.Errorf("OnAnswer calls (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestAnswerAddressesBounded: an answer opens at most maxAnswerAddrs
+// addresses, and gives the client no others.
+func TestAnswerAddressesBounded(t *testing.T) {
+	up := startUpstream(t)
+	r := startResolver(t, []string{up.addr}, nil)
+	r.sandboxes.set(mustPolicy(true, nil, nil))
+	resp := exchange(t, r.addr, "tcp", query("huge.test.", dns.TypeA, true))
+	var got []string
+	for _, rr := range resp.Answer {
+		got = append(got, rr.(*dns.A).A.String())
+	}
+	var want []string
+	for i := range maxAnswerAddrs {
+		want = append(want, fmt.Sprintf("198.18.%d.%d", i/256, i%256))
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("addresses in the answer (-want +got):\n%s", diff)
+	}
+	calls := r.answers.take()
+	if len(calls) != 1 {
+		t.Fatalf("OnAnswer calls %v, want one", calls)
+	}
+	if diff := cmp.Diff(want, calls[0].Addrs); diff != "" {
+		t.Errorf("addresses opened (-want +got):\n%s", diff)
 	}
 }
 
@@ -1297,5 +1334,206 @@ func TestLimiter(t *testing.T) {
 		if got := l.acquire(s.client); got != s.want {
 			t.Errorf("step %d: acquire(%s) = %v, want %v", i, s.client, got, s.want)
 		}
+	}
+}
+
+// TestNoStarvation: sandboxes that keep as many queries in flight as they
+// may, for names whose servers never answer (or TCP connections open),
+// do not keep another sandbox from resolving (review R8: 17 sandboxes
+// failed a victim's lookups 36 times in 50).
+func TestNoStarvation(t *testing.T) {
+	tests := []struct {
+		name      string
+		attackers int
+		network   string // the attack's and the victim's
+	}{
+		{"one sandbox, UDP", 1, "udp"},
+		{"17 sandboxes, UDP", 17, "udp"},
+		{"40 sandboxes, UDP", 40, "udp"},
+		{"17 sandboxes, TCP", 17, "tcp"},
+		{"40 sandboxes, TCP", 40, "tcp"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			up := startUpstream(t)
+			r := startResolver(t, []string{up.addr}, nil)
+			r.sandboxes.set(mustPolicy(true, nil, nil))
+			r.sandboxes.mu.Lock()
+			r.sandboxes.loopback = true
+			r.sandboxes.mu.Unlock()
+
+			ctx, stop := context.WithCancel(context.Background())
+			var wg sync.WaitGroup
+			defer wg.Wait()
+			defer stop()
+			for i := range tt.attackers {
+				src := netip.AddrFrom4([4]byte{127, 0, 1, byte(i + 1)})
+				if tt.network == "udp" {
+					wg.Go(func() { floodUDP(ctx, t, src, r.addr) })
+				} else {
+					wg.Go(func() { holdTCP(ctx, t, src, r.addr) })
+				}
+			}
+			// The attack at full strength: every attacker holds all it
+			// may, the shared slots all taken if there are attackers
+			// enough.
+			l, perClient, reserved := r.forwards, maxForwardsPerClient, maxForwardsReserved
+			if tt.network == "tcp" {
+				l, perClient, reserved = r.conns, maxConnsPerClient, maxConnsReserved
+			}
+			want := min(tt.attackers*(perClient-reserved), l.shared)
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				l.mu.Lock()
+				shared := l.sharedUsed
+				l.mu.Unlock()
+				if shared >= want {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the attackers hold %d shared slots, want %d", shared, want)
+				}
+			}
+
+			victim := &dns.Client{Net: tt.network, Timeout: 2 * time.Second, Dialer: &net.Dialer{
+				LocalAddr: map[string]net.Addr{"udp": &net.UDPAddr{IP: net.IPv4(127, 0, 0, 2)}, "tcp": &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}[tt.network],
+			}}
+			failed := 0
+			for range 50 {
+				// Asked again once if no answer came, as stub resolvers
+				// do: a datagram may be lost when the attackers' bursts
+				// fill the socket's buffer.
+				resp, _, err := victim.Exchange(query("example.test.", dns.TypeA, true), r.addr)
+				if err != nil {
+					resp, _, err = victim.Exchange(query("example.test.", dns.TypeA, true), r.addr)
+				}
+				if err != nil {
+					t.Logf("victim: %v", err)
+					failed++
+				} else if resp.Rcode != dns.RcodeSuccess {
+					failed++
+				}
+			}
+			if failed > 0 {
+				t.Errorf("%d of the victim's 50 lookups failed", failed)
+			}
+		})
+	}
+}
+
+// floodUDP keeps more queries than a sandbox may have in flight going
+// from src, for names nobody answers, until ctx ends: a burst every
+// half second, while each query holds its slot for upstreamTimeout (2 s).
+func floodUDP(ctx context.Context, t *testing.T, src netip.Addr, server string) {
+	c, err := net.DialUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(src, 0)), net.UDPAddrFromAddrPort(netip.MustParseAddrPort(server)))
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	defer c.Close()
+	go func() { // replies, read so that the socket never refuses them
+		buf := make([]byte, 2048)
+		for {
+			if _, err := c.Read(buf); err != nil {
+				return
+			}
+		}
+	}()
+	// Each burst spread over 100 ms, the attackers' out of step.
+	time.Sleep(rand.N(500 * time.Millisecond))
+	for n := 0; ctx.Err() == nil; n++ {
+		for i := range maxForwardsPerClient + 8 {
+			p, _ := query(fmt.Sprintf("q%d-%d.never.test.", n, i), dns.TypeA, true).Pack()
+			c.Write(p)
+			if i%8 == 7 {
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(400 * time.Millisecond):
+		}
+	}
+}
+
+// holdTCP keeps more TCP connections open from src than a sandbox may
+// have, until ctx ends.
+func holdTCP(ctx context.Context, t *testing.T, src netip.Addr, server string) {
+	d := &net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(src, 0))}
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for ctx.Err() == nil {
+		for len(conns) < maxConnsPerClient+8 {
+			c, err := d.DialContext(ctx, "tcp", server)
+			if err != nil {
+				break
+			}
+			conns = append(conns, c)
+		}
+		// Those the resolver closed are opened again.
+		open := conns[:0]
+		for _, c := range conns {
+			c.SetReadDeadline(time.Now().Add(time.Millisecond))
+			if _, err := c.Read(make([]byte, 1)); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+				c.Close()
+				continue
+			}
+			open = append(open, c)
+		}
+		conns = open
+		select {
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// TestReservingLimiter: each client's reserved slots are there whatever
+// the others hold; the shared ones go to whoever comes first, each up to
+// its own bound; never more than max in all.
+func TestReservingLimiter(t *testing.T) {
+	a, b, c, d, e := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2"), netip.MustParseAddr("10.0.0.3"),
+		netip.MustParseAddr("10.0.0.4"), netip.MustParseAddr("10.0.0.5")
+	l := newReservingLimiter(7, 3, 4, 1) // 7 in all, 3 shared, 4 each, 1 reserved each
+	steps := []struct {
+		client  netip.Addr
+		release bool
+		want    bool
+	}{
+		{a, false, true},                                  // a's reserved
+		{a, false, true},                                  // shared 1
+		{a, false, true},                                  // shared 2
+		{a, false, true},                                  // shared 3
+		{a, false, false},                                 // a's bound
+		{b, false, true},                                  // b's reserved, though the shared are taken
+		{b, false, false},                                 // no shared left
+		{a, true, true},                                   // a gives back a shared one
+		{b, false, true},                                  // which b takes
+		{c, false, true},                                  // c's reserved
+		{d, false, true},                                  // d's reserved: 7 in all
+		{e, false, false},                                 // e's would make 8
+		{a, true, true}, {a, true, true}, {a, true, true}, // a holds none: 2 shared back
+		{a, false, true},  // its reserved again
+		{c, false, true},  // shared 2
+		{c, false, true},  // shared 3
+		{d, false, false}, // no shared left, and 7 in all
+	}
+	for i, s := range steps {
+		if s.release {
+			l.release(s.client)
+			continue
+		}
+		if got := l.acquire(s.client); got != s.want {
+			t.Errorf("step %d: acquire(%s) = %v, want %v", i, s.client, got, s.want)
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	want := map[netip.Addr]int{a: 1, b: 2, c: 3, d: 1}
+	if l.total != 7 || l.sharedUsed != 3 || !maps.Equal(l.clients, want) {
+		t.Errorf("total %d, shared %d, clients %v; want 7, 3, %v", l.total, l.sharedUsed, l.clients, want)
 	}
 }

@@ -266,8 +266,9 @@ func (x *mux) register(c *call) (uint16, error) {
 		return 0, x.err
 	}
 	for {
-		// At most maxForwards (1024) of the 65536 IDs are taken: a free
-		// one comes after a draw or two.
+		// At most maxForwards (8192) queries are in flight, over all
+		// the sockets, of 65536 IDs each: a free one comes after a draw
+		// or two.
 		id := dns.Id()
 		if _, taken := x.calls[id]; !taken {
 			x.calls[id] = c
