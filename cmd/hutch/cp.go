@@ -566,16 +566,7 @@ func absPath(p string) string {
 // run runs a shell command in the sandbox as the copy's user; a failure
 // reads as the command's standard error.
 func (c *copier) run(ctx context.Context, script string) (*sdk.CommandResult, error) {
-	res, err := c.sbx.Commands.Run(ctx, script, &sdk.RunOptions{User: c.user, Timeout: sdk.NoTimeout})
-	var ce *sdk.CommandExitError
-	if errors.As(err, &ce) {
-		msg := oneLine(ce.Stderr)
-		if msg == "" {
-			msg = ce.Error()
-		}
-		return res, &cliError{"in the sandbox: " + msg, err}
-	}
-	return res, err
+	return inSandbox(c.sbx.Commands.Run(ctx, script, &sdk.RunOptions{User: c.user, Timeout: sdk.NoTimeout}))
 }
 
 // exec runs argv in the sandbox as the copy's user, without a shell and
@@ -583,7 +574,11 @@ func (c *copier) run(ctx context.Context, script string) (*sdk.CommandResult, er
 // absolute path. A failure reads as the program's standard error.
 func (c *copier) exec(ctx context.Context, argv ...string) (*sdk.CommandResult, error) {
 	argv = append([]string{envProgram, "-i", "LC_ALL=C"}, argv...)
-	res, err := c.sbx.Commands.Exec(ctx, argv, &sdk.RunOptions{User: c.user, Timeout: sdk.NoTimeout})
+	return inSandbox(c.sbx.Commands.Exec(ctx, argv, &sdk.RunOptions{User: c.user, Timeout: sdk.NoTimeout}))
+}
+
+// inSandbox makes a command's failure read as its standard error.
+func inSandbox(res *sdk.CommandResult, err error) (*sdk.CommandResult, error) {
 	var ce *sdk.CommandExitError
 	if errors.As(err, &ce) {
 		msg := oneLine(ce.Stderr)

@@ -203,6 +203,17 @@ func (w *world) sandbox(id string, p *policy.Egress) (pid int, addr Addr) {
 	return cmd.Process.Pid, addr
 }
 
+// inSandbox runs f on a thread in the network namespace of the sandbox of pid.
+func (w *world) inSandbox(pid int, f func()) {
+	w.t.Helper()
+	ns, err := netns.GetFromPid(pid)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	defer ns.Close()
+	inNS(w.t, ns, f)
+}
+
 // dial connects from inside the sandbox of pid and reads the greeting;
 // "" means the connection could not be made in a short time.
 func (w *world) dial(pid int, addr string) (greeting string, conn net.Conn) {
@@ -211,12 +222,7 @@ func (w *world) dial(pid int, addr string) (greeting string, conn net.Conn) {
 
 func (w *world) dialTimeout(pid int, addr string, timeout time.Duration) (greeting string, conn net.Conn) {
 	w.t.Helper()
-	ns, err := netns.GetFromPid(pid)
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	defer ns.Close()
-	inNS(w.t, ns, func() {
+	w.inSandbox(pid, func() {
 		c, err := net.DialTimeout("tcp", addr, timeout)
 		if err != nil {
 			return
@@ -556,13 +562,8 @@ func TestIsHostAddr(t *testing.T) {
 // own (n flows) in the sandbox of pid, and returns how many were answered.
 func (w *world) dnsFlows(pid int, server string, n int) int {
 	w.t.Helper()
-	ns, err := netns.GetFromPid(pid)
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	defer ns.Close()
 	answered := 0
-	inNS(w.t, ns, func() {
+	w.inSandbox(pid, func() {
 		var conns []net.Conn
 		for i := 0; i < n; i++ {
 			c, err := net.Dial("udp", net.JoinHostPort(server, "53"))

@@ -11,7 +11,6 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/miekg/dns"
-	"github.com/vishvananda/netns"
 
 	"github.com/hutch-sandbox/hutch/internal/network/resolver"
 )
@@ -81,13 +80,8 @@ func withResolver(t *testing.T, upstream string) *world {
 // socket, and returns how many got an answer.
 func (w *world) lookups(pid int, names []string) int {
 	w.t.Helper()
-	ns, err := netns.GetFromPid(pid)
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	defer ns.Close()
 	answered := 0
-	inNS(w.t, ns, func() {
+	w.inSandbox(pid, func() {
 		c, err := dns.Dial("udp", "192.0.2.53:53")
 		if err != nil {
 			w.t.Error(err)
