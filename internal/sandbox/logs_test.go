@@ -18,6 +18,9 @@ func TestLogsRecordProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The cursor below is a millisecond before this: envd's first entry
+	// must be older than that.
+	time.Sleep(5 * time.Millisecond)
 	before := time.Now()
 	if _, err := run(t, m, rec.ID, "", "exit 3"); err != nil {
 		t.Fatal(err)
