@@ -30,6 +30,8 @@ import (
 	"os"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/hutch-sandbox/hutch/internal/envd/config"
 	"github.com/hutch-sandbox/hutch/internal/envd/files"
 	"github.com/hutch-sandbox/hutch/internal/envd/filesystem"
@@ -212,6 +214,13 @@ func (s *Server) envs(w http.ResponseWriter, r *http.Request) {
 // and, unless listen is empty, on a TCP address in the sandbox's own
 // network namespace. It returns when ctx ends.
 func Run(ctx context.Context, opts Options, controlFD, apiFD int, listen string) error {
+	// Not dumpable: the sandbox's root runs as envd's uid, and could
+	// otherwise ptrace it or take its descriptors through /proc — the
+	// host's control socket among them, through which it could answer
+	// the host's own calls, and its access token.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fmt.Errorf("envd: set non-dumpable: %w", err)
+	}
 	control, err := fileListener(controlFD, "control")
 	if err != nil {
 		return err

@@ -201,3 +201,37 @@ cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null | tr '\0' '\n'`, &sdk.
 		t.Errorf("mountinfo was not read:\n%s", out)
 	}
 }
+
+// TestEnvdOutOfReachInside: the sandbox's root runs as envd's uid, but may
+// neither ptrace envd nor reach its descriptors or memory through /proc:
+// envd holds the host's control socket, through which a hijacker could
+// answer the host's own calls, and its access token.
+func TestEnvdOutOfReachInside(t *testing.T) {
+	e := startServer(t)
+	sbx := e.sandbox(t, sdk.CreateOptions{})
+	out := run(t, sbx, `python3 - <<'EOF'
+import ctypes, errno, os
+libc = ctypes.CDLL(None, use_errno=True)
+pids = [p for p in os.listdir("/proc") if p.isdigit() and b"envd" in open("/proc/%s/cmdline" % p, "rb").read()]
+pid = int(sorted(pids, key=int)[0])
+print("envd found:", pid > 1)
+def attempt(name, f):
+    try:
+        f()
+        print(name + ": OK")
+    except OSError as e:
+        print(name + ": " + errno.errorcode[e.errno])
+ctypes.set_errno(0)
+r = libc.ptrace(16, pid, 0, 0)  # PTRACE_ATTACH
+print("ptrace-attach:", "OK" if r == 0 else errno.errorcode[ctypes.get_errno()])
+attempt("readlink-fd3", lambda: os.readlink("/proc/%d/fd/3" % pid))
+attempt("open-mem", lambda: os.close(os.open("/proc/%d/mem" % pid, os.O_RDONLY)))
+attempt("read-environ", lambda: open("/proc/%d/environ" % pid).read())
+attempt("open-fd2", lambda: os.close(os.open("/proc/%d/fd/2" % pid, os.O_WRONLY)))
+EOF`, &sdk.RunOptions{User: "root"}).Stdout
+	for _, want := range []string{"envd found: True", "ptrace-attach: EPERM", "readlink-fd3: EACCES", "open-mem: EACCES", "read-environ: EACCES", "open-fd2: EACCES"} {
+		if !strings.Contains(out, want+"\n") {
+			t.Errorf("want %q in:\n%s", want, out)
+		}
+	}
+}
