@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"bufio"
+	"bytes"
 	"container/list"
 	"context"
 	"errors"
@@ -65,8 +66,9 @@ func newRoute(api, control string) *route {
 			return (&net.Dialer{}).DialContext(ctx, "unix", path)
 		}
 	}
-	r.envd = &http.Transport{DialContext: unixDial(api), DisableCompression: true, MaxIdleConnsPerHost: 16, IdleConnTimeout: 90 * time.Second}
-	r.host = &http.Transport{DialContext: unixDial(control), DisableCompression: true, MaxIdleConnsPerHost: 4, IdleConnTimeout: 90 * time.Second}
+	// Answers come from inside the sandbox: their headers are bounded.
+	r.envd = &http.Transport{DialContext: unixDial(api), DisableCompression: true, MaxIdleConnsPerHost: 16, IdleConnTimeout: 90 * time.Second, MaxResponseHeaderBytes: maxAnswerHeader}
+	r.host = &http.Transport{DialContext: unixDial(control), DisableCompression: true, MaxIdleConnsPerHost: 4, IdleConnTimeout: 90 * time.Second, MaxResponseHeaderBytes: maxAnswerHeader}
 	return r
 }
 
@@ -120,12 +122,17 @@ func (r *route) newPortTransport(port int) *http.Transport {
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return dialTunnel(ctx, r.control, r.accessToken(), port)
 		},
-		DisableCompression:  true,
-		MaxIdleConns:        maxIdlePerPort,
-		MaxIdleConnsPerHost: maxIdlePerPort,
-		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:     true,
+		MaxIdleConns:           maxIdlePerPort,
+		MaxIdleConnsPerHost:    maxIdlePerPort,
+		IdleConnTimeout:        90 * time.Second,
+		MaxResponseHeaderBytes: maxAnswerHeader,
 	}
 }
+
+// maxAnswerHeader bounds the headers of an answer from inside a sandbox
+// (net/http's default is 10 MiB).
+const maxAnswerHeader = 1 << 20
 
 // portTransport sends every request to one port of a sandbox, whatever
 // its URL's host (so its transport keeps state for one address only).
@@ -163,10 +170,22 @@ func (r *route) close() {
 	}
 }
 
+// Bounds on envd's answer to a CONNECT. envd runs inside the sandbox, and
+// a sandbox's root may have replaced it: its answer is untrusted input,
+// which must neither hold a descriptor for long nor grow the server's
+// memory (net/http's Transport dials detached from the request, so a
+// client that gives up does not end a dial).
+const (
+	tunnelHandshakeTimeout = 5 * time.Second
+	tunnelMaxAnswer        = 16 << 10
+)
+
 // dialTunnel opens a connection to a port inside the sandbox: it asks envd,
 // through its control socket, to CONNECT to that port on the sandbox's
 // loopback, with envd's access token when the sandbox has one.
 func dialTunnel(ctx context.Context, sock, token string, port int) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, tunnelHandshakeTimeout)
+	defer cancel()
 	conn, err := (&net.Dialer{}).DialContext(ctx, "unix", sock)
 	if err != nil {
 		return nil, err
@@ -185,14 +204,15 @@ func dialTunnel(ctx context.Context, sock, token string, port int) (net.Conn, er
 		conn.Close()
 		return nil, err
 	}
-	br := bufio.NewReader(conn)
+	// At most tunnelMaxAnswer bytes are read before the answer is judged.
+	br := bufio.NewReader(&io.LimitedReader{R: conn, N: tunnelMaxAnswer})
 	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
 	if err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("tunnel to port %d: %w", port, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
 		conn.Close()
 		if resp.StatusCode == http.StatusBadGateway {
 			return nil, fmt.Errorf("port %d: %w", port, ErrPortClosed)
@@ -204,14 +224,16 @@ func dialTunnel(ctx context.Context, sock, token string, port int) (net.Conn, er
 		return conn, nil
 	}
 	// The service spoke first (e.g. a banner) and envd's 200 came in the
-	// same read.
-	return &bufferedConn{Conn: conn, r: br}, nil
+	// same read: those bytes first, then the connection itself (past the
+	// limit the handshake had).
+	early, _ := br.Peek(br.Buffered())
+	return &bufferedConn{Conn: conn, r: io.MultiReader(bytes.NewReader(bytes.Clone(early)), conn)}, nil
 }
 
 // bufferedConn is a connection whose first bytes were read ahead.
 type bufferedConn struct {
 	net.Conn
-	r *bufio.Reader
+	r io.Reader
 }
 
 func (c *bufferedConn) Read(p []byte) (int, error) { return c.r.Read(p) }

@@ -1,11 +1,15 @@
 package sandbox
 
 import (
+	"bytes"
+	"context"
+	"io"
 	"net"
 	"net/http"
 	"path/filepath"
 	"runtime"
 	"testing"
+	"time"
 )
 
 // closedPortsEnvd serves a control socket that answers every CONNECT as
@@ -97,5 +101,67 @@ func TestPortTransportReuse(t *testing.T) {
 	}
 	if n := r.ports.Len(); n != maxPortTransports {
 		t.Errorf("%d port transports, want %d", n, maxPortTransports)
+	}
+}
+
+// TestDialTunnelDistrustsEnvd: envd answers the host's CONNECT from inside
+// the sandbox, where a root may have replaced it. An endless answer or
+// none at all ends the dial within its bounds — without the request's
+// context, which net/http does not pass to a dial it may reuse — and holds
+// no memory or descriptor past them.
+func TestDialTunnelDistrustsEnvd(t *testing.T) {
+	tests := []struct {
+		name   string
+		answer func(c net.Conn)
+	}{
+		{"endless header", func(c net.Conn) {
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nX-A: ")
+			chunk := bytes.Repeat([]byte("a"), 64<<10)
+			for {
+				if _, err := c.Write(chunk); err != nil {
+					return
+				}
+			}
+		}},
+		{"endless error body", func(c net.Conn) {
+			io.WriteString(c, "HTTP/1.1 403 Forbidden\r\n\r\n")
+			chunk := bytes.Repeat([]byte("a"), 64<<10)
+			for {
+				if _, err := c.Write(chunk); err != nil {
+					return
+				}
+			}
+		}},
+		{"no answer", func(c net.Conn) { io.Copy(io.Discard, c) }},
+		{"half an answer", func(c net.Conn) { io.WriteString(c, "HTTP/1.1 200"); io.Copy(io.Discard, c) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sock := filepath.Join(t.TempDir(), "control.sock")
+			ln, err := net.Listen("unix", sock)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			go func() {
+				for {
+					c, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					go func() { defer c.Close(); tt.answer(c) }()
+				}
+			}()
+			start := time.Now()
+			conn, err := dialTunnel(context.Background(), sock, "token", 8000)
+			if err == nil {
+				conn.Close()
+				t.Fatal("a tunnel was opened on a hostile answer")
+			}
+			if d := time.Since(start); d > tunnelHandshakeTimeout+5*time.Second {
+				t.Errorf("the dial took %v, past its %v bound", d, tunnelHandshakeTimeout)
+			}
+			t.Logf("%v: %v", time.Since(start).Round(time.Millisecond), err)
+		})
 	}
 }
