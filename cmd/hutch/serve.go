@@ -78,6 +78,13 @@ Stopping the server leaves sandboxes running; a restart adopts them.`,
 			} else if now != old {
 				logger.Info("raised kernel.pty.max", "from", old, "to", now)
 			}
+			// Open files are charged to each sandbox's memory; the host-wide
+			// count must not be the tighter limit (see EnsureFileMax).
+			if old, now, err := native.EnsureFileMax(); err != nil {
+				logger.Warn("open files", "err", err)
+			} else if now != old {
+				logger.Info("raised fs.file-max", "from", old, "to", now)
+			}
 			var nets *sandboxNets
 			if withNet {
 				if nets, err = startNetworks(ctx, netCIDR, dnsUpstream, maxConns, logger); err != nil {

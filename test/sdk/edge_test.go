@@ -235,3 +235,24 @@ EOF`, &sdk.RunOptions{User: "root"}).Stdout
 		}
 	}
 }
+
+// TestServeLiftsFileMax: open files are charged to each sandbox's memory,
+// so hutch serve lifts the host-wide fs.file-max, which one sandbox within
+// its limit could otherwise nearly fill, failing its neighbours' opens
+// with ENFILE (review 2, A8).
+func TestServeLiftsFileMax(t *testing.T) {
+	const path = "/proc/sys/fs/file-max"
+	// A finite table, as a fresh host has (the kernel's default is about a
+	// tenth of memory in KiB; serve may have lifted it already).
+	if err := os.WriteFile(path, []byte("2466170"), 0); err != nil {
+		t.Fatal(err)
+	}
+	startServer(t)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(string(b)); got != "9223372036854775807" {
+		t.Errorf("fs.file-max is %s after hutch serve started, want LONG_MAX", got)
+	}
+}

@@ -177,7 +177,10 @@ func runInit(sock *os.File, sigs <-chan os.Signal, notified <-chan struct{}) (in
 		unix.Close(fdExtra + i)
 	}
 
+	stopGuard := make(chan struct{})
+	go (&sockGuard{budget: cfg.SocketBudget, proc: "/proc", self: os.Getpid()}).run(stopGuard)
 	st := supervise(pid, sigs)
+	close(stopGuard)
 	if copyDone != nil {
 		close(stopCopy)
 		<-copyDone

@@ -342,7 +342,7 @@ func (rt *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.San
 		Disk: spec.Resources.DiskBytes > 0,
 		Args: spec.Process.Args, Env: spec.Process.Env, User: spec.Process.User, Cwd: spec.Process.Cwd,
 		Terminal: spec.Process.Terminal, Rows: spec.Process.ConsoleSize.Rows, Cols: spec.Process.ConsoleSize.Cols,
-		Log: sio.log,
+		Log: sio.log, SocketBudget: sockBudget(spec.Resources.MemoryBytes),
 	}
 	if err := sendMsg(sock, cfg, mounts...); err != nil {
 		return nil, fmt.Errorf("configure sandbox init: %w", err)

@@ -29,6 +29,9 @@ type initConfig struct {
 	// Log: descriptors 5 and 6 are the output files, for the init to keep
 	// the process's output in; the process gets a pipe.
 	Log bool `json:"log"`
+	// SocketBudget: how much the receive queues no cgroup is charged for
+	// may hold (see sockGuard); 0 for no watch.
+	SocketBudget int64 `json:"socketBudget,omitempty"`
 }
 
 // initMsg is every later sync message, in either direction.

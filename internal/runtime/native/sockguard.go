@@ -1,0 +1,227 @@
+package native
+
+import (
+	"bytes"
+	"cmp"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The kernel charges a socket's receive queue to the memory cgroup of its
+// owner only for protocols that account their memory (TCP, UDP, unix
+// sockets). Netlink and ICMP ("ping") sockets queue their replies
+// uncharged: a sandbox asking the kernel for its link table on a few
+// hundred netlink sockets it never reads parks gigabytes of host memory
+// while its own memory counter stays at a few MiB (review 2, A11: +6 GB in
+// a 256 MiB sandbox). No cgroup setting covers this, so the sandbox's init
+// watches the queues itself: every socket of the sandbox's network
+// namespace is listed, with its queue, in /proc/self/net, and the init,
+// root of the sandbox's user namespace, can see and kill every sandbox
+// process. Its polling is charged to the sandbox, as is the kernel's work
+// of filling the queues, so neither can outrun the other by more than a
+// poll's worth of the sandbox's CPU time.
+
+// sockGuardInterval is how often the init reads the queues: at the ~350 MB/s
+// one CPU fills netlink queues, a quarter second is ~90 MB past the budget.
+const sockGuardInterval = 250 * time.Millisecond
+
+// sockBudget is how much the uncharged queues of a sandbox with the given
+// memory limit may hold together: a quarter of the limit (programs that
+// read their replies hold kilobytes), at least 4 MiB; none without a
+// limit, since such a sandbox may take the host's memory anyway.
+func sockBudget(memory int64) int64 {
+	if memory <= 0 {
+		return 0
+	}
+	return max(memory/4, 4<<20)
+}
+
+// uncharged is where the kernel lists the sockets whose queues no cgroup
+// pays for, with the column of the queue and of the inode. Raw and packet
+// sockets need CAP_NET_RAW, which sandbox processes lack; they are read
+// anyway, in case a template's capabilities ever change.
+var uncharged = []struct {
+	file       string
+	queue, ino int  // columns, after a heading line
+	hexTxRx    bool // the queue column is tx_queue:rx_queue in hex
+}{
+	{"netlink", 4, 9, false},
+	{"icmp", 4, 9, true},
+	{"icmp6", 4, 9, true},
+	{"raw", 4, 9, true},
+	{"raw6", 4, 9, true},
+	{"packet", 6, 8, false},
+}
+
+// sockGuard keeps a sandbox's uncharged socket queues under a budget by
+// killing the processes that hold the fullest ones, as the OOM killer
+// would (SIGKILL, exit 137).
+type sockGuard struct {
+	budget int64
+	proc   string     // procfs of the sandbox's pid and network namespaces
+	self   int        // the init's pid, never killed
+	files  []*os.File // uncharged's files, kept open
+	buf    []byte
+}
+
+// run polls until stop is closed.
+func (g *sockGuard) run(stop <-chan struct{}) {
+	if g.budget <= 0 {
+		return
+	}
+	t := time.NewTicker(sockGuardInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			g.check()
+		}
+	}
+}
+
+// check reads the queues once and, over the budget, kills the holders of
+// the fullest sockets until what is left is at most half the budget. It
+// returns the pids it killed.
+func (g *sockGuard) check() []int {
+	queues, total := g.queues()
+	if total <= g.budget {
+		return nil
+	}
+	holders := g.holders()
+	inos := make([]uint64, 0, len(queues))
+	for ino := range queues {
+		inos = append(inos, ino)
+	}
+	slices.SortFunc(inos, func(a, b uint64) int { return cmp.Compare(queues[b], queues[a]) })
+	var killed []int
+	seen := map[int]bool{}
+	for _, ino := range inos {
+		if total <= g.budget/2 {
+			break
+		}
+		for _, pid := range holders[ino] {
+			if !seen[pid] {
+				seen[pid] = true
+				unix.Kill(pid, unix.SIGKILL)
+				killed = append(killed, pid)
+			}
+		}
+		if len(holders[ino]) > 0 {
+			total -= queues[ino]
+		}
+	}
+	if total > g.budget {
+		// The queues left belong to sockets no process holds open: ones in
+		// flight in a unix socket's SCM_RIGHTS. Whatever sent them goes too,
+		// and that is any process: kill(-1) from the init reaches every
+		// process of its pid namespace but the init.
+		unix.Kill(-1, unix.SIGKILL)
+		killed = append(killed, -1)
+	}
+	return killed
+}
+
+// queues returns the receive queue of every uncharged socket that has one,
+// by inode, and their sum. The files stay open between polls: reading an
+// open /proc/net file again from offset 0 costs a microsecond or two where
+// opening it costs ~30.
+func (g *sockGuard) queues() (map[uint64]int64, int64) {
+	if g.files == nil {
+		g.files = make([]*os.File, len(uncharged))
+		for i, u := range uncharged {
+			// Missing: no IPv6, or no packet sockets in this kernel.
+			g.files[i], _ = os.Open(filepath.Join(g.proc, "self/net", u.file))
+		}
+	}
+	queues := map[uint64]int64{}
+	var total int64
+	for i, u := range uncharged {
+		if g.files[i] == nil {
+			continue
+		}
+		g.buf = readAll(g.files[i], g.buf[:0])
+		lines := bytes.Split(g.buf, []byte("\n"))
+		for _, line := range lines[min(1, len(lines)):] { // after the heading
+			fields := strings.Fields(string(line))
+			if len(fields) <= max(u.queue, u.ino) {
+				continue
+			}
+			var q int64
+			var err error
+			if u.hexTxRx {
+				_, rx, ok := strings.Cut(fields[u.queue], ":")
+				if !ok {
+					continue
+				}
+				q, err = strconv.ParseInt(rx, 16, 64)
+			} else {
+				q, err = strconv.ParseInt(fields[u.queue], 10, 64)
+			}
+			ino, ierr := strconv.ParseUint(fields[u.ino], 10, 64)
+			if err != nil || ierr != nil || q <= 0 {
+				continue
+			}
+			queues[ino] += q
+			total += q
+		}
+	}
+	return queues, total
+}
+
+// readAll reads f from its start into buf, whatever f's offset.
+func readAll(f *os.File, buf []byte) []byte {
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := f.ReadAt(buf[len(buf):cap(buf)], int64(len(buf)))
+		buf = buf[:len(buf)+n]
+		if err != nil || n == 0 {
+			return buf
+		}
+	}
+}
+
+// holders maps socket inodes to the pids holding them open.
+func (g *sockGuard) holders() map[uint64][]int {
+	holders := map[uint64][]int{}
+	ents, err := os.ReadDir(g.proc)
+	if err != nil {
+		return holders
+	}
+	prefix := []byte("socket:[")
+	buf := make([]byte, 64)
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == g.self {
+			continue
+		}
+		dir := filepath.Join(g.proc, e.Name(), "fd")
+		fds, err := os.ReadDir(dir)
+		if err != nil {
+			continue // gone, or a kernel thread
+		}
+		for _, fd := range fds {
+			n, err := unix.Readlink(filepath.Join(dir, fd.Name()), buf)
+			if err != nil || !bytes.HasPrefix(buf[:n], prefix) || buf[n-1] != ']' {
+				continue
+			}
+			ino, err := strconv.ParseUint(string(buf[len(prefix):n-1]), 10, 64)
+			if err != nil {
+				continue
+			}
+			if l := holders[ino]; len(l) == 0 || l[len(l)-1] != pid {
+				holders[ino] = append(l, pid)
+			}
+		}
+	}
+	return holders
+}
