@@ -14,11 +14,11 @@
 // slow, ambiguous) could be for any name, and is allowed only where every
 // name would be.
 //
-// Only the first bytes are read. What a client sends after them is not
-// seen: a later request on a kept-alive HTTP connection, the Host inside
-// TLS, the inner ClientHello of Encrypted Client Hello, HTTP/2 frames.
-// The name rules bind the server a connection is opened for, not every
-// request sent over it.
+// Plain HTTP is read request by request (relay.go): every request on a
+// kept-alive connection must name the server its first did. Of everything
+// else only the first bytes are read; what follows is not seen: the Host
+// inside TLS (the server's certificate binds it to the SNI), the inner
+// ClientHello of Encrypted Client Hello, HTTP/2 frames.
 package egress
 
 import (
@@ -422,6 +422,10 @@ func (p *Proxy) handle(ctx context.Context, c *conn) {
 		return
 	}
 	log.Debug("egress proxy: allowed")
+	if h.proto == protoHTTP && !h.unreadable && !allowsAnyName(pol, dst.Addr()) {
+		relayHTTP(c.c, up, data, h, dst)
+		return
+	}
 	if _, err := up.Write(data); err != nil {
 		log.Debug("egress proxy: write", "err", err)
 		return

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -852,5 +853,63 @@ func TestAllowedNameToAnotherAddress(t *testing.T) {
 	}
 	if n := h.dialCount(tlsDst) + h.dialCount(httpDst); n != 0 {
 		t.Errorf("dials = %d, want 0", n)
+	}
+}
+
+// TestHTTPEveryRequestJudged: on a kept-alive plain-HTTP connection every
+// request must name the server the first did (review 2, N1: a second
+// request naming another server at the same address was served). Bodies
+// pass as they are, whatever they look like; framing the proxy and a
+// server could read differently is refused.
+func TestHTTPEveryRequestJudged(t *testing.T) {
+	const hidden = "GET / HTTP/1.1\r\nHost: other.test\r\n\r\n"
+	get := func(host string) string { return "GET / HTTP/1.1\r\nHost: " + host + "\r\n\r\n" }
+	for _, tc := range []struct {
+		name, send string
+		want       []string // status and body of each response, in order
+		closedOnly bool     // after them, the connection just ends
+	}{
+		{name: "same server, pipelined", send: get("allowed.test") + get("ALLOWED.test.:80") + "\r\n" + get("allowed.test"),
+			want: []string{"200 http allowed.test", "200 http ALLOWED.test.:80", "200 http allowed.test"}},
+		{name: "another server kept alive", send: get("allowed.test") + get("other.test") + get("allowed.test"),
+			want: []string{"200 http allowed.test", "403 hutch: connection to other.test blocked by the sandbox's network policy\n"}},
+		{name: "another server after a body", send: "POST / HTTP/1.1\r\nHost: allowed.test\r\nContent-Length: 5\r\n\r\nhello" + get("other.test"),
+			want: []string{"200 http allowed.test", "403 hutch: connection to other.test blocked by the sandbox's network policy\n"}},
+		{name: "a request inside a chunked body is body",
+			send: "POST / HTTP/1.1\r\nHost: allowed.test\r\nTransfer-Encoding: chunked\r\n\r\n" +
+				fmt.Sprintf("%x;ext=1\r\n%s\r\n0\r\nX-Trailer: 1\r\n\r\n", len(hidden), hidden) + get("allowed.test"),
+			want: []string{"200 http allowed.test", "200 http allowed.test"}},
+		{name: "another server after a chunked body",
+			send: "POST / HTTP/1.1\r\nHost: allowed.test\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n" + get("other.test"),
+			want: []string{"200 http allowed.test", "403 hutch: connection to other.test blocked by the sandbox's network policy\n"}},
+		{name: "both lengths", send: "POST / HTTP/1.1\r\nHost: allowed.test\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" + get("other.test"),
+			want: []string{"403 hutch: connection to allowed.test blocked by the sandbox's network policy\n"}},
+		{name: "a chunk size servers may read differently", send: "POST / HTTP/1.1\r\nHost: allowed.test\r\nTransfer-Encoding: chunked\r\n\r\n 5\r\nhello\r\n0\r\n\r\n" + get("other.test"),
+			closedOnly: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, nil)
+			h.setPolicy(true, []string{"allowed.test"}, []string{"0.0.0.0/0"})
+			h.setResolved(httpDst, true)
+			c := h.connect(httpDst)
+			if _, err := io.WriteString(c, tc.send); err != nil {
+				t.Fatal(err)
+			}
+			c.(*net.TCPConn).CloseWrite()
+			br := bufio.NewReader(c)
+			var got []string
+			for {
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					break
+				}
+				b, _ := io.ReadAll(resp.Body)
+				got = append(got, fmt.Sprintf("%d %s", resp.StatusCode, b))
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("responses %q, want %q", got, tc.want)
+			}
+			h.waitConns(0)
+		})
 	}
 }

@@ -202,17 +202,22 @@ func sniffHTTP(r *recorder, skip int) hello {
 		r.fill()
 	}
 	h.data = r.buf
-	head := r.buf[skip:end]
-	req, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(head)))
+	_, h.name, h.unreadable, h.err = parseHead(r.buf[skip:end])
+	return h
+}
+
+// parseHead parses one HTTP/1 request head (request line to the empty line)
+// and returns the request and the server it names, as hello's name and
+// unreadable say.
+func parseHead(head []byte) (req *http.Request, name string, unreadable bool, err error) {
+	req, err = http.ReadRequest(bufio.NewReader(bytes.NewReader(head)))
 	if err != nil {
-		h.unreadable, h.err = true, err
-		return h
+		return nil, "", true, err
 	}
 	if req.ProtoMajor != 1 {
 		// HTTP/2 with prior knowledge ("PRI * HTTP/2.0"): the names are
 		// in frames that follow.
-		h.unreadable, h.err = true, errors.New("not HTTP/1")
-		return h
+		return req, "", true, errors.New("not HTTP/1")
 	}
 	if req.URL.Host != "" {
 		// ReadRequest took the name from the target and dropped Host. A
@@ -221,16 +226,15 @@ func sniffHTTP(r *recorder, skip int) hello {
 			n1, bad1 := normalizeHost(req.Host)
 			n2, bad2 := normalizeHost(host)
 			if bad1 || bad2 || n1 != n2 {
-				h.unreadable, h.err = true, errors.New("request target and Host name different servers")
-				return h
+				return req, "", true, errors.New("request target and Host name different servers")
 			}
 		}
 	}
-	h.name, h.unreadable = normalizeHost(req.Host)
-	if h.unreadable {
-		h.err = errors.New("invalid Host")
+	name, unreadable = normalizeHost(req.Host)
+	if unreadable {
+		err = errors.New("invalid Host")
 	}
-	return h
+	return req, name, unreadable, err
 }
 
 // hostHeader returns the Host header of a request head net/http has
