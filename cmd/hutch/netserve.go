@@ -28,6 +28,22 @@ type sandboxNets struct {
 	cancel  context.CancelFunc
 }
 
+// proxyCaps divides the server's descriptors: each connection through the
+// egress proxy holds two (the sandbox's side and the way out), so the
+// proxy may hold an eighth of the open-file limit in connections, a
+// quarter of the descriptors, beside the half that client connections may
+// take (see serveConns) and what sandboxes and the rest of the server
+// need. With the proxy's old fixed 16384, nine sandboxes holding 1000
+// kept-alive connections each took all 20 000 of serve's descriptors and
+// the API stopped answering (review 3). One sandbox gets at most an eighth
+// of that (at least 64), and never more than its flow cap, so that one
+// tenant's sandboxes fill it only together.
+func proxyCaps(nofile, flows int) (total, each int) {
+	total = max(nofile/8, 64)
+	each = min(flows, max(total/8, 64))
+	return total, each
+}
+
 // startNetworks makes the network manager and the services' listeners; the
 // firewall is written by the sandbox manager's Recover, then serve starts
 // the services.
@@ -36,13 +52,19 @@ func startNetworks(ctx context.Context, cidr string, upstream []string, maxConns
 	if err != nil {
 		return nil, fmt.Errorf("--network-cidr: %w", err)
 	}
+	nofile, err := openFileLimit()
+	if err != nil {
+		return nil, err
+	}
+	proxyTotal, proxyEach := proxyCaps(nofile, int(maxConns))
+	logger.Info("egress proxy", "max-conns", proxyTotal, "max-conns-per-sandbox", proxyEach)
 	n := &sandboxNets{}
 	n.proxy = egress.New(egress.Options{
-		Policy:   func(a netip.Addr) (*policy.Egress, bool) { return n.mgr.Policy(a) },
-		Resolved: func(client, dst netip.Addr) bool { return n.mgr.Resolved(client, dst) },
-		Dial:     dialOut,
-		// Its connections are flows of the sandbox's too, so never more.
-		MaxConnsPerClient: int(maxConns),
+		Policy:            func(a netip.Addr) (*policy.Egress, bool) { return n.mgr.Policy(a) },
+		Resolved:          func(client, dst netip.Addr) bool { return n.mgr.Resolved(client, dst) },
+		Dial:              dialOut,
+		MaxConns:          proxyTotal,
+		MaxConnsPerClient: proxyEach,
 		Logger:            logger.With("component", "egress-proxy"),
 	})
 	n.mgr, err = network.New(network.Options{

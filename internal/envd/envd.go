@@ -54,6 +54,9 @@ type Options struct {
 	DefaultUser string
 	// Logger receives envd's log; nil discards it.
 	Logger *slog.Logger
+	// TunnelLinger is how long a tunnel whose one way has ended may stay
+	// idle in the other before both close; zero means splice.DefaultLinger.
+	TunnelLinger time.Duration
 }
 
 // Server is one envd. Its handlers are safe for concurrent use.
@@ -61,6 +64,7 @@ type Server struct {
 	st     *config.State
 	logger *slog.Logger
 	mux    *http.ServeMux
+	linger time.Duration // of tunnels
 }
 
 // New returns an envd serving the sandbox it runs in.
@@ -69,7 +73,7 @@ func New(opts Options) *Server {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{st: config.New(Version, opts.DefaultUser), logger: logger, mux: http.NewServeMux()}
+	s := &Server{st: config.New(Version, opts.DefaultUser), logger: logger, mux: http.NewServeMux(), linger: opts.TunnelLinger}
 	process.Handle(s.mux, s.st, logger)
 	filesystem.Handle(s.mux, s.st, logger)
 	files.Handle(s.mux, s.st, logger)

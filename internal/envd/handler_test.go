@@ -1,10 +1,15 @@
 package envd_test
 
 import (
+	"bufio"
+	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/envd"
 )
@@ -70,5 +75,56 @@ func TestHandlerTokenBeforeEverything(t *testing.T) {
 	control.ServeHTTP(rec, req)
 	if rec.Code != http.StatusNoContent {
 		t.Errorf("/init with the token on the control socket: %d %s", rec.Code, rec.Body)
+	}
+}
+
+// TestTunnelEndsWhenTheServiceHangs: a service that neither reads nor
+// closes holds a tunnel only for the linger time after the host side has
+// gone, not for ever (review 3: such a service kept every tunnel, and envd
+// ran out of descriptors).
+func TestTunnelEndsWhenTheServiceHangs(t *testing.T) {
+	svc, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Close()
+	go func() {
+		for {
+			c, err := svc.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // held, never read
+		}
+	}()
+	s := envd.New(envd.Options{TunnelLinger: 100 * time.Millisecond})
+	var active atomic.Int32
+	h := s.Handler(true)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		active.Add(1)
+		defer active.Add(-1)
+		h.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	for range 20 {
+		c, err := net.Dial("tcp", srv.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		target := svc.Addr().String()
+		fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+		resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: http.MethodConnect})
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("CONNECT: %v %v", resp, err)
+		}
+		c.Write([]byte("request the service never reads"))
+		c.Close()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for active.Load() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d tunnels still open 10 s after their clients left", active.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

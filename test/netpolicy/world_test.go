@@ -126,6 +126,7 @@ type world struct {
 	closers []io.Closer
 
 	serveArgs []string // more flags of hutch serve
+	nofile    int      // hutch serve's RLIMIT_NOFILE, when not 0
 	serveMu   sync.Mutex
 	serve     *exec.Cmd
 	serveDone chan struct{}
@@ -157,6 +158,13 @@ func ipnet(a string, bits int) *net.IPNet {
 // serveArgs after its usual flags; all of it goes when the test ends.
 func newWorld(t *testing.T, serveArgs ...string) *world {
 	t.Helper()
+	return newWorldFiles(t, 0, serveArgs...)
+}
+
+// newWorldFiles is newWorld with hutch serve started under an open-file
+// limit (soft and hard) of nofile, when not 0.
+func newWorldFiles(t *testing.T, nofile int, serveArgs ...string) *world {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: network namespaces, sandboxes")
 	}
@@ -165,7 +173,7 @@ func newWorld(t *testing.T, serveArgs ...string) *world {
 			t.Skipf("needs %s: %v", tool, err)
 		}
 	}
-	w := &world{t: t, bin: hutchBinary(t), dns: &dnsServer{}, streams: newStreams(), serveArgs: serveArgs}
+	w := &world{t: t, bin: hutchBinary(t), dns: &dnsServer{}, streams: newStreams(), serveArgs: serveArgs, nofile: nofile}
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // the thread ends up in a new namespace: never unlocked
@@ -631,11 +639,14 @@ func (w *world) hostLookup(name string) (string, error) {
 // answers.
 func (w *world) startServe() {
 	w.t.Helper()
-	args := []string{
-		fmt.Sprintf("--net=/proc/%d/fd/%d", os.Getpid(), int(w.host)), "--",
-		w.bin, "serve", "--listen", fmt.Sprintf(":%d", apiPort), // every address, IPv6 too
-		"--dns-upstream", dnsAddr + ":53", "--warm", "0",
+	args := []string{fmt.Sprintf("--net=/proc/%d/fd/%d", os.Getpid(), int(w.host)), "--"}
+	if w.nofile > 0 {
+		args = append(args, "prlimit", fmt.Sprintf("--nofile=%d:%d", w.nofile, w.nofile), "--")
 	}
+	args = append(args,
+		w.bin, "serve", "--listen", fmt.Sprintf(":%d", apiPort), // every address, IPv6 too
+		"--dns-upstream", dnsAddr+":53", "--warm", "0",
+	)
 	args = append(args, w.serveArgs...)
 	cmd := exec.Command("nsenter", args...)
 	cmd.Env = w.env

@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/network/policy"
+	"github.com/hutch-sandbox/hutch/internal/splice"
 )
 
 // Defaults of the Options left zero.
@@ -430,7 +431,7 @@ func (p *Proxy) handle(ctx context.Context, c *conn) {
 		log.Debug("egress proxy: write", "err", err)
 		return
 	}
-	splice(c.c, up)
+	splice.Join(c.c, nil, up, nil, 0)
 }
 
 // errSelf reports a destination that is this host.
@@ -476,26 +477,6 @@ func refuse(c net.Conn, h hello, dst netip.AddrPort) {
 		c.SetReadDeadline(time.Now().Add(lingerTimeout))
 		io.Copy(io.Discard, io.LimitReader(c, maxPeek))
 	}
-}
-
-// splice copies both ways until both directions end, passing on each
-// half-close; an error in either direction ends both.
-func splice(client, up net.Conn) {
-	var wg sync.WaitGroup
-	wg.Go(func() { pipe(up, client) })
-	pipe(client, up)
-	wg.Wait()
-}
-
-// pipe copies src to dst (with splice(2) between TCP connections), then
-// closes dst for writing, or both on an error.
-func pipe(dst, src net.Conn) {
-	if _, err := io.Copy(dst, src); err != nil {
-		dst.Close()
-		src.Close()
-		return
-	}
-	closeWrite(dst)
 }
 
 // closeWrite shuts down the writing side of c, or, for a connection that

@@ -867,7 +867,7 @@ func TestHTTPEveryRequestJudged(t *testing.T) {
 	for _, tc := range []struct {
 		name, send string
 		want       []string // status and body of each response, in order
-		closedOnly bool     // after them, the connection just ends
+		closedOnly bool     // the connection just ends, after at most the first answer
 	}{
 		{name: "same server, pipelined", send: get("allowed.test") + get("ALLOWED.test.:80") + "\r\n" + get("allowed.test"),
 			want: []string{"200 http allowed.test", "200 http ALLOWED.test.:80", "200 http allowed.test"}},
@@ -884,6 +884,12 @@ func TestHTTPEveryRequestJudged(t *testing.T) {
 			want: []string{"200 http allowed.test", "403 hutch: connection to other.test blocked by the sandbox's network policy\n"}},
 		{name: "both lengths", send: "POST / HTTP/1.1\r\nHost: allowed.test\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" + get("other.test"),
 			want: []string{"403 hutch: connection to allowed.test blocked by the sandbox's network policy\n"}},
+		{name: "an Upgrade the server ignores", send: "GET / HTTP/1.1\r\nHost: allowed.test\r\nConnection: Upgrade\r\nUpgrade: x\r\n\r\n" + get("other.test"),
+			want: []string{"200 http allowed.test", "403 hutch: connection to other.test blocked by the sandbox's network policy\n"}},
+		{name: "Connection: upgrade without Upgrade", send: "GET / HTTP/1.1\r\nHost: allowed.test\r\nConnection: keep-alive, Upgrade\r\n\r\n" + get("other.test"),
+			want: []string{"200 http allowed.test", "403 hutch: connection to other.test blocked by the sandbox's network policy\n"}},
+		{name: "CONNECT is a request like another", send: "CONNECT allowed.test:80 HTTP/1.1\r\nHost: allowed.test:80\r\n\r\n" + get("other.test"),
+			want: []string{"200 http allowed.test:80", "403 hutch: connection to other.test blocked by the sandbox's network policy\n"}},
 		{name: "a chunk size servers may read differently", send: "POST / HTTP/1.1\r\nHost: allowed.test\r\nTransfer-Encoding: chunked\r\n\r\n 5\r\nhello\r\n0\r\n\r\n" + get("other.test"),
 			closedOnly: true},
 	} {
@@ -906,10 +912,75 @@ func TestHTTPEveryRequestJudged(t *testing.T) {
 				b, _ := io.ReadAll(resp.Body)
 				got = append(got, fmt.Sprintf("%d %s", resp.StatusCode, b))
 			}
+			if tc.closedOnly {
+				// The server may answer the request whose body broke off
+				// before the proxy closes; nothing after it may pass.
+				got = slices.DeleteFunc(got, func(r string) bool { return r == "200 http allowed.test" })
+			}
 			if !slices.Equal(got, tc.want) {
 				t.Errorf("responses %q, want %q", got, tc.want)
 			}
 			h.waitConns(0)
 		})
 	}
+}
+
+// TestHTTPUpgradeAgreed: once the server has answered an Upgrade with 101,
+// the connection carries the new protocol's bytes as they are, and the
+// proxy no longer reads them as requests; a 101 nobody asked for ends the
+// connection; a HEAD's answer has no body, whatever its Content-Length.
+func TestHTTPUpgradeAgreed(t *testing.T) {
+	h := newHarness(t, nil)
+	h.setPolicy(true, []string{"allowed.test"}, []string{"0.0.0.0/0"})
+	upDst := netip.MustParseAddrPort("203.0.113.40:80")
+	h.setResolved(upDst, true)
+	// Answers each request head: HEAD with a length and no body, GET with
+	// 101 if it asks to upgrade (then echoes), else with an unasked 101.
+	h.backends[upDst] = serveTCP(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			switch {
+			case req.Method == http.MethodHead:
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n")
+			case req.Header.Get("Upgrade") != "":
+				io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+				io.Copy(c, br)
+				return
+			default:
+				io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\n\r\nsurprise")
+			}
+		}
+	})
+	t.Run("upgraded", func(t *testing.T) {
+		c := h.connect(upDst)
+		io.WriteString(c, "HEAD / HTTP/1.1\r\nHost: allowed.test\r\n\r\nGET / HTTP/1.1\r\nHost: allowed.test\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+		br := bufio.NewReader(c)
+		for _, want := range []int{200, 101} {
+			resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodHead})
+			if err != nil || resp.StatusCode != want {
+				t.Fatalf("response: %v, %v; want %d", resp, err, want)
+			}
+		}
+		// Not a request any more: the echo server's bytes.
+		const frames = "GET / HTTP/1.1\r\nHost: other.test\r\n\r\n"
+		io.WriteString(c, frames)
+		b := make([]byte, len(frames))
+		if _, err := io.ReadFull(br, b); err != nil || string(b) != frames {
+			t.Fatalf("after the upgrade read %q, %v", b, err)
+		}
+		c.Close()
+	})
+	t.Run("unasked 101", func(t *testing.T) {
+		c := h.connect(upDst)
+		io.WriteString(c, "GET / HTTP/1.1\r\nHost: allowed.test\r\n\r\n")
+		got, _ := io.ReadAll(c)
+		if strings.Contains(string(got), "surprise") {
+			t.Errorf("a 101 nobody asked for passed: %q", got)
+		}
+	})
+	h.waitConns(0)
 }

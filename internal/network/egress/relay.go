@@ -10,10 +10,13 @@ import (
 	"net/http"
 	"net/netip"
 	"net/textproto"
+	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/hutch-sandbox/hutch/internal/splice"
 )
 
 // A plain-HTTP connection carries any number of requests, each naming its
@@ -21,13 +24,18 @@ import (
 // an allowed name would reach every other name served at the same address
 // (review 2, N1). So unless the address is open to every name, the proxy
 // reads the head of each request on its way to the server and passes it
-// only if it names the server the connection was judged for; bodies and
-// responses pass untouched. The framing is parsed strictly (one of
-// Content-Length and chunked, canonical chunk lines): where the proxy and
-// the server could disagree on where a body ends, a request could hide in
-// one, so the proxy refuses instead. net/http's server does not fit here,
-// since it rewrites what it forwards; this is the little of HTTP/1 framing
-// a transparent relay needs, written by hand.
+// only if it names the server the connection was judged for, and reads
+// the head of each response on its way back, to know when the server has
+// agreed to switch protocols (101): only then do the bytes that follow
+// pass unread. Bodies pass untouched. The framing is parsed strictly (one
+// of Content-Length and chunked, canonical chunk lines): where the proxy
+// and the server could disagree on where a body ends, a request could hide
+// in one, so the proxy refuses instead. CONNECT gets no tunnel here: a
+// server that answered it 200 without opening one (net/http's does, unless
+// the handler hijacks) would read what follows as requests. net/http's
+// server and client do not fit, since they rewrite what they forward;
+// this is the little of HTTP/1 framing a transparent relay needs, written
+// by hand.
 
 // errOtherServer ends a relay at a request that names another server than
 // the connection's first, or none the proxy can read.
@@ -40,61 +48,95 @@ const drainTimeout = 5 * time.Second
 // maxChunkLine bounds a chunk-size line or a trailer line.
 const maxChunkLine = 4096
 
+// maxResponseHead bounds a response's head; servers send larger heads than
+// clients (cookies, policies), so it is larger than maxPeek.
+const maxResponseHead = 1 << 20
+
+// maxPipelined is how many requests may await their answers at once; a
+// client that sends more waits.
+const maxPipelined = 64
+
+// pending is a request on its way, as its response is read.
+type pending struct {
+	method string
+	// switches: an Upgrade, so the server may turn the connection into
+	// something other than HTTP; answer then says whether it did.
+	switches bool
+	answer   chan bool
+}
+
 // relayHTTP carries an allowed plain-HTTP connection whose first request,
 // with whatever followed it, is in data: requests one by one to up,
-// responses as they come back to client. A request for another server is
+// responses one by one back to client. A request for another server is
 // answered with a 403 after the server has answered those before it, and
-// ends the connection.
+// ends the connection. Only when the server agrees to an Upgrade (101) do
+// the bytes that follow pass unread: until it does, a
+// request asking for one is just a request (review 3: the server ignored
+// "Connection: Upgrade" and answered 200, and the relay, which had stopped
+// reading, let a request for another server through).
 func relayHTTP(client, up net.Conn, data []byte, first hello, dst netip.AddrPort) {
-	var refusing atomic.Bool
-	respDone := make(chan error, 1)
+	var refusing, clientDone atomic.Bool
+	reqs := make(chan pending, maxPipelined)
+	respStopped := make(chan struct{})
+	var respErr error
 	go func() {
-		_, err := io.Copy(client, up)
+		defer close(respStopped)
+		ur := bufio.NewReaderSize(&lingerReader{c: up, ended: &clientDone}, maxChunkLine)
+		respErr = forwardResponses(client, ur, reqs)
 		switch {
-		case err != nil:
+		case respErr != nil:
 			client.Close()
 			up.Close()
 		case !refusing.Load():
+			// The server has finished: whatever the client still sends
+			// cannot be answered; it has splice.DefaultLinger to close.
 			closeWrite(client)
+			client.SetReadDeadline(time.Now().Add(splice.DefaultLinger))
 		}
-		respDone <- err
 	}()
 	br := bufio.NewReaderSize(io.MultiReader(bytes.NewReader(data), client), maxChunkLine)
-	later, err := forwardRequests(up, br, first.name)
+	later, err := forwardRequests(up, br, first.name, reqs, respStopped)
+	close(reqs)
 	switch {
 	case err == nil: // the client has finished
+		clientDone.Store(true)
 		closeWrite(up)
-		<-respDone
+		up.SetReadDeadline(time.Now().Add(splice.DefaultLinger))
+		<-respStopped
 	case errors.Is(err, errOtherServer):
 		refusing.Store(true)
 		closeWrite(up)
 		select {
-		case <-respDone:
+		case <-respStopped:
 		case <-time.After(drainTimeout):
 			up.Close()
-			<-respDone
+			<-respStopped
 		}
 		refuse(client, later, dst)
 	default:
 		client.Close()
 		up.Close()
-		<-respDone
+		<-respStopped
 	}
 }
 
-// forwardRequests copies requests from br to up while each names name. It
-// returns nil when br ends between requests, and errOtherServer with what
-// the proxy read of a request that names another server.
-func forwardRequests(up io.Writer, br *bufio.Reader, name string) (hello, error) {
+// forwardRequests copies requests from br to up while each names name,
+// telling the response side of each. It returns nil when br ends between
+// requests, and errOtherServer with what the proxy read of a request that
+// names another server.
+func forwardRequests(up io.Writer, br *bufio.Reader, name string, reqs chan<- pending, respStopped <-chan struct{}) (hello, error) {
 	for {
-		head, err := readHead(br)
+		head, err := readHead(br, maxPeek)
 		if err == io.EOF {
 			return hello{}, nil
 		}
 		h := hello{proto: protoHTTP}
 		if err != nil {
-			h.unreadable, h.err = true, err
-			return h, fmt.Errorf("%w: %w", errOtherServer, err)
+			if errors.Is(err, errTooLarge) {
+				h.unreadable, h.err = true, err
+				return h, fmt.Errorf("%w: %w", errOtherServer, err)
+			}
+			return h, err
 		}
 		var req *http.Request
 		req, h.name, h.unreadable, h.err = parseHead(head)
@@ -105,14 +147,17 @@ func forwardRequests(up io.Writer, br *bufio.Reader, name string) (hello, error)
 		if h.unreadable || h.name != name {
 			return h, errOtherServer
 		}
+		p := pending{method: req.Method, switches: switches(req)}
+		if p.switches {
+			p.answer = make(chan bool, 1)
+		}
+		select {
+		case reqs <- p:
+		case <-respStopped:
+			return h, errors.New("the server has finished")
+		}
 		if _, err := up.Write(head); err != nil {
 			return h, err
-		}
-		if upgrades(req) {
-			// What follows is another protocol (WebSocket, a CONNECT
-			// tunnel), no longer requests.
-			_, err := io.Copy(up, br)
-			return hello{}, err
 		}
 		switch {
 		case len(req.TransferEncoding) > 0: // net/http admits only chunked
@@ -123,13 +168,108 @@ func forwardRequests(up io.Writer, br *bufio.Reader, name string) (hello, error)
 		if err != nil {
 			return h, err
 		}
+		if p.switches {
+			select {
+			case switched := <-p.answer:
+				if switched {
+					// What follows is another protocol (a WebSocket's
+					// frames) the server agreed to speak.
+					_, err := io.Copy(up, br)
+					return hello{}, err
+				}
+			case <-respStopped:
+				return h, errors.New("the server has finished")
+			}
+		}
 	}
 }
 
-// readHead reads one request head, from its request line to the empty line
-// that ends it, skipping empty lines before it as servers do. It returns
-// io.EOF if br ends before a request starts.
-func readHead(br *bufio.Reader) ([]byte, error) {
+// forwardResponses copies the server's responses from ur to client, one
+// for each request from reqs (after any interim 1xx), until reqs is closed
+// and drained (nil), the server ends (nil) or an error. A response that
+// switches protocols ends the parsing: the rest passes as it is.
+func forwardResponses(client io.Writer, ur *bufio.Reader, reqs <-chan pending) error {
+	for p := range reqs {
+		for {
+			head, err := readHead(ur, maxResponseHead)
+			if err == io.EOF {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			resp, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(head)), &http.Request{Method: p.method})
+			if err != nil {
+				return err
+			}
+			if _, err := client.Write(head); err != nil {
+				return err
+			}
+			code := resp.StatusCode
+			if p.switches && code == http.StatusSwitchingProtocols {
+				p.answer <- true
+				_, err := io.Copy(client, ur)
+				return err
+			}
+			if code == http.StatusSwitchingProtocols {
+				return errors.New("101 to a request that asked for no upgrade")
+			}
+			if code/100 == 1 {
+				continue // 100 Continue, 103 Early Hints: the answer follows
+			}
+			if p.switches {
+				p.answer <- false
+			}
+			switch {
+			case p.method == http.MethodHead, code == http.StatusNoContent, code == http.StatusNotModified:
+			case len(resp.TransferEncoding) > 0:
+				err = copyChunked(client, ur)
+			case resp.ContentLength >= 0:
+				_, err = io.CopyN(client, ur, resp.ContentLength)
+			default:
+				// Delimited by the end of the connection.
+				_, err = io.Copy(client, ur)
+				return err
+			}
+			if err != nil {
+				return err
+			}
+			break
+		}
+	}
+	return nil
+}
+
+// lingerReader reads from a server's connection. Once the client has
+// finished (ended) and the connection's read deadline passes, a read fails
+// only if nothing came since the last deadline; otherwise the deadline
+// moves on by splice.DefaultLinger: a long answer may take its time, a
+// server that neither answers nor closes may not hold the connection.
+type lingerReader struct {
+	c        net.Conn
+	ended    *atomic.Bool
+	progress bool
+}
+
+func (r *lingerReader) Read(p []byte) (int, error) {
+	for {
+		n, err := r.c.Read(p)
+		if n > 0 {
+			r.progress = true
+		}
+		if n == 0 && errors.Is(err, os.ErrDeadlineExceeded) && r.ended.Load() && r.progress {
+			r.progress = false
+			r.c.SetReadDeadline(time.Now().Add(splice.DefaultLinger))
+			continue
+		}
+		return n, err
+	}
+}
+
+// readHead reads one message head, from its first line to the empty line
+// that ends it, skipping empty lines before it as servers do, and at most
+// limit bytes. It returns io.EOF if br ends before a message starts.
+func readHead(br *bufio.Reader, limit int) ([]byte, error) {
 	var head []byte
 	partial := false // the last line read was cut by the buffer's size
 	for {
@@ -140,7 +280,7 @@ func readHead(br *bufio.Reader) ([]byte, error) {
 		}
 		head = append(head, line...)
 		switch {
-		case len(head) > maxPeek:
+		case len(head) > limit:
 			return nil, errTooLarge
 		case err == bufio.ErrBufferFull:
 			partial = true
@@ -175,11 +315,12 @@ func checkFraming(head []byte) error {
 	return nil
 }
 
-// upgrades reports whether req turns the connection into something else
-// once answered.
-func upgrades(req *http.Request) bool {
-	if req.Method == http.MethodConnect {
-		return true
+// switches reports whether req asks to turn the connection into another
+// protocol once answered: an Upgrade header, and the upgrade token in
+// Connection.
+func switches(req *http.Request) bool {
+	if req.Header.Get("Upgrade") == "" {
+		return false
 	}
 	for _, v := range req.Header.Values("Connection") {
 		for _, tok := range strings.Split(v, ",") {
