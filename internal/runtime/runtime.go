@@ -58,12 +58,25 @@ type Sandbox interface {
 	// none of Stdin, Stdout and Stderr set (its log, for a daemon);
 	// errdefs.ErrNotFound if there is none. The log is read as it is at
 	// the time of the call and may grow afterwards.
-	Output(ctx context.Context) (io.ReadCloser, error)
+	Output(ctx context.Context) (OutputLog, error)
 	// Delete kills every process of the sandbox and removes everything the
 	// sandbox owns on the host (cgroups, mounts, writable layer, state). It
 	// never touches anything outside the sandbox's own directory and cgroups.
 	// Deleting a sandbox that is already gone returns errdefs.ErrNotFound.
 	Delete(ctx context.Context) error
+}
+
+// OutputLog is a first process's output as it was when opened: Size
+// bytes, read at any offset. Reading at an offset lets a reader take the
+// newest lines first, or a few lines, without reading what comes before
+// them. The first process may be the sandbox's own code: the log holds
+// whatever it wrote. Close releases it.
+type OutputLog interface {
+	io.ReaderAt
+	io.Closer
+	// Size is the log's length when it was opened; ReadAt finds nothing
+	// past it.
+	Size() int64
 }
 
 // Spec says what sandbox to make.

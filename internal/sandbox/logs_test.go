@@ -84,33 +84,3 @@ func TestLogsRecordProcesses(t *testing.T) {
 		t.Errorf("logs of an unknown sandbox: %v, want not found", err)
 	}
 }
-
-func TestParseLogLine(t *testing.T) {
-	prev := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	for _, tc := range []struct {
-		line      string
-		ok        bool
-		level     string
-		msg       string
-		fieldKey  string
-		fieldWant string
-		time      time.Time
-	}{
-		{line: `{"time":"2026-11-23T01:02:03.5Z","level":"WARN","msg":"hi","pid":42,"tag":"x"}`, ok: true, level: "warn", msg: "hi", fieldKey: "pid", fieldWant: "42", time: time.Date(2026, 11, 23, 1, 2, 3, 5e8, time.UTC)},
-		{line: `panic: boom`, ok: true, level: "error", msg: "panic: boom", time: prev},
-		{line: `   `, ok: false},
-		{line: `{"msg":"no time"}`, ok: true, level: "info", msg: "no time", time: prev},
-	} {
-		e, ok := parseLogLine([]byte(tc.line), prev)
-		if ok != tc.ok {
-			t.Errorf("%q: ok = %v", tc.line, ok)
-			continue
-		}
-		if !ok {
-			continue
-		}
-		if e.Level != tc.level || e.Message != tc.msg || !e.Time.Equal(tc.time) || (tc.fieldKey != "" && e.Fields[tc.fieldKey] != tc.fieldWant) {
-			t.Errorf("%q: got %+v", tc.line, e)
-		}
-	}
-}

@@ -115,11 +115,13 @@ func copyOutput(r *os.File, ring *outputRing, stop <-chan struct{}) {
 	io.Copy(ring, r)
 }
 
-// readOutput returns a sandbox's output files, older first.
-func readOutput(dir, id string) (io.ReadCloser, error) {
+// readOutput opens a sandbox's output files as one log, the older first,
+// each as long as it is now.
+func readOutput(dir, id string) (*outputFiles, error) {
 	type part struct {
-		f   *os.File
-		mod time.Time
+		f    *os.File
+		size int64
+		mod  time.Time
 	}
 	var parts []part
 	for _, name := range []string{outputLog, outputLogOld} {
@@ -136,9 +138,12 @@ func readOutput(dir, id string) (io.ReadCloser, error) {
 		fi, err := f.Stat()
 		if err != nil {
 			f.Close()
+			for _, p := range parts {
+				p.f.Close()
+			}
 			return nil, err
 		}
-		parts = append(parts, part{f, fi.ModTime()})
+		parts = append(parts, part{f, fi.Size(), fi.ModTime()})
 	}
 	if len(parts) == 0 {
 		return nil, fmt.Errorf("output of sandbox %s: %w", id, errdefs.ErrNotFound)
@@ -146,23 +151,63 @@ func readOutput(dir, id string) (io.ReadCloser, error) {
 	if len(parts) == 2 && parts[1].mod.Before(parts[0].mod) {
 		parts[0], parts[1] = parts[1], parts[0]
 	}
-	rc := &multiReadCloser{}
-	var rs []io.Reader
+	out := &outputFiles{}
 	for _, p := range parts {
-		rs = append(rs, p.f)
-		rc.files = append(rc.files, p.f)
+		out.files = append(out.files, p.f)
+		out.sizes = append(out.sizes, p.size)
+		out.size += p.size
 	}
-	rc.Reader = io.MultiReader(rs...)
-	return rc, nil
+	return out, nil
 }
 
-type multiReadCloser struct {
-	io.Reader
+// outputFiles is a sandbox's output files read as one runtime.OutputLog:
+// the older file, then the newer, each up to the size it had when opened.
+type outputFiles struct {
 	files []*os.File
+	sizes []int64
+	size  int64
 }
 
-func (m *multiReadCloser) Close() error {
-	for _, f := range m.files {
+// Size is the length of both files when they were opened.
+func (o *outputFiles) Size() int64 { return o.size }
+
+// ReadAt reads the files as one. Should the init switch files meanwhile,
+// it empties the one it writes next: a read that finds it shorter than it
+// was ends there, with io.EOF.
+func (o *outputFiles) ReadAt(p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, fmt.Errorf("read output at %d: negative offset", off)
+	}
+	n := 0
+	for i, f := range o.files {
+		if len(p) == 0 {
+			break
+		}
+		if off >= o.sizes[i] {
+			off -= o.sizes[i]
+			continue
+		}
+		want := p[:min(int64(len(p)), o.sizes[i]-off)]
+		m, err := f.ReadAt(want, off)
+		n += m
+		p = p[m:]
+		if m < len(want) {
+			if err == nil {
+				err = io.EOF
+			}
+			return n, err
+		}
+		off = 0
+	}
+	if len(p) > 0 {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+// Close closes both files.
+func (o *outputFiles) Close() error {
+	for _, f := range o.files {
 		f.Close()
 	}
 	return nil

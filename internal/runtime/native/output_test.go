@@ -74,7 +74,16 @@ func TestOutputRing(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, _ := io.ReadAll(rc)
+			got, _ := io.ReadAll(io.NewSectionReader(rc, 0, rc.Size()))
+			// ReadAt at any offset, across the files' boundary too, reads
+			// what reading from the start does; past the end, io.EOF.
+			for off := 0; off <= len(got); off += 7 {
+				p := make([]byte, 13)
+				n, err := rc.ReadAt(p, int64(off))
+				if want := got[off:min(off+len(p), len(got))]; string(p[:n]) != string(want) || (n < len(p)) != (err == io.EOF) {
+					t.Fatalf("ReadAt(%d bytes, %d) = %q, %v; want %q", len(p), off, p[:n], err, want)
+				}
+			}
 			rc.Close()
 			if int64(len(got)) != sizes {
 				t.Errorf("read %d bytes, the files hold %d", len(got), sizes)

@@ -66,7 +66,7 @@ func (s *sandbox) ID() string { return s.id }
 
 // Output reads the output files of a detached first process, older first
 // (see outputRing).
-func (s *sandbox) Output(ctx context.Context) (io.ReadCloser, error) {
+func (s *sandbox) Output(ctx context.Context) (runtime.OutputLog, error) {
 	return readOutput(s.rt.sandboxDir(s.id), s.id)
 }
 

@@ -111,6 +111,16 @@ func (s *Server) Start() {
 	}
 }
 
+// Pid is the server's process id, 0 when it is stopped.
+func (s *Server) Pid() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
 // Stop sends sig to the server and waits for it to exit.
 func (s *Server) Stop(sig syscall.Signal) {
 	s.mu.Lock()
