@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/hutch-sandbox/hutch/internal/cli/printable"
 	"github.com/hutch-sandbox/hutch/sdk"
 )
 
@@ -156,7 +157,7 @@ func completeSandboxIDs(g *globals, many bool) cobra.CompletionFunc {
 				return nil, cobra.ShellCompDirectiveNoFileComp
 			}
 			if strings.HasPrefix(info.SandboxID, toComplete) {
-				out = append(out, cobra.CompletionWithDesc(info.SandboxID, templateName(info)+", "+info.State))
+				out = append(out, cobra.CompletionWithDesc(printable.String(info.SandboxID), templateName(info)+", "+printable.String(info.State)))
 			}
 		}
 		return out, cobra.ShellCompDirectiveNoFileComp
@@ -164,10 +165,10 @@ func completeSandboxIDs(g *globals, many bool) cobra.CompletionFunc {
 }
 
 // templateName is the name a sandbox's template is known by: the alias it
-// was created with, else its id.
+// was created with, else its id; printable.
 func templateName(info sdk.SandboxInfo) string {
 	if info.Name != "" {
-		return info.Name
+		return printable.String(info.Name)
 	}
-	return info.TemplateID
+	return printable.String(info.TemplateID)
 }

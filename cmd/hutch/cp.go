@@ -23,6 +23,7 @@ import (
 
 	"github.com/hutch-sandbox/hutch/internal/cli/archive"
 	"github.com/hutch-sandbox/hutch/internal/cli/human"
+	"github.com/hutch-sandbox/hutch/internal/cli/printable"
 	"github.com/hutch-sandbox/hutch/internal/cli/progress"
 	"github.com/hutch-sandbox/hutch/internal/cli/shell"
 	"github.com/hutch-sandbox/hutch/internal/cli/sparse"
@@ -447,7 +448,7 @@ func (c *copier) downloadTree(ctx context.Context, src string, from *sdk.EntryIn
 		if !errors.As(err, &ce) || ce.ExitCode != 1 {
 			return err
 		}
-		fmt.Fprintf(os.Stderr, "hutch: warning: %s\n", oneLine(ce.Stderr))
+		fmt.Fprintf(os.Stderr, "hutch: warning: %s\n", printable.String(oneLine(ce.Stderr)))
 	}
 	var size int64
 	if info, err := c.sbx.Files.GetInfo(ctx, tmp, &sdk.FileOptions{User: c.user}); err == nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/hutch-sandbox/hutch/internal/cli/printable"
 	"github.com/hutch-sandbox/hutch/sdk"
 )
 
@@ -33,8 +34,10 @@ func newLogsCmd(g *globals) *cobra.Command {
 		Use:   "logs ID",
 		Short: "Show a sandbox's log: what its daemon did (processes started and ended, failures)",
 		Long: `Logs prints the log of sandbox ID, oldest first: one entry a line with its
-time, level, message and fields. --json prints the entries as a JSON array,
-or with -f one JSON object a line as they come.
+time, level, message and fields. The sandbox wrote them: characters that
+are not printable (escape sequences, tabs, line breaks, bytes that are not
+UTF-8) are printed as escapes, \x1b for ESC. --json prints the entries as
+a JSON array, or with -f one JSON object a line as they come.
 
 With -f it keeps asking for new entries every second until interrupted or
 the sandbox is gone.`,
@@ -186,11 +189,14 @@ func printLogs(entries []sdk.LogEntry, asJSON bool) error {
 	return nil
 }
 
-// formatLog renders an entry: local time to the millisecond, level,
-// message, then its fields sorted, as k=v (quoted when need be).
+// formatLog renders an entry as one line: local time to the
+// millisecond, level, message, then its fields sorted, as k=v (v quoted
+// when need be). The sandbox writes its log, so everything but the time
+// is printed through printable.String: no escape sequence of its reaches
+// the terminal.
 func formatLog(e sdk.LogEntry) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s  %-5s  %s", e.Timestamp.Local().Format("2006-01-02T15:04:05.000Z07:00"), strings.ToUpper(e.Level), e.Message)
+	fmt.Fprintf(&b, "%s  %-5s  %s", e.Timestamp.Local().Format("2006-01-02T15:04:05.000Z07:00"), printable.String(strings.ToUpper(e.Level)), printable.String(e.Message))
 	keys := make([]string, 0, len(e.Fields))
 	for k := range e.Fields {
 		keys = append(keys, k)
@@ -201,7 +207,7 @@ func formatLog(e sdk.LogEntry) string {
 		if v == "" || strings.ContainsAny(v, " \t\n\"=") {
 			v = strconv.Quote(v)
 		}
-		fmt.Fprintf(&b, "  %s=%s", k, v)
+		fmt.Fprintf(&b, "  %s=%s", printable.String(k), printable.String(v))
 	}
 	return b.String()
 }

