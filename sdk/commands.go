@@ -51,6 +51,15 @@ type RunOptions struct {
 	// Stdout and Stderr receive the output as it arrives. A stream with a
 	// writer is not kept in the result.
 	Stdout, Stderr io.Writer
+	// MaxOutput, if positive, caps the output kept in the result (and in
+	// CommandHandle.Stdout and Stderr): the bytes of Stdout and Stderr
+	// together; what goes to a writer or a callback is not counted. The
+	// first output past it is not kept, the command is killed, and Run,
+	// Exec and CommandHandle.Wait return an *Error of kind ErrOutputLimit
+	// with the result so far. 0 means no cap: a command's output is kept
+	// whole, however much the sandbox sends, so set one for commands
+	// whose output is not yours to bound.
+	MaxOutput int64
 	// OnStdout and OnStderr are called with each chunk of output as it
 	// arrives, in order, from one goroutine.
 	OnStdout, OnStderr func(data string)
@@ -166,7 +175,10 @@ func (c *Commands) start(ctx context.Context, prog program, opts *RunOptions, ba
 	if opts.Tag != "" {
 		msg.Tag = &opts.Tag
 	}
-	sinks := outputSinks{stdout: sink(opts.Stdout, opts.OnStdout), stderr: sink(opts.Stderr, opts.OnStderr)}
+	if opts.MaxOutput < 0 {
+		return nil, &Error{Op: prog.what, Kind: ErrInvalidArgument, Message: "negative MaxOutput"}
+	}
+	sinks := outputSinks{stdout: sink(opts.Stdout, opts.OnStdout), stderr: sink(opts.Stderr, opts.OnStderr), maxKept: opts.MaxOutput}
 	sinks.keepStdout, sinks.keepStderr = opts.Stdout == nil, opts.Stderr == nil
 	return startStream(ctx, c.envd, prog.what, opts.Timeout, background, true, sinks,
 		func(sctx context.Context) (processStream, error) {
@@ -259,6 +271,7 @@ type CommandHandle struct {
 	PID uint32
 
 	envd   *envdClient
+	op     string
 	cancel context.CancelFunc
 	done   chan struct{}
 
@@ -267,7 +280,16 @@ type CommandHandle struct {
 	stderr strings.Builder
 	result *CommandResult
 	err    error
+	// maxKept caps the bytes kept in stdout and stderr together (0:
+	// none); over is set once output went past it.
+	maxKept int64
+	over    bool
 }
+
+// outputLimitGrace is how long a command killed for its output has to
+// end before the handle stops following it: a sandbox that keeps the
+// stream going gets nothing more read.
+const outputLimitGrace = 5 * time.Second
 
 // Wait blocks until the command ends and returns its result; a non-zero
 // exit status comes with a *CommandExitError. If ctx ends first, Wait
@@ -277,6 +299,14 @@ func (h *CommandHandle) Wait(ctx context.Context) (*CommandResult, error) {
 	case <-h.done:
 	case <-ctx.Done():
 		return nil, &Error{Op: "wait for process " + strconv.Itoa(int(h.PID)), Err: ctx.Err(), Kind: ctxKind(ctx.Err())}
+	}
+	if h.over {
+		res := CommandResult{ExitCode: -1, Stdout: h.stdout.String(), Stderr: h.stderr.String(), Error: "killed: output past MaxOutput"}
+		if h.result != nil {
+			res = *h.result
+		}
+		return &res, &Error{Op: h.op, Kind: ErrOutputLimit,
+			Message: "the output passed MaxOutput (" + strconv.FormatInt(h.maxKept, 10) + " bytes): the command was killed"}
 	}
 	if h.err != nil {
 		return nil, h.err
@@ -344,6 +374,9 @@ type outputSinks struct {
 	stdout, stderr         func([]byte)
 	pty                    func([]byte)
 	keepStdout, keepStderr bool
+	// maxKept caps what is kept of stdout and stderr together (see
+	// RunOptions.MaxOutput); 0: no cap.
+	maxKept int64
 }
 
 func sink(w io.Writer, f func(string)) func([]byte) {
@@ -463,7 +496,7 @@ func startStream(ctx context.Context, e *envdClient, op string, timeout time.Dur
 		cancel()
 		return nil, streamStartError(ctx, op, o.err)
 	}
-	h := &CommandHandle{PID: o.start.GetPid(), envd: e, cancel: cancel, done: make(chan struct{})}
+	h := &CommandHandle{PID: o.start.GetPid(), envd: e, op: op, cancel: cancel, done: make(chan struct{}), maxKept: sinks.maxKept}
 	go follow(sctx, h, op, o.stream, sinks)
 	return h, nil
 }
@@ -489,9 +522,9 @@ func follow(sctx context.Context, h *CommandHandle, op string, stream processStr
 			d := ev.GetData()
 			switch {
 			case d.GetStdout() != nil:
-				h.output(d.GetStdout(), &h.stdout, sinks.stdout, sinks.keepStdout)
+				h.output(sctx, d.GetStdout(), &h.stdout, sinks.stdout, sinks.keepStdout)
 			case d.GetStderr() != nil:
-				h.output(d.GetStderr(), &h.stderr, sinks.stderr, sinks.keepStderr)
+				h.output(sctx, d.GetStderr(), &h.stderr, sinks.stderr, sinks.keepStderr)
 			case d.GetPty() != nil && sinks.pty != nil:
 				sinks.pty(d.GetPty())
 			}
@@ -522,13 +555,40 @@ func follow(sctx context.Context, h *CommandHandle, op string, stream processStr
 	h.mu.Unlock()
 }
 
-func (h *CommandHandle) output(b []byte, keep *strings.Builder, to func([]byte), keepIt bool) {
+// output keeps b in keep, up to the handle's cap, and passes it to to.
+// The first output past the cap kills the command.
+func (h *CommandHandle) output(sctx context.Context, b []byte, keep *strings.Builder, to func([]byte), keepIt bool) {
 	if keepIt {
 		h.mu.Lock()
-		keep.Write(b)
+		kept := b
+		first := false
+		if h.maxKept > 0 {
+			left := max(0, h.maxKept-int64(h.stdout.Len()+h.stderr.Len()))
+			if int64(len(b)) > left {
+				kept, first = b[:left], !h.over
+				h.over = true
+			}
+		}
+		keep.Write(kept)
 		h.mu.Unlock()
+		if first {
+			go h.killForOutput(sctx)
+		}
 	}
 	if to != nil {
 		to(b)
+	}
+}
+
+// killForOutput kills a command whose output passed the cap, and stops
+// following it if it has not ended within outputLimitGrace.
+func (h *CommandHandle) killForOutput(sctx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(sctx), outputLimitGrace)
+	defer cancel()
+	h.envd.signal(ctx, h.PID, process.Signal_SIGNAL_SIGKILL)
+	select {
+	case <-h.done:
+	case <-ctx.Done():
+		h.cancel()
 	}
 }

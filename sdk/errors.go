@@ -41,6 +41,9 @@ var (
 	ErrPermissionDenied = errors.New("permission denied")
 	// ErrUnavailable: the server is busy or shutting down.
 	ErrUnavailable = errors.New("service unavailable")
+	// ErrOutputLimit: a command's output passed its RunOptions.MaxOutput,
+	// and the command was killed.
+	ErrOutputLimit = errors.New("output limit exceeded")
 )
 
 // Error is a failure reported by the control plane or by a sandbox's

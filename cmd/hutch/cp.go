@@ -60,7 +60,9 @@ who copies: the sandbox user (-u) there, the caller here. Directories and
 symlinks travel as a tar stream, through a temporary file in the sandbox's
 /tmp. Copying here, the sandbox's /usr/bin/tar (or /bin/tar) makes it,
 started directly with an empty environment, not through the user's shell
-and startup files. What the sandbox sends is checked here all the same: a
+and startup files. What the sandbox sends is checked here all the same:
+of what a program cp runs there prints, at most 64 KiB is kept (past it
+the program is killed and the copy fails); a
 copy of SRC writes only its own tree, DST/NAME (NAME: SRC's name) or the
 new DST; a stream entry anywhere else (an absolute name, "..", another
 name, a path through a symlink out of the tree) is refused and the copy
@@ -516,15 +518,15 @@ func (c *copier) tarPath(ctx context.Context) (string, error) {
 func (c *copier) treeSize(ctx context.Context, src string) (size int64, ok bool) {
 	// du prints the total even when it cannot read some of the tree;
 	// tar then reports what it cannot read.
-	res, _ := c.exec(ctx, duProgram, "-s", "-b", "--", src)
-	if res == nil {
+	res, err := c.exec(ctx, duProgram, "-s", "-b", "--", src)
+	if res == nil || errors.Is(err, sdk.ErrOutputLimit) {
 		return 0, false
 	}
 	fields := strings.Fields(res.Stdout)
 	if len(fields) == 0 {
 		return 0, false
 	}
-	size, err := strconv.ParseInt(fields[0], 10, 64)
+	size, err = strconv.ParseInt(fields[0], 10, 64)
 	return size, err == nil
 }
 
@@ -564,10 +566,16 @@ func absPath(p string) string {
 	return p
 }
 
+// cpMaxOutput caps what cp keeps of the output of a program it runs in
+// the sandbox: du's one line, tar's warnings, an error of chmod's. The
+// sandbox's root can replace any of them with one that writes without
+// end (`yes`); past the cap the program is killed and the copy fails.
+const cpMaxOutput = 64 << 10
+
 // run runs a shell command in the sandbox as the copy's user; a failure
 // reads as the command's standard error.
 func (c *copier) run(ctx context.Context, script string) (*sdk.CommandResult, error) {
-	return inSandbox(c.sbx.Commands.Run(ctx, script, &sdk.RunOptions{User: c.user, Timeout: sdk.NoTimeout}))
+	return inSandbox(c.sbx.Commands.Run(ctx, script, &sdk.RunOptions{User: c.user, Timeout: sdk.NoTimeout, MaxOutput: cpMaxOutput}))
 }
 
 // exec runs argv in the sandbox as the copy's user, without a shell and
@@ -575,12 +583,15 @@ func (c *copier) run(ctx context.Context, script string) (*sdk.CommandResult, er
 // absolute path. A failure reads as the program's standard error.
 func (c *copier) exec(ctx context.Context, argv ...string) (*sdk.CommandResult, error) {
 	argv = append([]string{envProgram, "-i", "LC_ALL=C"}, argv...)
-	return inSandbox(c.sbx.Commands.Exec(ctx, argv, &sdk.RunOptions{User: c.user, Timeout: sdk.NoTimeout}))
+	return inSandbox(c.sbx.Commands.Exec(ctx, argv, &sdk.RunOptions{User: c.user, Timeout: sdk.NoTimeout, MaxOutput: cpMaxOutput}))
 }
 
 // inSandbox makes a command's failure read as its standard error.
 func inSandbox(res *sdk.CommandResult, err error) (*sdk.CommandResult, error) {
 	var ce *sdk.CommandExitError
+	if errors.Is(err, sdk.ErrOutputLimit) {
+		return res, &cliError{fmt.Sprintf("in the sandbox: a command printed more than %s, which no program cp runs there does; it was killed", human.Bytes(cpMaxOutput)), err}
+	}
 	if errors.As(err, &ce) {
 		msg := oneLine(ce.Stderr)
 		if msg == "" {

@@ -131,6 +131,35 @@ func testCpUntrusted(t *testing.T, f *fixture, id string) {
 		}
 	})
 
+	// Review finding C2: with /usr/bin/du replaced by `yes AAAA...`, cp
+	// kept du's output in memory, 6.2 GB after 24 s. Now it keeps 64 KiB,
+	// kills du and copies without du's answer; a tar that floods fails
+	// the copy.
+	t.Run("programs that print without end", func(t *testing.T) {
+		flood := "#!/bin/sh\nexec yes " + strings.Repeat("A", 1000) + "\n"
+		for _, prog := range []string{"/usr/bin/du", "/usr/bin/tar"} {
+			f.ok(t, "exec", "-u", "root", id, "--", "cp -p "+prog+" "+prog+".real && printf '"+flood+"' >"+prog)
+			dst := filepath.Join(t.TempDir(), "out")
+			r := func() result {
+				defer f.hutch(t, "", "exec", "-u", "root", id, "--", "mv -f "+prog+".real "+prog)
+				return f.hutchBounded(t, 128<<20, "cp", id+":/home/user/results", dst)
+			}()
+			switch prog {
+			case "/usr/bin/du":
+				if r.Code != 0 {
+					t.Errorf("cp with a flooding du: %s", r)
+				} else if diff := cmp.Diff(want, treeLines(t, dst)); diff != "" {
+					t.Errorf("cp with a flooding du copied (-want +got):\n%s", diff)
+				}
+			case "/usr/bin/tar":
+				wantFailure(t, r, 1, "a command printed more than 64.0 KiB")
+				if _, err := os.Lstat(dst); err == nil {
+					t.Errorf("a failed copy left %s", dst)
+				}
+			}
+		}
+	})
+
 	t.Run("a directory's contents keep the destination's mode", func(t *testing.T) {
 		f.ok(t, "exec", id, "--", "rm -rf /tmp/outdir && mkdir /tmp/outdir && echo out >/tmp/outdir/f && chmod 1777 /tmp/outdir && touch -d 2001-09-09T01:46:40Z /tmp/outdir")
 		dst := filepath.Join(t.TempDir(), "cpdest")

@@ -12,7 +12,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -105,6 +107,65 @@ func (f *fixture) hutchEnv(t *testing.T, env []string, stdin string, args ...str
 		t.Fatalf("hutch %v: %v", args, err)
 	}
 	return r
+}
+
+// hutchBounded runs the CLI as hutch does, but kills it and fails the
+// test as soon as its resident memory passes maxRSS bytes: a command that
+// lets a sandbox grow its memory must not take the machine's.
+func (f *fixture) hutchBounded(t *testing.T, maxRSS int64, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, f.bin, append(f.flags(), args...)...)
+	cmd.Env = f.env
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var err error
+	for waiting := true; waiting; {
+		select {
+		case err = <-done:
+			waiting = false
+		case <-time.After(50 * time.Millisecond):
+			if rss := residentBytes(cmd.Process.Pid); rss > maxRSS {
+				cmd.Process.Kill()
+				<-done
+				t.Fatalf("hutch %v: resident memory %d MiB, past %d MiB: killed", args, rss>>20, maxRSS>>20)
+			}
+		}
+	}
+	r := result{Stdout: out.String(), Stderr: errb.String()}
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		r.Code = ee.ExitCode()
+	default:
+		t.Fatalf("hutch %v: %v", args, err)
+	}
+	if rss := int64(cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss) << 10; rss > maxRSS {
+		t.Fatalf("hutch %v: peak resident memory %d MiB, past %d MiB", args, rss>>20, maxRSS>>20)
+	}
+	return r
+}
+
+// residentBytes is process pid's resident memory, 0 if unknown.
+func residentBytes(pid int) int64 {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(status), "\n") {
+		if rest, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
 }
 
 // ok runs the CLI and fails the test unless it exits 0; it returns

@@ -364,8 +364,11 @@ type unpacker struct {
 	// the entry for the tree's directory was.
 	seen, rootMode bool
 	// dirs get their modes and times after everything else, so that a
-	// read-only directory does not block its own entries.
-	dirs []dirEntry
+	// read-only directory does not block its own entries. A directory the
+	// stream names again updates its record (dirIndex finds it): what is
+	// kept grows with the directories made, not with the entries sent.
+	dirs     []dirEntry
+	dirIndex map[string]int
 }
 
 type dirEntry struct {
@@ -547,6 +550,14 @@ func (u *unpacker) dir(name string, mode fs.FileMode, mtime time.Time) error {
 	} else {
 		u.rootMode = true
 	}
+	if i, ok := u.dirIndex[name]; ok {
+		u.dirs[i].mode, u.dirs[i].mtime = mode, mtime
+		return nil
+	}
+	if u.dirIndex == nil {
+		u.dirIndex = map[string]int{}
+	}
+	u.dirIndex[name] = len(u.dirs)
 	u.dirs = append(u.dirs, dirEntry{name: name, mode: mode, mtime: mtime})
 	return nil
 }

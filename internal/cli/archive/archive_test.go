@@ -984,3 +984,33 @@ func TestUnpackNewTreeAllOrNothing(t *testing.T) {
 		})
 	}
 }
+
+// TestUnpackRepeatedDirectory: a stream that names the same directory
+// over and over (as a sandbox's tar may) keeps one record of it, with the
+// last entry's mode, rather than one per entry.
+func TestUnpackRepeatedDirectory(t *testing.T) {
+	entries := []entry{{name: "t/", typ: tar.TypeDir, mode: 0o755}}
+	for i := range 10000 {
+		entries = append(entries, entry{name: "t/d/", typ: tar.TypeDir, mode: 0o700 + int64(i%2)*0o50})
+	}
+	entries = append(entries, entry{name: "t/d/", typ: tar.TypeDir, mode: 0o750})
+	dir := t.TempDir()
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	u := &unpacker{root: root, top: "t"}
+	if err := u.unpack(makeTar(t, entries)); err != nil {
+		t.Fatal(err)
+	}
+	if len(u.dirs) != 2 {
+		t.Errorf("%d directory records for 2 directories", len(u.dirs))
+	}
+	if err := u.finishDirs(); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "d")); err != nil || fi.Mode().Perm() != 0o750 {
+		t.Errorf("d: %v, %v; want the last entry's mode 0750", fi.Mode(), err)
+	}
+}

@@ -92,7 +92,9 @@ func (s *session) upload(ctx context.Context, sbx *sdk.Sandbox, uploads []upload
 	if len(script) == 0 {
 		return nil
 	}
-	_, err := sbx.Commands.Run(ctx, strings.Join(script, "\n"), &sdk.RunOptions{User: s.o.User, Timeout: sdk.NoTimeout})
+	// The sandbox's root may have replaced chmod: only a bounded part of
+	// what the script prints is kept.
+	_, err := sbx.Commands.Run(ctx, strings.Join(script, "\n"), &sdk.RunOptions{User: s.o.User, Timeout: sdk.NoTimeout, MaxOutput: 64 << 10})
 	var ce *sdk.CommandExitError
 	if errors.As(err, &ce) {
 		msg := oneLine(ce.Stderr)
