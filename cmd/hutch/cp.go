@@ -77,10 +77,16 @@ Files copied here keep their holes: aligned 4 KiB blocks of zeros are
 skipped rather than written, as cp --sparse=auto does, so a sparse file
 stays sparse (a file that was not sparse may become so; its bytes are the
 same). Before copying here, cp compares the apparent size of what it
-copies (holes included) with the free space of the destination's file
-system, and refuses when it is larger. --ignore-free-space copies anyway,
-for sparse files that take less room than they seem to; if the disk fills
-up all the same, cp fails and removes the file it was writing.
+copies (holes included; for a directory as du -s -b counts it, and then
+the size of its tar archive) with the free space of the destination's
+file system, and refuses when it is larger. The sandbox is held to the
+sizes it reported: a file may bring at most its size, a directory's files
+at most du's total, each plus 1 MiB and 1 % for files that grow meanwhile,
+and the archive at most its size; more stops the copy ("the sandbox sent
+more than the N bytes it reported"), leaving nothing of a new file or
+tree. --ignore-free-space copies without these checks, for sparse files
+that take less room than they seem to; if the disk fills up all the same,
+cp fails and removes the file it was writing.
 
 A progress bar shows on standard error, when it is a terminal, for
 transfers over 1 MiB. Failures exit 1.`,
@@ -120,7 +126,7 @@ transfers over 1 MiB. Failures exit 1.`,
 		}),
 	}
 	cmd.Flags().StringVarP(&user, "user", "u", "", "sandbox user to act as (default: the sandbox's default user)")
-	cmd.Flags().BoolVar(&ignoreFree, "ignore-free-space", false, "copy here even when the apparent size (holes included) exceeds the free space")
+	cmd.Flags().BoolVar(&ignoreFree, "ignore-free-space", false, "copy here even when the apparent size (holes included) exceeds the free space, and take whatever the sandbox sends")
 	return cmd
 }
 
@@ -357,6 +363,10 @@ func (c *copier) downloadFile(ctx context.Context, src string, info *sdk.EntryIn
 		return err
 	}
 	defer rc.Close()
+	var stream io.Reader = rc
+	if !c.ignoreFree {
+		stream = c.bound(rc, c.remoteName(src), info.Size, info.Size+sizeSlack(info.Size))
+	}
 	tmp, err := os.CreateTemp(filepath.Dir(target), ".hutch-cp-*")
 	if err != nil {
 		return err
@@ -369,10 +379,15 @@ func (c *copier) downloadFile(ctx context.Context, src string, info *sdk.EntryIn
 		}
 	}()
 	bar := c.bar("← "+c.remoteName(src), info.Size)
-	_, err = sparse.Copy(tmp, bar.reader(rc))
+	_, err = sparse.Copy(tmp, bar.reader(stream))
 	bar.finish()
-	var pe *fs.PathError
+	var (
+		pe *fs.PathError
+		oe *oversizeError
+	)
 	switch {
+	case errors.As(err, &oe):
+		return err
 	case errors.Is(err, syscall.ENOSPC):
 		return noSpace(err, filepath.Dir(target), c.remoteName(src))
 	case errors.As(err, &pe):
@@ -427,11 +442,16 @@ func (c *copier) downloadTree(ctx context.Context, src string, from *sdk.EntryIn
 		members = []string{"-C", parent, "./" + name}
 		opts = archive.Options{Name: name, Rename: rename}
 	}
+	// What the sandbox reports is checked against the free space here,
+	// then holds it to it: du's size bounds the files' sizes, the
+	// archive's the stream.
+	var reported int64
 	if !c.ignoreFree {
 		if size, ok := c.treeSize(ctx, src); ok {
 			if err := c.checkSpace(dir, c.remoteName(src), size); err != nil {
 				return err
 			}
+			reported, opts.MaxSize = size, size+sizeSlack(size)
 		}
 	}
 	tarPath, err := c.tarPath(ctx)
@@ -453,19 +473,38 @@ func (c *copier) downloadTree(ctx context.Context, src string, from *sdk.EntryIn
 		fmt.Fprintf(os.Stderr, "hutch: warning: %s\n", printable.String(oneLine(ce.Stderr)))
 	}
 	var size int64
-	if info, err := c.sbx.Files.GetInfo(ctx, tmp, &sdk.FileOptions{User: c.user}); err == nil {
+	info, err := c.sbx.Files.GetInfo(ctx, tmp, &sdk.FileOptions{User: c.user})
+	switch {
+	case err == nil:
 		size = info.Size
+	case !c.ignoreFree:
+		return err
+	}
+	archived := "the archive of " + c.remoteName(src)
+	if err := c.checkSpace(dir, archived, size); err != nil {
+		return err
 	}
 	rc, err := c.sbx.Files.ReadStream(ctx, tmp, &sdk.FileOptions{User: c.user})
 	if err != nil {
 		return err
 	}
 	defer rc.Close()
+	var stream io.Reader = rc
+	if !c.ignoreFree {
+		// The archive is complete: nothing may come past its size.
+		stream = c.bound(rc, archived, size, size)
+	}
 	label := "← " + c.remoteName(src)
 	bar := c.bar(label, size)
-	err = archive.Unpack(bar.reader(rc), dir, opts)
+	err = archive.Unpack(bar.reader(stream), dir, opts)
 	bar.finish()
-	if err != nil && !errors.Is(err, syscall.ENOSPC) {
+	var oe *oversizeError
+	switch {
+	case errors.As(err, &oe):
+		return oe
+	case errors.Is(err, archive.ErrTooLarge):
+		return &oversizeError{what: c.remoteName(src), reported: reported, err: err}
+	case err != nil && !errors.Is(err, syscall.ENOSPC):
 		return fmt.Errorf("%s: %w", c.remoteName(src), err)
 	}
 	return noSpace(err, dir, c.remoteName(src))
@@ -514,7 +553,7 @@ func (c *copier) tarPath(ctx context.Context) (string, error) {
 
 // treeSize is the apparent size of sandbox path src and what is under
 // it, holes included, as du -s -b counts it; ok is false when du could
-// not tell (not GNU du), and then nothing is checked before the copy.
+// not tell (not GNU du), and then only the archive's size is checked.
 func (c *copier) treeSize(ctx context.Context, src string) (size int64, ok bool) {
 	// du prints the total even when it cannot read some of the tree;
 	// tar then reports what it cannot read.
@@ -548,6 +587,55 @@ func (c *copier) checkSpace(dir, what string, size int64) error {
 	return fmt.Errorf("%s is %s, more than the %s free in %s (--ignore-free-space copies it anyway: holes are kept, so a sparse file may fit)",
 		what, human.Bytes(size), human.Bytes(free), absPath(dir))
 }
+
+// sizeSlack is how much more than the size the sandbox reported for a
+// copy out cp takes: a file may grow between the report and its copy (a
+// log being written). The free space check compares the reported size
+// alone, so a copy may take this much more than it checked.
+func sizeSlack(reported int64) int64 { return 1<<20 + reported/100 }
+
+// bound returns r, failing with an *oversizeError once more than limit
+// bytes came: never is more than limit passed on. The sandbox reported
+// that what holds reported bytes.
+func (c *copier) bound(r io.Reader, what string, reported, limit int64) io.Reader {
+	return &boundedReader{r: r, left: limit, err: &oversizeError{what: what, reported: reported}}
+}
+
+// boundedReader reads r until more than left bytes come, then fails with
+// err.
+type boundedReader struct {
+	r    io.Reader
+	left int64
+	err  error
+}
+
+func (b *boundedReader) Read(p []byte) (int, error) {
+	if b.left < 0 {
+		return 0, b.err
+	}
+	n, err := b.r.Read(p)
+	if int64(n) > b.left {
+		n, b.left = int(b.left), -1
+		return n, b.err
+	}
+	b.left -= int64(n)
+	return n, err
+}
+
+// oversizeError is a copy out of the sandbox stopped because the sandbox
+// sent more than it had reported: what it reported made the free space
+// check pass, so what it sends must keep to it.
+type oversizeError struct {
+	what     string
+	reported int64
+	err      error
+}
+
+func (e *oversizeError) Error() string {
+	return fmt.Sprintf("%s: the sandbox sent more than the %d bytes it reported (it changed during the copy, or was not what the sandbox said): the copy was stopped (--ignore-free-space copies without this check)", e.what, e.reported)
+}
+
+func (e *oversizeError) Unwrap() error { return e.err }
 
 // noSpace rewrites a full disk while copying what into local directory
 // dir into what happened; other errors pass unchanged.

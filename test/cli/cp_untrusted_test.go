@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -157,6 +158,67 @@ func testCpUntrusted(t *testing.T, f *fixture, id string) {
 					t.Errorf("a failed copy left %s", dst)
 				}
 			}
+		}
+	})
+
+	// Review finding C4: the free space check took the sandbox's word
+	// for a copy's size (a 2-byte file swapped with a 400 MB one), then
+	// wrote whatever came, to ENOSPC. What the sandbox reported now binds
+	// what it may send.
+	t.Run("the size the sandbox reported binds it", func(t *testing.T) {
+		f.ok(t, "exec", id, "--", "rm -rf ~/big && mkdir ~/big && head -c 5000000 /dev/urandom >~/big/blob")
+		// replaceDu puts script in place of the sandbox's du.
+		replaceDu := func(script string) {
+			local := filepath.Join(t.TempDir(), "du")
+			if err := os.WriteFile(local, []byte(script), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			f.ok(t, "exec", "-u", "root", id, "--", "cp -p /usr/bin/du /usr/bin/du.real")
+			f.ok(t, "cp", "-u", "root", local, id+":/usr/bin/du")
+		}
+		// A du that says 2 bytes: the check passes, the stream does not.
+		replaceDu("#!/bin/sh\nfor a; do :; done\nprintf '2\\t%s\\n' \"$a\"\n")
+		r := func() result {
+			defer f.hutch(t, "", "exec", "-u", "root", id, "--", "mv -f /usr/bin/du.real /usr/bin/du")
+			if got := f.ok(t, "exec", id, "--", "/usr/bin/du -s -b -- ~/big"); got != "2\t/home/user/big\n" {
+				t.Fatalf("the lying du says %q", got)
+			}
+			return f.hutch(t, "", "cp", id+":/home/user/big", t.TempDir()+"/")
+		}()
+		wantFailure(t, r, 1, id+":/home/user/big: the sandbox sent more than the 2 bytes it reported")
+
+		// A file whose size is 0 and which reads 1.5 MB: the command line
+		// of a process in /proc.
+		pid := strings.TrimSpace(f.ok(t, "exec", id, "--", `A=$(head -c 100000 /dev/zero | tr '\0' a); set --; for i in $(seq 15); do set -- "$@" "$A"; done; nohup bash -c 'sleep 600; :' _ "$@" >/dev/null 2>&1 & echo $!`))
+		t.Cleanup(func() { f.hutch(t, "", "exec", id, "--", "kill "+pid) })
+		dst := t.TempDir()
+		r = f.hutch(t, "", "cp", id+":/proc/"+pid+"/cmdline", dst+"/")
+		wantFailure(t, r, 1, id+":/proc/"+pid+"/cmdline: the sandbox sent more than the 0 bytes it reported")
+		if left, _ := os.ReadDir(dst); len(left) > 0 {
+			t.Errorf("a refused copy left %v", left)
+		}
+		// --ignore-free-space copies without the check, as before.
+		if r := f.hutch(t, "", "cp", "--ignore-free-space", id+":/proc/"+pid+"/cmdline", dst+"/cmdline"); r.Code != 0 {
+			t.Errorf("cp --ignore-free-space: %s", r)
+		} else if fi, err := os.Stat(dst + "/cmdline"); err != nil || fi.Size() < 1500000 {
+			t.Errorf("cp --ignore-free-space copied %v, %v", fi, err)
+		}
+
+		// A du that cannot tell: the archive's size is checked in its
+		// place, here against a 4 MiB file system.
+		small := t.TempDir()
+		if err := syscall.Mount("tmpfs", small, "tmpfs", 0, "size=4m"); err != nil {
+			t.Fatalf("mount a small tmpfs: %v", err)
+		}
+		t.Cleanup(func() { syscall.Unmount(small, syscall.MNT_DETACH) })
+		replaceDu("#!/bin/sh\nexit 1\n")
+		r = func() result {
+			defer f.hutch(t, "", "exec", "-u", "root", id, "--", "mv -f /usr/bin/du.real /usr/bin/du")
+			return f.hutch(t, "", "cp", id+":/home/user/big", small+"/")
+		}()
+		wantFailure(t, r, 1, "the archive of "+id+":/home/user/big is 4.8 MiB, more than the 4.0 MiB free in "+small)
+		if left, _ := os.ReadDir(small); len(left) > 0 {
+			t.Errorf("a refused copy left %v", left)
 		}
 	})
 

@@ -166,7 +166,16 @@ type Options struct {
 	// how a copy takes a new name. It must be a single name, not "." or
 	// "..", and needs Name.
 	Rename string
+	// MaxSize, if positive, is the most the stream's regular files may
+	// hold together, by their sizes (holes included; a hard link adds
+	// nothing): an entry that would pass it is refused, before any of its
+	// content is written, with an error matching ErrTooLarge. It makes a
+	// size the other end reported binding.
+	MaxSize int64
 }
+
+// ErrTooLarge is the error of a stream whose files pass Options.MaxSize.
+var ErrTooLarge = errors.New("the files are larger than the size allowed")
 
 // check refuses options that make no sense.
 func (o Options) check() error {
@@ -180,6 +189,8 @@ func (o Options) check() error {
 		return fmt.Errorf("archive: invalid new name %q", o.Rename)
 	case o.Name == "." && o.Rename == "":
 		return errors.New(`archive: tree name "." without a new name`)
+	case o.MaxSize < 0:
+		return fmt.Errorf("archive: negative MaxSize %d", o.MaxSize)
 	}
 	return nil
 }
@@ -222,6 +233,9 @@ const singleName = "tree"
 // that was there). Symlinks are created with their targets as they are: a
 // target is data, only following one could escape.
 //
+// With opts.MaxSize, a regular file that would take the stream's files
+// past it is refused (ErrTooLarge) before any of its content is written.
+//
 // Regular files (GNU tar's sparse ones too), directories, symlinks and
 // hard links are extracted; other types (devices, FIFOs) are skipped.
 // Files and directories get the entry's permission and sticky bits, never
@@ -245,7 +259,7 @@ func Unpack(r io.Reader, dir string, opts Options) error {
 	}
 	defer parent.Close()
 	if opts.Name == "" {
-		u := &unpacker{root: parent, skipRoot: true}
+		u := &unpacker{root: parent, skipRoot: true, maxSize: opts.MaxSize}
 		if err := u.unpack(r); err != nil {
 			return err
 		}
@@ -258,22 +272,22 @@ func Unpack(r io.Reader, dir string, opts Options) error {
 	fi, err := parent.Lstat(final)
 	switch {
 	case err == nil && fi.IsDir():
-		return unpackMerge(r, parent, final, opts.Name)
+		return unpackMerge(r, parent, final, opts.Name, opts.MaxSize)
 	case err == nil, errors.Is(err, fs.ErrNotExist):
-		return unpackStaged(r, dir, parent, final, opts.Name)
+		return unpackStaged(r, dir, parent, final, opts.Name, opts.MaxSize)
 	}
 	return fmt.Errorf("archive: %w", err)
 }
 
 // unpackMerge extracts the tree top of stream r into the existing
-// directory final of parent.
-func unpackMerge(r io.Reader, parent *os.Root, final, top string) error {
+// directory final of parent, up to maxSize bytes of files (0: no bound).
+func unpackMerge(r io.Reader, parent *os.Root, final, top string, maxSize int64) error {
 	root, err := parent.OpenRoot(final)
 	if err != nil {
 		return fmt.Errorf("archive: %w", err)
 	}
 	defer root.Close()
-	u := &unpacker{root: root, top: top}
+	u := &unpacker{root: root, top: top, maxSize: maxSize}
 	if err := u.unpack(r); err != nil {
 		return err
 	}
@@ -284,8 +298,9 @@ func unpackMerge(r io.Reader, parent *os.Root, final, top string) error {
 }
 
 // unpackStaged extracts the tree top of stream r in a new temporary
-// directory of parent (whose path is dir), then renames it to final.
-func unpackStaged(r io.Reader, dir string, parent *os.Root, final, top string) error {
+// directory of parent (whose path is dir), then renames it to final; up
+// to maxSize bytes of files (0: no bound).
+func unpackStaged(r io.Reader, dir string, parent *os.Root, final, top string, maxSize int64) error {
 	stage, err := os.MkdirTemp(dir, stagePattern)
 	if err != nil {
 		return fmt.Errorf("archive: %w", err)
@@ -302,7 +317,7 @@ func unpackStaged(r io.Reader, dir string, parent *os.Root, final, top string) e
 		return fmt.Errorf("archive: %w", err)
 	}
 	defer root.Close()
-	u := &unpacker{root: root, top: top, staged: true}
+	u := &unpacker{root: root, top: top, staged: true, maxSize: maxSize}
 	if err := u.unpack(r); err != nil {
 		return err
 	}
@@ -369,6 +384,9 @@ type unpacker struct {
 	// kept grows with the directories made, not with the entries sent.
 	dirs     []dirEntry
 	dirIndex map[string]int
+	// size is what the regular files extracted so far hold; maxSize, if
+	// positive, bounds it (Options.MaxSize).
+	size, maxSize int64
 }
 
 type dirEntry struct {
@@ -466,6 +484,10 @@ func (u *unpacker) extract(hdr *tar.Header, r io.Reader) error {
 		u.seen = true
 		return u.dir(name, mode, hdr.ModTime)
 	case tar.TypeReg, tar.TypeRegA, tar.TypeGNUSparse: //nolint:staticcheck // TypeRegA: old archives
+		if u.maxSize > 0 && hdr.Size > u.maxSize-u.size {
+			return fmt.Errorf("%w: %d bytes, after %d, pass %d", ErrTooLarge, hdr.Size, u.size, u.maxSize)
+		}
+		u.size += hdr.Size
 		if name, err = u.place(name); err != nil {
 			return err
 		}

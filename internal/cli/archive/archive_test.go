@@ -1014,3 +1014,59 @@ func TestUnpackRepeatedDirectory(t *testing.T) {
 		t.Errorf("d: %v, %v; want the last entry's mode 0750", fi.Mode(), err)
 	}
 }
+
+// TestUnpackMaxSize: a stream whose files pass Options.MaxSize is refused
+// at the file that passes it, before its content is written; a new tree
+// is then not made at all (review finding C4: a size the sandbox reported
+// is binding).
+func TestUnpackMaxSize(t *testing.T) {
+	ten := strings.Repeat("x", 10)
+	stream := []entry{
+		{name: "t/", typ: tar.TypeDir, mode: 0o755},
+		{name: "t/a", typ: tar.TypeReg, body: ten},
+		{name: "t/l", typ: tar.TypeLink, link: "t/a"},
+		{name: "t/b", typ: tar.TypeReg, body: ten},
+	}
+	tests := []struct {
+		name     string
+		max      int64
+		existing bool     // t is there already: the stream is merged
+		want     []string // what t holds after
+		tooLarge bool
+	}{
+		{"no bound", 0, false, []string{"a", "b", "l"}, false},
+		{"exactly", 20, false, []string{"a", "b", "l"}, false},
+		{"new tree past the bound", 19, false, nil, true},
+		{"new tree past the bound at once", 5, false, nil, true},
+		{"merged past the bound", 15, true, []string{"a", "l"}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if tt.existing {
+				if err := os.Mkdir(filepath.Join(dir, "t"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			err := Unpack(makeTar(t, stream), dir, Options{Name: "t", MaxSize: tt.max})
+			if errors.Is(err, ErrTooLarge) != tt.tooLarge {
+				t.Fatalf("Unpack: %v, want ErrTooLarge %v", err, tt.tooLarge)
+			}
+			var got []string
+			if ents, err := os.ReadDir(filepath.Join(dir, "t")); err == nil {
+				for _, e := range ents {
+					got = append(got, e.Name())
+				}
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("t holds (-want +got):\n%s", diff)
+			}
+			if left, _ := filepath.Glob(filepath.Join(dir, ".hutch-cp-*")); len(left) > 0 {
+				t.Errorf("left behind: %v", left)
+			}
+		})
+	}
+	if err := Unpack(makeTar(t, stream), t.TempDir(), Options{Name: "t", MaxSize: -1}); err == nil {
+		t.Error("MaxSize -1 accepted")
+	}
+}
