@@ -8,7 +8,9 @@ import (
 	"os/signal"
 	goruntime "runtime"
 	"strconv"
+	"sync"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -64,6 +66,7 @@ func Init() {
 	if err := unix.CloseRange(uint(fdExtra+extra), ^uint(0), 0); err != nil {
 		os.Exit(1)
 	}
+	reserveThreads()
 	// Catching every signal costs a few ms (Go starts a signal thread); do it
 	// while the set-up below waits on the parent.
 	sigs := make(chan os.Signal, 64)
@@ -177,10 +180,7 @@ func runInit(sock *os.File, sigs <-chan os.Signal, notified <-chan struct{}) (in
 		unix.Close(fdExtra + i)
 	}
 
-	stopGuard := make(chan struct{})
-	go (&sockGuard{budget: cfg.SocketBudget, proc: "/proc", self: os.Getpid()}).run(stopGuard)
-	st := supervise(pid, sigs)
-	close(stopGuard)
+	st := supervise(pid, sigs, &sockGuard{budget: cfg.SocketBudget, proc: "/proc", self: os.Getpid()})
 	if copyDone != nil {
 		close(stopCopy)
 		<-copyDone
@@ -194,10 +194,64 @@ func runInit(sock *os.File, sigs <-chan os.Signal, notified <-chan struct{}) (in
 	return st.Code, nil
 }
 
+// spareThreads is how many idle threads the init keeps for Go's runtime.
+const spareThreads = 3
+
+// reserveThreads runs the init's Go runtime on one P and makes it start
+// spareThreads threads now, which it keeps idle for later. The runtime
+// starts a thread when it needs one and has none idle (to run a timer's
+// goroutine, to replace one blocked in a syscall), and dies when it cannot
+// ("failed to create new OS thread"): inside a fork bomb that holds every
+// pid of the sandbox it cannot, and the sandbox would die with its init.
+// One P keeps the need small (no thread spins up for a second P); the
+// spares meet it. Each spare counts against the sandbox's tasks.
+func reserveThreads() {
+	goruntime.GOMAXPROCS(1)
+	var locked, release, done sync.WaitGroup
+	locked.Add(spareThreads)
+	done.Add(spareThreads)
+	release.Add(1)
+	for range spareThreads {
+		go func() {
+			defer done.Done()
+			// Locked goroutines waiting at once each hold a thread of
+			// their own; unlocked, the threads stay with the runtime.
+			goruntime.LockOSThread()
+			locked.Done()
+			release.Wait()
+			goruntime.UnlockOSThread()
+		}()
+	}
+	locked.Wait()
+	release.Done()
+	done.Wait()
+}
+
 // supervise reaps every child until the first process exits, forwarding
-// signals to it meanwhile, and reports how it ended.
-func supervise(pid int, sigs <-chan os.Signal) runtime.ExitStatus {
-	for sig := range sigs {
+// signals to it and keeping guard's watch meanwhile, and reports how it
+// ended. It all runs on the init's locked main thread: a goroutine of its
+// own making syscalls could make Go's runtime start a thread while a fork
+// bomb holds every pid the sandbox may have, and the runtime dies when it
+// cannot ("failed to create new OS thread"), taking the sandbox with it.
+func supervise(pid int, sigs <-chan os.Signal, guard *sockGuard) runtime.ExitStatus {
+	var tick <-chan time.Time
+	if guard.budget > 0 {
+		t := time.NewTicker(sockGuardInterval)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		var sig os.Signal
+		select {
+		case <-tick:
+			guard.check()
+			continue
+		case s, ok := <-sigs:
+			if !ok {
+				return runtime.ExitStatus{Code: 255, Error: "init lost its signal channel"}
+			}
+			sig = s
+		}
 		s := sig.(syscall.Signal)
 		switch s {
 		case unix.SIGCHLD:
@@ -220,5 +274,4 @@ func supervise(pid int, sigs <-chan os.Signal) runtime.ExitStatus {
 			unix.Kill(pid, s)
 		}
 	}
-	return runtime.ExitStatus{Code: 255, Error: "init lost its signal channel"}
 }

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -70,31 +69,15 @@ type sockGuard struct {
 	buf    []byte
 }
 
-// run polls until stop is closed.
-func (g *sockGuard) run(stop <-chan struct{}) {
-	if g.budget <= 0 {
-		return
-	}
-	t := time.NewTicker(sockGuardInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-			g.check()
-		}
-	}
-}
-
 // check reads the queues once and, over the budget, kills the holders of
 // the fullest sockets until what is left is at most half the budget. It
 // returns the pids it killed.
 func (g *sockGuard) check() []int {
-	queues, total := g.queues()
-	if total <= g.budget {
+	if g.queues(nil) <= g.budget {
 		return nil
 	}
+	queues := map[uint64]int64{}
+	total := g.queues(queues)
 	holders := g.holders()
 	inos := make([]uint64, 0, len(queues))
 	for ino := range queues {
@@ -129,11 +112,16 @@ func (g *sockGuard) check() []int {
 	return killed
 }
 
-// queues returns the receive queue of every uncharged socket that has one,
-// by inode, and their sum. The files stay open between polls: reading an
-// open /proc/net file again from offset 0 costs a microsecond or two where
-// opening it costs ~30.
-func (g *sockGuard) queues() (map[uint64]int64, int64) {
+// queues adds the receive queue of every uncharged socket that has one to
+// into, by inode, when into is not nil, and returns their sum. The files
+// stay open between polls: reading an open /proc/net file again from
+// offset 0 costs a microsecond or two where opening it costs ~30. With
+// into nil it allocates nothing once the buffer has grown: the init polls
+// it for the sandbox's whole life, and garbage would make Go's runtime
+// collect it, starting threads to do so, which it cannot while a fork
+// bomb holds every pid of the sandbox (the runtime then dies, and the
+// sandbox with it).
+func (g *sockGuard) queues(into map[uint64]int64) int64 {
 	if g.files == nil {
 		g.files = make([]*os.File, len(uncharged))
 		for i, u := range uncharged {
@@ -141,39 +129,94 @@ func (g *sockGuard) queues() (map[uint64]int64, int64) {
 			g.files[i], _ = os.Open(filepath.Join(g.proc, "self/net", u.file))
 		}
 	}
-	queues := map[uint64]int64{}
 	var total int64
 	for i, u := range uncharged {
 		if g.files[i] == nil {
 			continue
 		}
 		g.buf = readAll(g.files[i], g.buf[:0])
-		lines := bytes.Split(g.buf, []byte("\n"))
-		for _, line := range lines[min(1, len(lines)):] { // after the heading
-			fields := strings.Fields(string(line))
-			if len(fields) <= max(u.queue, u.ino) {
-				continue
-			}
-			var q int64
-			var err error
-			if u.hexTxRx {
-				_, rx, ok := strings.Cut(fields[u.queue], ":")
-				if !ok {
-					continue
-				}
-				q, err = strconv.ParseInt(rx, 16, 64)
+		rest := g.buf
+		first := true
+		for len(rest) > 0 {
+			line := rest
+			if n := bytes.IndexByte(rest, '\n'); n >= 0 {
+				line, rest = rest[:n], rest[n+1:]
 			} else {
-				q, err = strconv.ParseInt(fields[u.queue], 10, 64)
+				rest = nil
 			}
-			ino, ierr := strconv.ParseUint(fields[u.ino], 10, 64)
-			if err != nil || ierr != nil || q <= 0 {
+			if first { // the heading
+				first = false
 				continue
 			}
-			queues[ino] += q
-			total += q
+			qf := field(line, u.queue)
+			if u.hexTxRx {
+				if c := bytes.IndexByte(qf, ':'); c >= 0 {
+					qf = qf[c+1:]
+				} else {
+					qf = nil
+				}
+			}
+			base := 10
+			if u.hexTxRx {
+				base = 16
+			}
+			q, ok := parseUint(qf, base)
+			ino, iok := parseUint(field(line, u.ino), 10)
+			if !ok || !iok || q == 0 || q > 1<<62 {
+				continue
+			}
+			if into != nil {
+				into[ino] += int64(q)
+			}
+			total += int64(q)
 		}
 	}
-	return queues, total
+	return total
+}
+
+// field returns the n-th (from 0) field of line separated by spaces or
+// tabs, nil if there is none; it does not copy.
+func field(line []byte, n int) []byte {
+	for {
+		for len(line) > 0 && (line[0] == ' ' || line[0] == '\t') {
+			line = line[1:]
+		}
+		if len(line) == 0 {
+			return nil
+		}
+		end := 0
+		for end < len(line) && line[end] != ' ' && line[end] != '\t' {
+			end++
+		}
+		if n == 0 {
+			return line[:end]
+		}
+		n--
+		line = line[end:]
+	}
+}
+
+// parseUint parses digits of base 10 or 16, without allocating as
+// strconv would for a []byte; ok is false for anything else or overflow.
+func parseUint(b []byte, base int) (v uint64, ok bool) {
+	if len(b) == 0 || len(b) > 16 {
+		return 0, false
+	}
+	for _, c := range b {
+		var d byte
+		switch {
+		case '0' <= c && c <= '9':
+			d = c - '0'
+		case base == 16 && 'a' <= c && c <= 'f':
+			d = c - 'a' + 10
+		case base == 16 && 'A' <= c && c <= 'F':
+			d = c - 'A' + 10
+		default:
+			return 0, false
+		}
+		v = v*uint64(base) + uint64(d)
+	}
+	return v, true
 }
 
 // readAll reads f from its start into buf, whatever f's offset.

@@ -52,7 +52,9 @@ const (
 
 func TestSockGuardQueues(t *testing.T) {
 	proc := fakeProc(t, map[string]string{"netlink": netlinkText, "icmp": icmpText, "packet": packetText}, nil)
-	queues, total := (&sockGuard{proc: proc}).queues()
+	g := &sockGuard{proc: proc}
+	queues := map[uint64]int64{}
+	total := g.queues(queues)
 	// Only receive queues count: the ICMP socket with a send queue alone
 	// (2002) holds nothing the guard cares about.
 	want := map[uint64]int64{1589: 1 << 20, 1591: 4096, 2001: 0x10000, 3001: 2048}
@@ -61,6 +63,15 @@ func TestSockGuardQueues(t *testing.T) {
 	}
 	if total != 1<<20+4096+0x10000+2048 {
 		t.Errorf("total %d", total)
+	}
+	// The poll the init makes four times a second allocates nothing: Go's
+	// runtime would collect the garbage with threads a fork bomb may leave
+	// it no pid to start.
+	if n := testing.AllocsPerRun(100, func() { g.queues(nil) }); n != 0 {
+		t.Errorf("a poll allocates %v times", n)
+	}
+	if got := g.queues(nil); got != total {
+		t.Errorf("total without queues %d, want %d", got, total)
 	}
 }
 
@@ -100,6 +111,6 @@ func TestSockBudget(t *testing.T) {
 func BenchmarkSockGuardPoll(b *testing.B) {
 	g := &sockGuard{proc: "/proc", self: 1}
 	for b.Loop() {
-		g.queues()
+		g.queues(nil)
 	}
 }
