@@ -62,8 +62,16 @@ func (e *env) manager(t *testing.T) *Manager { t.Helper(); return e.managerWarm(
 // managerWarm returns a manager that keeps warm sandboxes once Recover ran.
 func (e *env) managerWarm(t *testing.T, warm int) *Manager {
 	t.Helper()
-	m, err := New(Options{Runtime: e.rt, Store: e.st, Templates: e.tpl, DataDir: e.dataDir,
-		Resources: runtime.Resources{MemoryBytes: 256 << 20, CPUs: 1, Pids: 256}, Warm: warm})
+	return e.managerWith(t, Options{Warm: warm})
+}
+
+// managerWith returns a manager with opts, whose runtime, store,
+// templates, data dir and resources are filled in.
+func (e *env) managerWith(t *testing.T, opts Options) *Manager {
+	t.Helper()
+	opts.Runtime, opts.Store, opts.Templates, opts.DataDir = e.rt, e.st, e.tpl, e.dataDir
+	opts.Resources = runtime.Resources{MemoryBytes: 256 << 20, CPUs: 1, Pids: 256}
+	m, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
