@@ -23,6 +23,10 @@ const (
 	MsgInvalidAPIKey = "Invalid API key"
 	// MsgInternal is the only message a 500 ever carries.
 	MsgInternal = "internal server error"
+	// MsgPrivateNeedsSecure answers a v1 create with
+	// network.allowPublicTraffic false and without "secure": true, as
+	// E2B's API does (400).
+	MsgPrivateNeedsSecure = "You cannot create a sandbox without public access unless you enable secure envd access via 'secure' flag."
 )
 
 // Error is the JSON body of every control-plane error (spec §2.2). Code must

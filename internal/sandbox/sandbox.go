@@ -144,11 +144,22 @@ type runtimeInfo struct {
 	Control string `json:"control,omitempty"`
 }
 
+// ErrPrivateInsecure is Create's error for a sandbox closed to public
+// traffic (Network.AllowPublicTraffic false) that is not Secure: its ports
+// would need the traffic token, yet anyone who can reach the router could
+// run a command through its token-less envd and read them from inside.
+// E2B refuses the same request. It matches errdefs.ErrInvalidArgument.
+var ErrPrivateInsecure = fmt.Errorf("a sandbox closed to public traffic needs envd's access token (secure): %w", errdefs.ErrInvalidArgument)
+
 // Create makes a sandbox, waits until its envd answers, and records it.
 // envd is reachable when Create returns, as the SDKs expect. Past a cap on
 // running sandboxes (Options.MaxSandboxes, MaxPerKey) it starts nothing
-// and returns a *LimitError.
+// and returns a *LimitError; a private sandbox that is not Secure is
+// refused with ErrPrivateInsecure.
 func (m *Manager) Create(ctx context.Context, req CreateRequest) (_ *store.Sandbox, retErr error) {
+	if p := req.Network.AllowPublicTraffic; p != nil && !*p && !req.Secure {
+		return nil, ErrPrivateInsecure
+	}
 	if req.Template == "" {
 		req.Template = DefaultTemplate
 	}

@@ -258,6 +258,11 @@ func TestCreateRefusesBadInput(t *testing.T) {
 	if _, err := m.Create(ctx, CreateRequest{Timeout: -time.Second}); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("negative timeout: %v, want invalid argument", err)
 	}
+	// Closed to public traffic, its envd must want a token (review E1).
+	private := Network{AllowPublicTraffic: new(false)}
+	if _, err := m.Create(ctx, CreateRequest{Network: private}); !errors.Is(err, ErrPrivateInsecure) || !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("private without secure: %v, want ErrPrivateInsecure", err)
+	}
 	if all, _ := e.st.AllSandboxes(ctx); len(all) != 0 {
 		t.Errorf("refused creates left %d records", len(all))
 	}
