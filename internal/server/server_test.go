@@ -20,6 +20,13 @@ import (
 // creates a sandbox in these tests (the JS suite in test/e2bjs does).
 func newTestServer(t *testing.T) (*httptest.Server, string) {
 	t.Helper()
+	return newTestServerWith(t, Options{})
+}
+
+// newTestServerWith is newTestServer with opts (its manager, store and
+// domain are filled in).
+func newTestServerWith(t *testing.T, opts Options) (*httptest.Server, string) {
+	t.Helper()
 	dir := t.TempDir()
 	st, err := store.Open(context.Background(), filepath.Join(dir, "hutch.db"))
 	if err != nil {
@@ -39,7 +46,8 @@ func newTestServer(t *testing.T) (*httptest.Server, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(New(Options{Manager: mgr, Store: st, Domain: "sandbox.test"}))
+	opts.Manager, opts.Store, opts.Domain = mgr, st, "sandbox.test"
+	srv := httptest.NewServer(New(opts))
 	t.Cleanup(srv.Close)
 	return srv, key
 }
