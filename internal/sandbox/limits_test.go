@@ -94,6 +94,20 @@ func TestCreateCaps(t *testing.T) {
 	if key, total := m.running(keys["b"]); key != 1 || total != 2 {
 		t.Errorf("after a failed create: key b %d, total %d; want 1, 2", key, total)
 	}
+	// And one that fails at the very end, when it is recorded (an unknown
+	// key): nothing of it stays live.
+	if _, err := m.Create(ctx, CreateRequest{KeyID: "key_gone"}); err == nil {
+		t.Fatal("a create for an unknown key was recorded")
+	}
+	if key, total := m.running("key_gone"); key != 0 || total != 2 {
+		t.Errorf("after a create that failed to be recorded: its key %d, total %d; want 0, 2", key, total)
+	}
+	m.mu.Lock()
+	nlive := len(m.live)
+	m.mu.Unlock()
+	if nlive != 2 {
+		t.Errorf("%d sandboxes live, want 2", nlive)
+	}
 	again, err := m.Create(ctx, CreateRequest{KeyID: keys["a"]})
 	if err != nil {
 		t.Fatalf("a create after a kill made room: %v", err)

@@ -174,12 +174,13 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (_ *store.Sandb
 		return nil, fmt.Errorf("timeout %v: %w", req.Timeout, errdefs.ErrInvalidArgument)
 	}
 	// The slot first, before anything is started: concurrent creates
-	// cannot overshoot the caps. It becomes the sandbox's in adopt.
+	// cannot overshoot the caps. adopt hands it to the sandbox.
 	if err := m.reserve(req.KeyID); err != nil {
 		return nil, err
 	}
+	adopted := false
 	defer func() {
-		if retErr != nil {
+		if retErr != nil && !adopted {
 			m.release(req.KeyID)
 		}
 	}()
@@ -233,11 +234,32 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (_ *store.Sandb
 	}
 	info, _ := json.Marshal(runtimeInfo{Socket: st.route.api, Control: st.route.control})
 	rec.Runtime = string(info)
+	// Live before recorded: from the moment the API can list it, a kill
+	// finds it (and gives back its slot), never a record whose sandbox
+	// the manager does not know yet.
+	m.adopt(st.sbx, st.route, rec)
+	adopted = true
 	if err := m.store.CreateSandbox(ctx, rec); err != nil {
+		m.unadopt(rec.ID)
 		return nil, err
 	}
-	m.adopt(st.sbx, st.route, rec)
 	return rec, nil
+}
+
+// unadopt undoes adopt for a create that failed after it: the sandbox is
+// no longer routable or timed, and its slot is given back, unless its
+// removal (its envd ended) did both already.
+func (m *Manager) unadopt(id string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if l := m.live[id]; l != nil {
+		delete(m.live, id)
+		m.releaseLocked(l.keyID)
+	}
+	if t := m.timers[id]; t != nil {
+		t.Stop()
+		delete(m.timers, id)
+	}
 }
 
 // started is a sandbox whose envd runs but has not been given to anyone:
