@@ -32,6 +32,7 @@ func newServeCmd(g *globals) *cobra.Command {
 		dnsUpstream    []string
 		maxConns       uint32
 		conns          connFlags
+		caps           sandboxCaps
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -92,10 +93,16 @@ Stopping the server leaves sandboxes running; a restart adopts them.`,
 				}
 				defer nets.close()
 			}
+			resources := runtime.Resources{MemoryBytes: 512 << 20, CPUs: 1, Pids: 512, DiskBytes: diskBytes}
+			total, perKey, err := caps.resolve(resources.MemoryBytes)
+			if err != nil {
+				return err
+			}
+			logger.Info("sandbox caps", "total", total, "per key", perKey)
 			mgr, err := sandbox.New(sandbox.Options{
 				Runtime: rt, Store: st, Templates: template.Open(g.templates), DataDir: g.dataDir, Logger: logger,
-				Resources: runtime.Resources{MemoryBytes: 512 << 20, CPUs: 1, Pids: 512, DiskBytes: diskBytes}, Warm: warm,
-				Network: nets.manager(),
+				Resources: resources, Warm: warm, Network: nets.manager(),
+				MaxSandboxes: total, MaxPerKey: perKey,
 			})
 			if err != nil {
 				return err
@@ -143,6 +150,7 @@ Stopping the server leaves sandboxes running; a restart adopts them.`,
 	cmd.Flags().StringVar(&netCIDR, "network-cidr", "10.200.0.0/16", "private range sandbox links are numbered from (a /31 each)")
 	cmd.Flags().Uint32Var(&maxConns, "max-conns", 1024, "flows (conntrack entries) each sandbox may hold at once, of every kind (connections, DNS queries, pings): new ones past it are dropped (0: 1024)")
 	conns.register(cmd.Flags())
+	caps.register(cmd.Flags())
 	cmd.Flags().StringSliceVar(&dnsUpstream, "dns-upstream", nil, "DNS servers (ip:port) the sandboxes' resolver forwards to (default: the host's /etc/resolv.conf)")
 	return cmd
 }

@@ -28,8 +28,9 @@ const DefaultMaxBodyBytes int64 = 1 << 20
 // fields with the wrong JSON type are rejected. Note that encoding/json
 // matches field names case-insensitively.
 //
-// Every error is a [*StatusError]: 413 when the body is larger than the
-// limit; 400 for an empty body, malformed JSON, a non-object, trailing data,
+// Every error is a [*StatusError]: 413 when the body is (or declares
+// itself, by Content-Length) larger than the limit, answered before any of
+// it is read; a *StatusError the body's reader returned, as it is; 400 for an empty body, malformed JSON, a non-object, trailing data,
 // or a wrong type (e.g. "timeout: expected an integer number of seconds, got
 // string"). Errors returned by a type's UnmarshalJSON that are already a
 // *StatusError pass through unchanged. DecodeJSON does not validate values;
@@ -51,6 +52,10 @@ func decode(r *http.Request, v any, maxBytes int64, optional bool) error {
 	}
 	var body []byte
 	if r.Body != nil && r.Body != http.NoBody {
+		if r.ContentLength > maxBytes {
+			// Declared too large: refused before a byte is read.
+			return TooLarge(maxBytes)
+		}
 		// A nil ResponseWriter is allowed: it only loses the hint that makes
 		// net/http close the connection after the response.
 		b, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, maxBytes))
@@ -58,6 +63,10 @@ func decode(r *http.Request, v any, maxBytes int64, optional bool) error {
 			var tooLarge *http.MaxBytesError
 			if errors.As(err, &tooLarge) {
 				return TooLarge(maxBytes)
+			}
+			var se *StatusError
+			if errors.As(err, &se) {
+				return se // the body's own answer (too slow, say)
 			}
 			return BadRequest("could not read the request body")
 		}

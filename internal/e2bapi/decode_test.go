@@ -233,6 +233,26 @@ func TestDecodeTooLarge(t *testing.T) {
 	}
 }
 
+// unreadable is a body that fails the test if it is read.
+type unreadable struct{ t *testing.T }
+
+func (u unreadable) Read([]byte) (int, error) {
+	u.t.Error("a body declared too large was read")
+	return 0, io.ErrUnexpectedEOF
+}
+
+// TestDecodeDeclaredTooLarge: a Content-Length over the limit is refused
+// before any of the body is read (review S1: nothing of a body that will
+// be refused is waited for).
+func TestDecodeDeclaredTooLarge(t *testing.T) {
+	r := httptest.NewRequest(http.MethodPost, "/sandboxes", unreadable{t})
+	r.ContentLength = 65
+	var v e2bapi.NewSandboxV2
+	if got := e2bapi.StatusOf(e2bapi.DecodeJSON(r, &v, 64)); got != 413 {
+		t.Errorf("status %d, want 413", got)
+	}
+}
+
 // TestDecodeChunked sends bodies of unknown length through a real HTTP/1.1
 // connection, so they arrive with Transfer-Encoding: chunked.
 func TestDecodeChunked(t *testing.T) {

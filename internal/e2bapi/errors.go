@@ -23,6 +23,10 @@ const (
 	MsgInvalidAPIKey = "Invalid API key"
 	// MsgInternal is the only message a 500 ever carries.
 	MsgInternal = "internal server error"
+	// MsgPrivateNeedsSecure answers a v1 create with
+	// network.allowPublicTraffic false and without "secure": true, as
+	// E2B's API does (400).
+	MsgPrivateNeedsSecure = "You cannot create a sandbox without public access unless you enable secure envd access via 'secure' flag."
 )
 
 // Error is the JSON body of every control-plane error (spec §2.2). Code must
@@ -198,7 +202,9 @@ func Internal(err error) *StatusError {
 //     code and Retry-After;
 //   - errdefs.ErrNotImplemented → 501, ErrNotFound → 404,
 //     ErrInvalidArgument → 400, ErrAlreadyExists → 409,
-//     ErrUnavailable → 503 (the JS SDK's ServiceBusyError), each with
+//     ErrUnavailable → 503 (the JS SDK's ServiceBusyError),
+//     ErrResourceExhausted → 429 (RateLimitError in both SDKs; no
+//     Retry-After, so the JS SDK does not retry), each with
 //     err.Error() as the message: core code that wraps these classes must
 //     word its errors for clients;
 //   - anything else → 500 with [MsgInternal]; the error itself goes only to
@@ -250,6 +256,7 @@ func toStatusError(err error) *StatusError {
 		{errdefs.ErrInvalidArgument, http.StatusBadRequest},
 		{errdefs.ErrAlreadyExists, http.StatusConflict},
 		{errdefs.ErrUnavailable, http.StatusServiceUnavailable},
+		{errdefs.ErrResourceExhausted, http.StatusTooManyRequests},
 	} {
 		if errors.Is(err, c.class) {
 			return &StatusError{Status: c.status, Message: err.Error(), Err: err}

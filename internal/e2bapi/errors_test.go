@@ -94,6 +94,8 @@ func TestWrite(t *testing.T) {
 			`{"code":501,"message":"fork: not implemented"}`, "", true},
 		{"errdefs unavailable", fmt.Errorf("no free uid range: %w", errdefs.ErrUnavailable), 503,
 			`{"code":503,"message":"no free uid range: unavailable"}`, "", true},
+		{"errdefs resource exhausted", fmt.Errorf("at most 3 sandboxes per key: %w", errdefs.ErrResourceExhausted), 429,
+			`{"code":429,"message":"at most 3 sandboxes per key: resource exhausted"}`, "", false},
 		{"unknown error", secret, 500, `{"code":500,"message":"internal server error"}`, "", true},
 		{"internal", e2bapi.Internal(secret), 500, `{"code":500,"message":"internal server error"}`, "", true},
 		{"status error with 2xx", &e2bapi.StatusError{Status: 200, Message: "ok?"}, 500,

@@ -17,6 +17,10 @@ var (
 	ErrUnavailable = errors.New("unavailable")
 	// ErrNotImplemented means the feature exists in the protocol but not here.
 	ErrNotImplemented = errors.New("not implemented")
+	// ErrResourceExhausted means the caller has used up a quota the
+	// operator set (live sandboxes per key, say): the request can succeed
+	// once the caller frees some, not by retrying as is.
+	ErrResourceExhausted = errors.New("resource exhausted")
 )
 
 // IsNotFound reports whether err is, or wraps, ErrNotFound.

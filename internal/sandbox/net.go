@@ -22,7 +22,8 @@ type Network struct {
 	// AllowOut and DenyOut are the egress rules (IPs, CIDRs, domains).
 	AllowOut, DenyOut []string
 	// AllowPublicTraffic false requires the sandbox's traffic access token
-	// on requests to its ports.
+	// on requests to its ports; it needs CreateRequest.Secure (see
+	// ErrPrivateInsecure).
 	AllowPublicTraffic *bool
 	// MaskRequestHost replaces the Host header of requests to the sandbox's
 	// ports; "${PORT}" in it becomes the port.

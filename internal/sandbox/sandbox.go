@@ -59,8 +59,12 @@ type Options struct {
 	// Warm is how many sandboxes of the default template ("base") are kept
 	// started ahead of demand, so that creating one costs milliseconds;
 	// 0 starts every sandbox on demand. The pool starts with Recover.
-	Warm   int
-	Logger *slog.Logger
+	Warm int
+	// MaxSandboxes caps the sandboxes running at once, all keys together;
+	// MaxPerKey caps those of one key (see limits.go for what counts). A
+	// Create past either fails with a *LimitError. 0: no cap.
+	MaxSandboxes, MaxPerKey int
+	Logger                  *slog.Logger
 }
 
 // Manager runs the sandboxes of one control plane. It is safe for
@@ -79,6 +83,11 @@ type Manager struct {
 	pool   *pool            // nil without a warm pool
 	net    *network.Manager
 	warm   int
+	// The caps on running sandboxes and what holds them (limits.go):
+	// held counts, per key, running sandboxes and creates in flight.
+	maxTotal, maxPerKey int
+	held                map[string]int
+	heldAll             int
 	// ctx ends with Close: it stops the sampler, the pool and the watches.
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -86,6 +95,7 @@ type Manager struct {
 
 // live is what the manager keeps of a running sandbox.
 type live struct {
+	keyID   string // whose slot it holds
 	route   *route
 	metrics *series
 	// trafficToken and maskHost are the inbound rules of its ports.
@@ -106,6 +116,7 @@ func New(opts Options) (*Manager, error) {
 	m := &Manager{
 		rt: opts.Runtime, store: opts.Store, templates: opts.Templates, sockets: sockets,
 		resources: opts.Resources, logger: logger, timers: map[string]*time.Timer{}, live: map[string]*live{}, warm: opts.Warm, net: opts.Network,
+		maxTotal: opts.MaxSandboxes, maxPerKey: opts.MaxPerKey, held: map[string]int{},
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	go m.sampleLoop()
@@ -133,9 +144,22 @@ type runtimeInfo struct {
 	Control string `json:"control,omitempty"`
 }
 
+// ErrPrivateInsecure is Create's error for a sandbox closed to public
+// traffic (Network.AllowPublicTraffic false) that is not Secure: its ports
+// would need the traffic token, yet anyone who can reach the router could
+// run a command through its token-less envd and read them from inside.
+// E2B refuses the same request. It matches errdefs.ErrInvalidArgument.
+var ErrPrivateInsecure = fmt.Errorf("a sandbox closed to public traffic needs envd's access token (secure): %w", errdefs.ErrInvalidArgument)
+
 // Create makes a sandbox, waits until its envd answers, and records it.
-// envd is reachable when Create returns, as the SDKs expect.
+// envd is reachable when Create returns, as the SDKs expect. Past a cap on
+// running sandboxes (Options.MaxSandboxes, MaxPerKey) it starts nothing
+// and returns a *LimitError; a private sandbox that is not Secure is
+// refused with ErrPrivateInsecure.
 func (m *Manager) Create(ctx context.Context, req CreateRequest) (_ *store.Sandbox, retErr error) {
+	if p := req.Network.AllowPublicTraffic; p != nil && !*p && !req.Secure {
+		return nil, ErrPrivateInsecure
+	}
 	if req.Template == "" {
 		req.Template = DefaultTemplate
 	}
@@ -149,6 +173,17 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (_ *store.Sandb
 	if req.Timeout < 0 {
 		return nil, fmt.Errorf("timeout %v: %w", req.Timeout, errdefs.ErrInvalidArgument)
 	}
+	// The slot first, before anything is started: concurrent creates
+	// cannot overshoot the caps. adopt hands it to the sandbox.
+	if err := m.reserve(req.KeyID); err != nil {
+		return nil, err
+	}
+	adopted := false
+	defer func() {
+		if retErr != nil && !adopted {
+			m.release(req.KeyID)
+		}
+	}()
 	st := m.takeWarm(tpl)
 	if st != nil && !st.alive(ctx) {
 		// Its envd died while it waited in the pool.
@@ -199,11 +234,32 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (_ *store.Sandb
 	}
 	info, _ := json.Marshal(runtimeInfo{Socket: st.route.api, Control: st.route.control})
 	rec.Runtime = string(info)
+	// Live before recorded: from the moment the API can list it, a kill
+	// finds it (and gives back its slot), never a record whose sandbox
+	// the manager does not know yet.
+	m.adopt(st.sbx, st.route, rec)
+	adopted = true
 	if err := m.store.CreateSandbox(ctx, rec); err != nil {
+		m.unadopt(rec.ID)
 		return nil, err
 	}
-	m.adopt(st.sbx, st.route, rec)
 	return rec, nil
+}
+
+// unadopt undoes adopt for a create that failed after it: the sandbox is
+// no longer routable or timed, and its slot is given back, unless its
+// removal (its envd ended) did both already.
+func (m *Manager) unadopt(id string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if l := m.live[id]; l != nil {
+		delete(m.live, id)
+		m.releaseLocked(l.keyID)
+	}
+	if t := m.timers[id]; t != nil {
+		t.Stop()
+		delete(m.timers, id)
+	}
 }
 
 // started is a sandbox whose envd runs but has not been given to anyone:
@@ -285,7 +341,7 @@ func (m *Manager) resourcesOf(tpl *template.Template) runtime.Resources {
 func (m *Manager) adopt(sbx runtime.Sandbox, rt *route, rec *store.Sandbox) {
 	end := rec.EndAt
 	rt.setToken(rec.EnvdAccessToken)
-	l := &live{route: rt, metrics: newSeries(sbx, m.resources), trafficToken: rec.TrafficAccessToken}
+	l := &live{keyID: rec.KeyID, route: rt, metrics: newSeries(sbx, m.resources), trafficToken: rec.TrafficAccessToken}
 	var n netRecord
 	if json.Unmarshal([]byte(rec.Network), &n) == nil && n.MaskRequestHost != nil {
 		l.maskHost = *n.MaskRequestHost
@@ -386,6 +442,9 @@ func (m *Manager) remove(ctx context.Context, id string) error {
 	}
 	l := m.live[id]
 	delete(m.live, id)
+	if l != nil {
+		m.releaseLocked(l.keyID)
+	}
 	m.mu.Unlock()
 	if l != nil {
 		l.route.close()
@@ -534,6 +593,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 		}
 	}
 	for _, a := range alive {
+		m.hold(a.rec.KeyID)
 		m.adopt(a.sbx, newRoute(a.info.Socket, a.info.Control), &a.rec)
 	}
 	statuses, err := m.rt.List(ctx)

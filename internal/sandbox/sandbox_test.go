@@ -62,8 +62,16 @@ func (e *env) manager(t *testing.T) *Manager { t.Helper(); return e.managerWarm(
 // managerWarm returns a manager that keeps warm sandboxes once Recover ran.
 func (e *env) managerWarm(t *testing.T, warm int) *Manager {
 	t.Helper()
-	m, err := New(Options{Runtime: e.rt, Store: e.st, Templates: e.tpl, DataDir: e.dataDir,
-		Resources: runtime.Resources{MemoryBytes: 256 << 20, CPUs: 1, Pids: 256}, Warm: warm})
+	return e.managerWith(t, Options{Warm: warm})
+}
+
+// managerWith returns a manager with opts, whose runtime, store,
+// templates, data dir and resources are filled in.
+func (e *env) managerWith(t *testing.T, opts Options) *Manager {
+	t.Helper()
+	opts.Runtime, opts.Store, opts.Templates, opts.DataDir = e.rt, e.st, e.tpl, e.dataDir
+	opts.Resources = runtime.Resources{MemoryBytes: 256 << 20, CPUs: 1, Pids: 256}
+	m, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,6 +257,11 @@ func TestCreateRefusesBadInput(t *testing.T) {
 	}
 	if _, err := m.Create(ctx, CreateRequest{Timeout: -time.Second}); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("negative timeout: %v, want invalid argument", err)
+	}
+	// Closed to public traffic, its envd must want a token (review E1).
+	private := Network{AllowPublicTraffic: new(false)}
+	if _, err := m.Create(ctx, CreateRequest{Network: private}); !errors.Is(err, ErrPrivateInsecure) || !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("private without secure: %v, want ErrPrivateInsecure", err)
 	}
 	if all, _ := e.st.AllSandboxes(ctx); len(all) != 0 {
 		t.Errorf("refused creates left %d records", len(all))

@@ -68,8 +68,14 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id string, port i
 		FlushInterval: -1,
 		// Streams cut by a sandbox's end are routine, not warnings.
 		ErrorLog: slog.NewLogLogger(s.logger.Handler(), slog.LevelDebug),
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+		// The request it is given is the outgoing one: tooSlow looks at
+		// the client's.
+		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
 			s.logger.Debug("sandbox unreachable", "sandbox", id, "port", port, "err", err)
+			if tooSlow(r) {
+				e2bapi.Write(w, s.logger, errBodyTooSlow)
+				return
+			}
 			if errors.Is(err, sandbox.ErrPortClosed) {
 				e2bapi.WritePortClosed502(w, id, port)
 				return

@@ -122,8 +122,12 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, req e2bapi.NewSa
 		Network: netReq,
 	})
 	if err != nil {
-		if errors.Is(err, errdefs.ErrNotFound) {
+		switch {
+		case errors.Is(err, errdefs.ErrNotFound):
 			err = e2bapi.NotFound(err.Error())
+		case errors.Is(err, sandbox.ErrPrivateInsecure):
+			// Only v1 bodies get here: v2 sandboxes are always secure.
+			err = e2bapi.BadRequest(e2bapi.MsgPrivateNeedsSecure)
 		}
 		e2bapi.Write(w, s.logger, err)
 		return

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/e2bapi"
 	"github.com/hutch-sandbox/hutch/internal/envd"
@@ -32,15 +33,23 @@ type Options struct {
 	// to sandboxes, and create answers it as the sandbox's domain.
 	Domain string
 	Logger *slog.Logger
+	// BodyGrace and BodyMinRate (bytes per second) are the pace every
+	// request body must keep (body.go): the time spent waiting for a
+	// body's bytes may exceed one second per BodyMinRate bytes by at most
+	// BodyGrace. Zero: 20 s and 500 bytes per second.
+	BodyGrace   time.Duration
+	BodyMinRate int
 }
 
 // Server serves the API and routes sandbox traffic. Safe for concurrent use.
 type Server struct {
-	mgr    *sandbox.Manager
-	store  *store.Store
-	domain string
-	logger *slog.Logger
-	api    *http.ServeMux
+	mgr         *sandbox.Manager
+	store       *store.Store
+	domain      string
+	logger      *slog.Logger
+	api         *http.ServeMux
+	bodyGrace   time.Duration
+	bodyMinRate int64
 }
 
 // New returns a server.
@@ -49,16 +58,29 @@ func New(opts Options) *Server {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{mgr: opts.Manager, store: opts.Store, domain: opts.Domain, logger: logger, api: http.NewServeMux()}
+	s := &Server{mgr: opts.Manager, store: opts.Store, domain: opts.Domain, logger: logger, api: http.NewServeMux(),
+		bodyGrace: opts.BodyGrace, bodyMinRate: int64(opts.BodyMinRate)}
+	if s.bodyGrace <= 0 {
+		s.bodyGrace = defaultBodyGrace
+	}
+	if s.bodyMinRate <= 0 {
+		s.bodyMinRate = defaultBodyMinRate
+	}
 	s.routes()
 	return s
 }
 
-// ServeHTTP routes a request to a sandbox or to the API. It never
-// forwards CONNECT: a raw tunnel of the client's choosing would skip both
-// envd's token and the traffic token (a sandbox's ports are reached by
-// HTTP, WebSocket or any other Upgrade through the router's own tunnels).
+// ServeHTTP routes a request to a sandbox or to the API. Request bodies
+// must keep a minimum pace, and a connection whose body is not read to its
+// end is closed after the answer (body.go). It never forwards CONNECT: a
+// raw tunnel of the client's choosing would skip both envd's token and
+// the traffic token (a sandbox's ports are reached by HTTP, WebSocket or
+// any other Upgrade through the router's own tunnels).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.paceBodies(w, r, s.serve)
+}
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodConnect {
 		w.Header().Set("Allow", "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS")
 		e2bapi.WriteError(w, http.StatusMethodNotAllowed, "CONNECT is not served: reach a sandbox's ports with E2b-Sandbox-Id/E2b-Sandbox-Port or a <port>-<id> host", "")

@@ -20,6 +20,13 @@ import (
 // creates a sandbox in these tests (the JS suite in test/e2bjs does).
 func newTestServer(t *testing.T) (*httptest.Server, string) {
 	t.Helper()
+	return newTestServerWith(t, Options{})
+}
+
+// newTestServerWith is newTestServer with opts (its manager, store and
+// domain are filled in).
+func newTestServerWith(t *testing.T, opts Options) (*httptest.Server, string) {
+	t.Helper()
 	dir := t.TempDir()
 	st, err := store.Open(context.Background(), filepath.Join(dir, "hutch.db"))
 	if err != nil {
@@ -39,7 +46,8 @@ func newTestServer(t *testing.T) (*httptest.Server, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(New(Options{Manager: mgr, Store: st, Domain: "sandbox.test"}))
+	opts.Manager, opts.Store, opts.Domain = mgr, st, "sandbox.test"
+	srv := httptest.NewServer(New(opts))
 	t.Cleanup(srv.Close)
 	return srv, key
 }
@@ -74,6 +82,8 @@ func TestAPIErrors(t *testing.T) {
 		{name: "batch metrics of unknown sandboxes", method: "GET", path: "/sandboxes/metrics?sandbox_ids=inope,inope2", wantStatus: 200, wantBody: `{"sandboxes":{}}`},
 		{name: "batch metrics without ids", method: "GET", path: "/sandboxes/metrics", wantStatus: 400, wantBody: "sandbox_ids"},
 		{name: "create with a bad egress rule", method: "POST", path: "/v2/sandboxes", body: `{"network":{"allowOut":["not a rule"]}}`, wantStatus: 400, wantBody: "network: rule"},
+		{name: "v1 create of a private sandbox without secure", method: "POST", path: "/sandboxes", body: `{"templateID":"base","network":{"allowPublicTraffic":false}}`, wantStatus: 400, wantBody: "enable secure envd access via 'secure' flag"},
+		{name: "v1 create of a private sandbox with secure false", method: "POST", path: "/sandboxes", body: `{"templateID":"base","secure":false,"network":{"allowPublicTraffic":false}}`, wantStatus: 400, wantBody: "enable secure envd access via 'secure' flag"},
 		{name: "create with an egress proxy", method: "POST", path: "/v2/sandboxes", body: `{"network":{"egressProxy":{"address":"p:1080"}}}`, wantStatus: 501, wantBody: `"code":501`},
 		{name: "network update of an unknown sandbox", method: "PUT", path: "/sandboxes/inope/network", body: `{"allowOut":["1.1.1.1"]}`, wantStatus: 404, wantBody: `"code":404`},
 		{name: "network update with a bad rule", method: "PUT", path: "/sandboxes/inope/network", body: `{"denyOut":["::/0"]}`, wantStatus: 400, wantBody: "IPv4"},
