@@ -50,7 +50,7 @@ func Join(a net.Conn, ar io.Reader, b net.Conn, br io.Reader, linger time.Durati
 			b.Close()
 			return
 		}
-		closeWrite(dst)
+		CloseWrite(dst)
 		if ended.Add(1) == 1 {
 			// The other way now has linger to show it is still alive.
 			other.SetReadDeadline(time.Now().Add(linger))
@@ -81,9 +81,9 @@ func copyLingering(dst net.Conn, src io.Reader, srcConn net.Conn, ended *atomic.
 	}
 }
 
-// closeWrite half-closes c when it can (TCP and unix sockets can), and
+// CloseWrite half-closes c when it can (TCP and unix sockets can), and
 // closes it otherwise, so that the peer learns the end either way.
-func closeWrite(c net.Conn) {
+func CloseWrite(c net.Conn) {
 	if cw, ok := c.(interface{ CloseWrite() error }); ok {
 		cw.CloseWrite()
 		return

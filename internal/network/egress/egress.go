@@ -473,18 +473,8 @@ func refuse(c net.Conn, h hello, dst netip.AddrPort) {
 		}
 		body := fmt.Sprintf("hutch: connection to %s blocked by the sandbox's network policy\n", target)
 		fmt.Fprintf(c, "HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(body), body)
-		closeWrite(c)
+		splice.CloseWrite(c)
 		c.SetReadDeadline(time.Now().Add(lingerTimeout))
 		io.Copy(io.Discard, io.LimitReader(c, maxPeek))
 	}
-}
-
-// closeWrite shuts down the writing side of c, or, for a connection that
-// cannot half-close, all of it, so that the peer still learns the end.
-func closeWrite(c net.Conn) {
-	if cw, ok := c.(interface{ CloseWrite() error }); ok {
-		cw.CloseWrite()
-		return
-	}
-	c.Close()
 }

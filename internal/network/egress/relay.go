@@ -90,7 +90,7 @@ func relayHTTP(client, up net.Conn, data []byte, first hello, dst netip.AddrPort
 		case !refusing.Load():
 			// The server has finished: whatever the client still sends
 			// cannot be answered; it has splice.DefaultLinger to close.
-			closeWrite(client)
+			splice.CloseWrite(client)
 			client.SetReadDeadline(time.Now().Add(splice.DefaultLinger))
 		}
 	}()
@@ -100,12 +100,12 @@ func relayHTTP(client, up net.Conn, data []byte, first hello, dst netip.AddrPort
 	switch {
 	case err == nil: // the client has finished
 		clientDone.Store(true)
-		closeWrite(up)
+		splice.CloseWrite(up)
 		up.SetReadDeadline(time.Now().Add(splice.DefaultLinger))
 		<-respStopped
 	case errors.Is(err, errOtherServer):
 		refusing.Store(true)
-		closeWrite(up)
+		splice.CloseWrite(up)
 		select {
 		case <-respStopped:
 		case <-time.After(drainTimeout):
