@@ -57,14 +57,23 @@ type Options struct {
 	// TunnelLinger is how long a tunnel whose one way has ended may stay
 	// idle in the other before both close; zero means splice.DefaultLinger.
 	TunnelLinger time.Duration
+	// MaxTunnels bounds the tunnels (CONNECT) open at once; more are
+	// answered 503. Zero means DefaultMaxTunnels.
+	MaxTunnels int
 }
+
+// DefaultMaxTunnels is the default of Options.MaxTunnels: some 6000 of
+// envd's descriptors (about six a tunnel) of the 20 000 or more it has,
+// leaving the rest for the commands and files it serves.
+const DefaultMaxTunnels = 1024
 
 // Server is one envd. Its handlers are safe for concurrent use.
 type Server struct {
-	st     *config.State
-	logger *slog.Logger
-	mux    *http.ServeMux
-	linger time.Duration // of tunnels
+	st      *config.State
+	logger  *slog.Logger
+	mux     *http.ServeMux
+	linger  time.Duration // of tunnels
+	tunnels chan struct{} // a slot for each open tunnel
 }
 
 // New returns an envd serving the sandbox it runs in.
@@ -74,6 +83,10 @@ func New(opts Options) *Server {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{st: config.New(Version, opts.DefaultUser), logger: logger, mux: http.NewServeMux(), linger: opts.TunnelLinger}
+	if opts.MaxTunnels <= 0 {
+		opts.MaxTunnels = DefaultMaxTunnels
+	}
+	s.tunnels = make(chan struct{}, opts.MaxTunnels)
 	process.Handle(s.mux, s.st, logger)
 	filesystem.Handle(s.mux, s.st, logger)
 	files.Handle(s.mux, s.st, logger)

@@ -128,3 +128,70 @@ func TestTunnelEndsWhenTheServiceHangs(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestTunnelsBounded: tunnels past MaxTunnels are answered 503, so the
+// clients of a public port cannot use up envd's descriptors (review 4: a
+// client with no key held 3300 tunnels to a service that never answered,
+// and envd could no longer start a command); one that ends frees its slot.
+func TestTunnelsBounded(t *testing.T) {
+	svc, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Close()
+	go func() {
+		for {
+			c, err := svc.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	srv := httptest.NewServer(envd.New(envd.Options{MaxTunnels: 3}).Handler(true))
+	defer srv.Close()
+	connect := func() (net.Conn, int) {
+		c, err := net.Dial("tcp", srv.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		target := svc.Addr().String()
+		fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+		resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: http.MethodConnect})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c, resp.StatusCode
+	}
+	var held []net.Conn
+	for i := range 3 {
+		c, code := connect()
+		if code != http.StatusOK {
+			t.Fatalf("tunnel %d: %d", i, code)
+		}
+		held = append(held, c)
+	}
+	c, code := connect()
+	c.Close()
+	if code != http.StatusServiceUnavailable {
+		t.Errorf("a tunnel past the cap: %d, want 503", code)
+	}
+	// A tunnel closed both ways gives its slot back.
+	held[0].(*net.TCPConn).SetLinger(0)
+	held[0].Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, code := connect()
+		c.Close()
+		if code == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no slot after a tunnel ended: %d", code)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, c := range held[1:] {
+		c.Close()
+	}
+}

@@ -3,6 +3,7 @@ package envd
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -19,6 +20,18 @@ import (
 // needing a network at all. Only loopback targets are accepted: the tunnel
 // reaches the sandbox's own services, never onward.
 func (s *Server) tunnel(w http.ResponseWriter, r *http.Request) {
+	// Each tunnel holds about six of envd's descriptors (its two sockets
+	// and, while bytes move, a splice pipe each way); unbounded, a client
+	// of a public port could use up envd's and leave it unable to start a
+	// command (review 4: 3300 tunnels to a service that never answered,
+	// from one address with no key).
+	select {
+	case s.tunnels <- struct{}{}:
+		defer func() { <-s.tunnels }()
+	default:
+		WriteError(w, http.StatusServiceUnavailable, fmt.Sprintf("the sandbox has %d connections to its ports open, the most it may", cap(s.tunnels)))
+		return
+	}
 	host, p, err := net.SplitHostPort(r.Host)
 	port, perr := strconv.Atoi(p)
 	if err != nil || perr != nil || port < 1 || port > 65535 {
