@@ -453,6 +453,19 @@ func (c *copier) downloadTree(ctx context.Context, src string, from *sdk.EntryIn
 			}
 			reported, opts.MaxSize = size, size+sizeSlack(size)
 		}
+		// Whatever the sandbox said, the tree may take no more blocks and
+		// inodes than the destination has free (an empty directory is a
+		// block and an inode there, 512 bytes in the archive).
+		room, err := roomIn(dir)
+		if err != nil {
+			return err
+		}
+		// A hundredth stays free, and an inode for the directory the tree
+		// is built in.
+		opts.MaxDisk, opts.BlockSize = max(room.bytes-room.bytes/100, 1), room.block
+		if room.inodes > 0 {
+			opts.MaxEntries = max(room.inodes-room.inodes/100-1, 1)
+		}
 	}
 	tarPath, err := c.tarPath(ctx)
 	if err != nil {
@@ -504,6 +517,10 @@ func (c *copier) downloadTree(ctx context.Context, src string, from *sdk.EntryIn
 		return oe
 	case errors.Is(err, archive.ErrTooLarge):
 		return &oversizeError{what: c.remoteName(src), reported: reported, err: err}
+	case errors.Is(err, archive.ErrNoRoom):
+		// Whatever du said: more entries or blocks than the destination
+		// has free.
+		return &cliError{fmt.Sprintf("%s does not fit in %s: %v; the copy was stopped and removed (--ignore-free-space copies without this check)", c.remoteName(src), absPath(dir), err), err}
 	case err != nil && !errors.Is(err, syscall.ENOSPC):
 		return fmt.Errorf("%s: %w", c.remoteName(src), err)
 	}
@@ -576,16 +593,36 @@ func (c *copier) checkSpace(dir, what string, size int64) error {
 	if c.ignoreFree {
 		return nil
 	}
-	var st unix.Statfs_t
-	if err := unix.Statfs(dir, &st); err != nil {
-		return &fs.PathError{Op: "statfs", Path: dir, Err: err}
+	room, err := roomIn(dir)
+	if err != nil {
+		return err
 	}
-	free := int64(st.Bavail) * int64(st.Bsize)
+	free := room.bytes
 	if size <= free {
 		return nil
 	}
 	return fmt.Errorf("%s is %s, more than the %s free in %s (--ignore-free-space copies it anyway: holes are kept, so a sparse file may fit)",
 		what, human.Bytes(size), human.Bytes(free), absPath(dir))
+}
+
+// room is what a local file system has free for the caller.
+type room struct {
+	bytes  int64 // available to unprivileged users
+	inodes int64 // free; 0 also when the file system does not count them
+	block  int64
+}
+
+// roomIn reports the room in directory dir's file system.
+func roomIn(dir string) (room, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return room{}, &fs.PathError{Op: "statfs", Path: dir, Err: err}
+	}
+	r := room{bytes: int64(st.Bavail) * int64(st.Bsize), block: int64(st.Bsize)}
+	if st.Files > 0 {
+		r.inodes = int64(st.Ffree)
+	}
+	return r, nil
 }
 
 // sizeSlack is how much more than the size the sandbox reported for a

@@ -220,6 +220,27 @@ func testCpUntrusted(t *testing.T, f *fixture, id string) {
 		if left, _ := os.ReadDir(small); len(left) > 0 {
 			t.Errorf("a refused copy left %v", left)
 		}
+
+		// Empty directories, whatever du says: a block and an inode each
+		// on the host, 512 bytes each in the archive (review 4: 150 000 of
+		// them took 618 MB and 150 001 inodes for a reported 1 byte).
+		few := t.TempDir()
+		if err := syscall.Mount("tmpfs", few, "tmpfs", 0, "size=64m,nr_inodes=1000"); err != nil {
+			t.Fatalf("mount a tmpfs of 1000 inodes: %v", err)
+		}
+		t.Cleanup(func() { syscall.Unmount(few, syscall.MNT_DETACH) })
+		f.ok(t, "exec", id, "--", "rm -rf ~/dirs && mkdir ~/dirs && cd ~/dirs && seq 3000 | xargs mkdir")
+		replaceDu("#!/bin/sh\nfor a; do :; done\nprintf '1\\t%s\\n' \"$a\"\n")
+		r = func() result {
+			defer f.hutch(t, "", "exec", "-u", "root", id, "--", "mv -f /usr/bin/du.real /usr/bin/du")
+			return f.hutch(t, "", "cp", id+":/home/user/dirs", few+"/")
+		}()
+		if r.Code != 1 || !strings.Contains(r.Stderr, "files and directories it has inodes for") {
+			t.Errorf("3000 directories into 1000 inodes: %s", r)
+		}
+		if left, _ := os.ReadDir(few); len(left) > 0 {
+			t.Errorf("a refused copy left %v", left)
+		}
 	})
 
 	t.Run("a directory's contents keep the destination's mode", func(t *testing.T) {

@@ -172,10 +172,26 @@ type Options struct {
 	// content is written, with an error matching ErrTooLarge. It makes a
 	// size the other end reported binding.
 	MaxSize int64
+	// MaxDisk and MaxEntries, if positive, bound what the extracted tree
+	// may take of the destination's file system, whatever the other end
+	// reported: MaxDisk its blocks, by an estimate that charges every
+	// entry, the directories a path makes on its way included, one block
+	// of BlockSize bytes and a regular file its size rounded up to blocks;
+	// MaxEntries its inodes, one an entry. Passing either is ErrNoRoom.
+	// Without them a stream of empty directories, 512 bytes each in the
+	// archive and a block and an inode each on disk, could fill a file
+	// system its size fits in (review 4).
+	MaxDisk, MaxEntries int64
+	// BlockSize is the block of the MaxDisk estimate; zero means 4096.
+	BlockSize int64
 }
 
 // ErrTooLarge is the error of a stream whose files pass Options.MaxSize.
 var ErrTooLarge = errors.New("the files are larger than the size allowed")
+
+// ErrNoRoom is the error of a stream that passes Options.MaxDisk or
+// MaxEntries.
+var ErrNoRoom = errors.New("the tree needs more room than the destination has")
 
 // check refuses options that make no sense.
 func (o Options) check() error {
@@ -189,8 +205,8 @@ func (o Options) check() error {
 		return fmt.Errorf("archive: invalid new name %q", o.Rename)
 	case o.Name == "." && o.Rename == "":
 		return errors.New(`archive: tree name "." without a new name`)
-	case o.MaxSize < 0:
-		return fmt.Errorf("archive: negative MaxSize %d", o.MaxSize)
+	case o.MaxSize < 0 || o.MaxDisk < 0 || o.MaxEntries < 0 || o.BlockSize < 0:
+		return fmt.Errorf("archive: negative bound (MaxSize %d, MaxDisk %d, MaxEntries %d, BlockSize %d)", o.MaxSize, o.MaxDisk, o.MaxEntries, o.BlockSize)
 	}
 	return nil
 }
@@ -259,7 +275,8 @@ func Unpack(r io.Reader, dir string, opts Options) error {
 	}
 	defer parent.Close()
 	if opts.Name == "" {
-		u := &unpacker{root: parent, skipRoot: true, maxSize: opts.MaxSize}
+		u := opts.unpacker(parent)
+		u.skipRoot = true
 		if err := u.unpack(r); err != nil {
 			return err
 		}
@@ -272,22 +289,23 @@ func Unpack(r io.Reader, dir string, opts Options) error {
 	fi, err := parent.Lstat(final)
 	switch {
 	case err == nil && fi.IsDir():
-		return unpackMerge(r, parent, final, opts.Name, opts.MaxSize)
+		return unpackMerge(r, parent, final, opts)
 	case err == nil, errors.Is(err, fs.ErrNotExist):
-		return unpackStaged(r, dir, parent, final, opts.Name, opts.MaxSize)
+		return unpackStaged(r, dir, parent, final, opts)
 	}
 	return fmt.Errorf("archive: %w", err)
 }
 
-// unpackMerge extracts the tree top of stream r into the existing
-// directory final of parent, up to maxSize bytes of files (0: no bound).
-func unpackMerge(r io.Reader, parent *os.Root, final, top string, maxSize int64) error {
+// unpackMerge extracts the tree opts.Name of stream r into the existing
+// directory final of parent, within the options' bounds.
+func unpackMerge(r io.Reader, parent *os.Root, final string, opts Options) error {
 	root, err := parent.OpenRoot(final)
 	if err != nil {
 		return fmt.Errorf("archive: %w", err)
 	}
 	defer root.Close()
-	u := &unpacker{root: root, top: top, maxSize: maxSize}
+	u := opts.unpacker(root)
+	u.top = opts.Name
 	if err := u.unpack(r); err != nil {
 		return err
 	}
@@ -297,10 +315,10 @@ func unpackMerge(r io.Reader, parent *os.Root, final, top string, maxSize int64)
 	return u.finishDirs()
 }
 
-// unpackStaged extracts the tree top of stream r in a new temporary
-// directory of parent (whose path is dir), then renames it to final; up
-// to maxSize bytes of files (0: no bound).
-func unpackStaged(r io.Reader, dir string, parent *os.Root, final, top string, maxSize int64) error {
+// unpackStaged extracts the tree opts.Name of stream r in a new temporary
+// directory of parent (whose path is dir), then renames it to final;
+// within the options' bounds.
+func unpackStaged(r io.Reader, dir string, parent *os.Root, final string, opts Options) error {
 	stage, err := os.MkdirTemp(dir, stagePattern)
 	if err != nil {
 		return fmt.Errorf("archive: %w", err)
@@ -317,7 +335,8 @@ func unpackStaged(r io.Reader, dir string, parent *os.Root, final, top string, m
 		return fmt.Errorf("archive: %w", err)
 	}
 	defer root.Close()
-	u := &unpacker{root: root, top: top, staged: true, maxSize: maxSize}
+	u := opts.unpacker(root)
+	u.top, u.staged = opts.Name, true
 	if err := u.unpack(r); err != nil {
 		return err
 	}
@@ -387,6 +406,12 @@ type unpacker struct {
 	// size is what the regular files extracted so far hold; maxSize, if
 	// positive, bounds it (Options.MaxSize).
 	size, maxSize int64
+	// disk and entries are what the tree takes so far by Options.MaxDisk's
+	// estimate, bounded as it says; made holds the directories counted.
+	disk, entries       int64
+	maxDisk, maxEntries int64
+	block               int64
+	made                map[string]bool
 }
 
 type dirEntry struct {
@@ -476,6 +501,9 @@ func (u *unpacker) extract(hdr *tar.Header, r io.Reader) error {
 	if hdr.Mode&0o1000 != 0 {
 		mode |= fs.ModeSticky
 	}
+	if err := u.charge(name, hdr); err != nil {
+		return err
+	}
 	switch hdr.Typeflag {
 	case tar.TypeDir:
 		if name == "." && u.skipRoot {
@@ -511,6 +539,57 @@ func (u *unpacker) extract(hdr *tar.Header, r io.Reader) error {
 		return u.root.Link(target, name)
 	}
 	return nil // devices, FIFOs and the like
+}
+
+// unpacker returns an unpacker into root under the options' bounds.
+func (o Options) unpacker(root *os.Root) *unpacker {
+	return &unpacker{root: root, maxSize: o.MaxSize, maxDisk: o.MaxDisk, maxEntries: o.MaxEntries, block: o.BlockSize}
+}
+
+// charge counts what entry name takes on disk, and the directories on its
+// way that are new, against Options.MaxDisk and MaxEntries.
+func (u *unpacker) charge(name string, hdr *tar.Header) error {
+	if u.maxDisk == 0 && u.maxEntries == 0 {
+		return nil
+	}
+	if u.made == nil {
+		u.made = map[string]bool{".": true}
+		if u.block <= 0 {
+			u.block = 4096
+		}
+	}
+	var entries, disk int64
+	dir := func(d string) {
+		for ; !u.made[d]; d = path.Dir(d) {
+			u.made[d] = true
+			entries++
+			disk += u.block
+		}
+	}
+	switch hdr.Typeflag {
+	case tar.TypeDir:
+		dir(name)
+	case tar.TypeReg, tar.TypeRegA, tar.TypeGNUSparse, tar.TypeSymlink: //nolint:staticcheck // TypeRegA: old archives
+		dir(path.Dir(name))
+		entries++
+		disk += u.block
+		if hdr.Typeflag != tar.TypeSymlink {
+			disk += (max(hdr.Size, 0) + u.block - 1) / u.block * u.block
+		}
+	case tar.TypeLink:
+		dir(path.Dir(name)) // a name in a directory, no inode of its own
+	default:
+		return nil // not extracted
+	}
+	u.entries += entries
+	u.disk += disk
+	switch {
+	case u.maxEntries > 0 && u.entries > u.maxEntries:
+		return fmt.Errorf("%w: more than the %d files and directories it has inodes for", ErrNoRoom, u.maxEntries)
+	case u.maxDisk > 0 && u.disk > u.maxDisk:
+		return fmt.Errorf("%w: more than the %d bytes it has free, counting a block for each file and directory", ErrNoRoom, u.maxDisk)
+	}
+	return nil
 }
 
 // place returns where a non-directory entry goes, made ready by prepare.

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"errors"
+	"fmt"
 	"io/fs"
 	"maps"
 	"os"
@@ -1068,5 +1069,50 @@ func TestUnpackMaxSize(t *testing.T) {
 	}
 	if err := Unpack(makeTar(t, stream), t.TempDir(), Options{Name: "t", MaxSize: -1}); err == nil {
 		t.Error("MaxSize -1 accepted")
+	}
+}
+
+// TestUnpackMaxDiskAndEntries: what a tree takes on disk and in inodes is
+// bounded whatever the other end reported: every entry, and every
+// directory a path makes on its way, costs an inode and a block (review 4:
+// 150 000 empty directories, a 77 MB archive whose sandbox reported 1
+// byte, took 618 MB and 150 001 inodes on the host).
+func TestUnpackMaxDiskAndEntries(t *testing.T) {
+	dirs := []entry{{name: "t/", typ: tar.TypeDir, mode: 0o755}}
+	for i := range 10 {
+		dirs = append(dirs, entry{name: fmt.Sprintf("t/d%d/", i), typ: tar.TypeDir, mode: 0o755})
+	}
+	deep := []entry{{name: "t/a/b/c/d/e/f/g/h/file", typ: tar.TypeReg, body: "x"}}
+	big := []entry{{name: "t/", typ: tar.TypeDir, mode: 0o755}, {name: "t/f", typ: tar.TypeReg, body: strings.Repeat("x", 10000)}}
+	tests := []struct {
+		name   string
+		stream []entry
+		opts   Options
+		noRoom bool
+	}{
+		{"dirs within", dirs, Options{MaxEntries: 10, MaxDisk: 10 * 4096}, false},
+		{"dirs past the inodes", dirs, Options{MaxEntries: 9}, true},
+		{"dirs past the disk", dirs, Options{MaxDisk: 9 * 4096}, true},
+		{"a path's directories count", deep, Options{MaxEntries: 8}, true},
+		{"a path's directories within", deep, Options{MaxEntries: 9}, false},
+		{"a file's blocks", big, Options{MaxDisk: 4096 + 12288}, false},
+		{"a file's blocks past", big, Options{MaxDisk: 4096 + 12288 - 1}, true},
+		{"another block size", big, Options{MaxDisk: 1024 + 10240, BlockSize: 1024}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			opts := tt.opts
+			opts.Name = "t"
+			err := Unpack(makeTar(t, tt.stream), dir, opts)
+			if errors.Is(err, ErrNoRoom) != tt.noRoom {
+				t.Fatalf("Unpack: %v, want ErrNoRoom %v", err, tt.noRoom)
+			}
+			if tt.noRoom {
+				if ents, _ := os.ReadDir(dir); len(ents) > 0 {
+					t.Errorf("a refused tree left %v", ents)
+				}
+			}
+		})
 	}
 }
