@@ -256,3 +256,38 @@ func TestServeLiftsFileMax(t *testing.T) {
 		t.Errorf("fs.file-max is %s after hutch serve started, want LONG_MAX", got)
 	}
 }
+
+// TestOOMSparesEnvd: a command that fills the sandbox's memory with what
+// no process's resident memory shows (unix socket buffers) is what the
+// OOM killer takes, not envd or the init, so the sandbox lives on (review
+// 4: envd, then hutch-init, were killed, ending the sandbox).
+func TestOOMSparesEnvd(t *testing.T) {
+	e := startServer(t)
+	sbx := e.sandbox(t, sdk.CreateOptions{})
+	scores := run(t, sbx, `cat /proc/self/oom_score_adj /proc/1/oom_score_adj; for p in /proc/[0-9]*; do [ "$(tr '\0' '\n' <$p/cmdline 2>/dev/null | sed -n 2p)" = envd ] && cat $p/oom_score_adj; done; true`, &sdk.RunOptions{User: "root"}).Stdout
+	// The command, the init, envd.
+	if want := "200\n0\n100\n"; scores != want {
+		t.Errorf("oom_score_adj: %q, want %q", scores, want)
+	}
+	const fill = `
+import socket
+pairs = []
+while True:
+    a, b = socket.socketpair()
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+    a.setblocking(False)
+    try:
+        while True:
+            a.send(b"x" * 65536)
+    except BlockingIOError:
+        pass
+    pairs.append((a, b))
+`
+	res, err := sbx.Commands.Run(t.Context(), "python3 -c '"+fill+"'", &sdk.RunOptions{Timeout: 2 * time.Minute})
+	if res == nil || !strings.Contains(res.Error, "killed") {
+		t.Fatalf("the filler: %+v, %v; want it killed", res, err)
+	}
+	if out := run(t, sbx, "echo alive", nil).Stdout; out != "alive\n" {
+		t.Errorf("after the OOM kill: %q", out)
+	}
+}

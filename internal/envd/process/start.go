@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -79,6 +80,7 @@ func (s *Service) start(ctx context.Context, req *connect.Request[pb.StartReques
 		}
 	}
 	p.pid = uint32(cmd.Process.Pid)
+	preferForOOM(cmd.Process.Pid)
 	// Attach the Start stream before any output can be produced into it.
 	sub := p.subscribe()
 	s.add(p)
@@ -374,4 +376,26 @@ func lookPath(file, path string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("exec: %q: executable file not found in $PATH", file)
+}
+
+// oomScoreStep is how much more a command's oom_score_adj is than envd's:
+// when the sandbox runs out of memory the kernel's OOM killer, choosing by
+// resident memory, would otherwise take envd (and the sandbox with it)
+// for a command whose memory is in socket buffers (review 4).
+const oomScoreStep = 100
+
+// preferForOOM raises the oom_score_adj of process pid, just started,
+// above envd's own. Raising needs no privilege; a failure leaves the
+// command as it was.
+func preferForOOM(pid int) {
+	b, err := os.ReadFile("/proc/self/oom_score_adj")
+	if err != nil {
+		return
+	}
+	own, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return
+	}
+	adj := min(own+oomScoreStep, 1000)
+	os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte(strconv.Itoa(adj)), 0)
 }

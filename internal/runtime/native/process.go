@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -110,7 +111,16 @@ func (p *process) start() (int, *os.File, error) {
 	for i := 0; i < p.extra; i++ {
 		attr.Files = append(attr.Files, uintptr(fdExtra+i))
 	}
+	// The first process, and all it starts, goes before the init when the
+	// sandbox runs out of memory: the init is PID 1, and the kernel's OOM
+	// killer, choosing by resident memory, would otherwise take it (or
+	// envd) for a process whose memory is in socket buffers (review 4).
+	// Lowering needs CAP_SYS_RESOURCE in the host's namespace, which the
+	// host may not have; raising needs nothing, and a process may come
+	// back down to where it was: the child inherits the raised value.
+	restore := raiseOOMScore(firstOOMScoreAdj)
 	pid, err := syscall.ForkExec(p.path, p.args, attr)
+	restore()
 	if err != nil {
 		if console != nil {
 			console.Close()
@@ -118,6 +128,22 @@ func (p *process) start() (int, *os.File, error) {
 		return 0, nil, fmt.Errorf("exec %s: %w", p.args[0], err)
 	}
 	return pid, console, nil
+}
+
+// firstOOMScoreAdj is the oom_score_adj of a sandbox's first process:
+// envd, which adds as much again for the commands it starts.
+const firstOOMScoreAdj = 100
+
+// raiseOOMScore sets this process's oom_score_adj to adj and returns a
+// function that sets it back; both do nothing when the file cannot be
+// written.
+func raiseOOMScore(adj int) (restore func()) {
+	const path = "/proc/self/oom_score_adj"
+	old, err := os.ReadFile(path)
+	if err != nil || os.WriteFile(path, []byte(strconv.Itoa(adj)), 0) != nil {
+		return func() {}
+	}
+	return func() { os.WriteFile(path, old, 0) }
 }
 
 // lookPath finds file in path as a shell would, inside the sandbox.
