@@ -83,20 +83,7 @@ func TestHandlerTokenBeforeEverything(t *testing.T) {
 // gone, not for ever (review 3: such a service kept every tunnel, and envd
 // ran out of descriptors).
 func TestTunnelEndsWhenTheServiceHangs(t *testing.T) {
-	svc, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer svc.Close()
-	go func() {
-		for {
-			c, err := svc.Accept()
-			if err != nil {
-				return
-			}
-			defer c.Close() // held, never read
-		}
-	}()
+	svc := hangingService(t)
 	s := envd.New(envd.Options{TunnelLinger: 100 * time.Millisecond})
 	var active atomic.Int32
 	h := s.Handler(true)
@@ -134,20 +121,7 @@ func TestTunnelEndsWhenTheServiceHangs(t *testing.T) {
 // client with no key held 3300 tunnels to a service that never answered,
 // and envd could no longer start a command); one that ends frees its slot.
 func TestTunnelsBounded(t *testing.T) {
-	svc, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer svc.Close()
-	go func() {
-		for {
-			c, err := svc.Accept()
-			if err != nil {
-				return
-			}
-			defer c.Close()
-		}
-	}()
+	svc := hangingService(t)
 	srv := httptest.NewServer(envd.New(envd.Options{MaxTunnels: 3}).Handler(true))
 	defer srv.Close()
 	connect := func() (net.Conn, int) {
@@ -194,4 +168,31 @@ func TestTunnelsBounded(t *testing.T) {
 	for _, c := range held[1:] {
 		c.Close()
 	}
+}
+
+// hangingService listens on loopback and holds every connection it
+// accepts without reading or closing it, until the test ends.
+func hangingService(t *testing.T) net.Listener {
+	t.Helper()
+	svc, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { svc.Close() })
+	go func() {
+		var held []net.Conn
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := svc.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	return svc
 }
