@@ -52,6 +52,9 @@ const (
 	// drainWindow is how long a body the handler left unread may take to
 	// come in after the answer, before the connection is closed.
 	drainWindow = time.Second
+	// maxDrain is the most of a body left unread that is read after the
+	// answer (see paceBodies).
+	maxDrain = 8 << 20
 )
 
 // errBodyTooSlow is what reading a body returns once the body has fallen
@@ -198,8 +201,20 @@ func (s *Server) paceBodies(w http.ResponseWriter, r *http.Request, h func(http.
 		// net/http would answer 200 itself: say Connection: close.
 		g.WriteHeader(http.StatusOK)
 	}
-	// What is left may take drainWindow to come: net/http sends the
-	// answer, reads it, and closes the connection, as the answer said.
+	// What is left may take drainWindow to come, and is read and dropped
+	// once the answer has gone out: net/http itself reads at most 256 KiB
+	// of it and then closes with the rest unread, which resets the
+	// connection, and a client still sending (a create of 2 MiB answered
+	// 413 at once) got "connection reset" instead of its answer. Past
+	// maxDrain the rest is left, and the connection closed, as the answer
+	// said.
+	body.mu.Lock()
+	closed := body.closed
+	body.mu.Unlock()
+	if !closed && !body.slow.Load() && body.rc.EnableFullDuplex() == nil && body.rc.Flush() == nil {
+		body.rc.SetReadDeadline(time.Now().Add(drainWindow))
+		io.Copy(io.Discard, io.LimitReader(body.body, maxDrain))
+	}
 	body.Close()
 }
 
