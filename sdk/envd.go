@@ -12,6 +12,7 @@ import (
 
 	"github.com/hutch-sandbox/hutch/api/gen/filesystem/filesystemconnect"
 	"github.com/hutch-sandbox/hutch/api/gen/process/processconnect"
+	"github.com/hutch-sandbox/hutch/internal/envdapi"
 )
 
 // keepaliveInterval asks envd for a keepalive message on a stream that has
@@ -55,7 +56,7 @@ func (d *routedDoer) Do(req *http.Request) (*http.Response, error) {
 	req.Header.Set("E2b-Sandbox-Id", d.id)
 	req.Header.Set("E2b-Sandbox-Port", strconv.Itoa(EnvdPort))
 	if d.token != "" {
-		req.Header.Set("X-Access-Token", d.token)
+		req.Header.Set(envdapi.HeaderAccessToken, d.token)
 	}
 	req.Header.Set("User-Agent", userAgent)
 	return d.client.Do(req)

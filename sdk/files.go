@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/hutch-sandbox/hutch/api/gen/filesystem"
-	"github.com/hutch-sandbox/hutch/internal/envd/files"
+	"github.com/hutch-sandbox/hutch/internal/envdapi"
 )
 
 // Files reads, writes and watches a sandbox's files. Relative paths are
@@ -348,7 +348,7 @@ func (s *Sandbox) fileURL(path, op string, opts *URLOptions) (string, error) {
 			exp = time.Now().Add(opts.Expires).Unix()
 			q.Set("signature_expiration", fmt.Sprint(exp))
 		}
-		q.Set("signature", files.Sign(path, op, opts.User, s.EnvdAccessToken, exp))
+		q.Set("signature", envdapi.Sign(path, op, opts.User, s.EnvdAccessToken, exp))
 	} else if opts.Expires > 0 {
 		return "", &Error{Op: "sign URL", Kind: ErrInvalidArgument, Message: "the sandbox has no access token to sign an expiring URL with"}
 	}

@@ -14,7 +14,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/hutch-sandbox/hutch/internal/e2bapi"
-	"github.com/hutch-sandbox/hutch/internal/envd/files"
+	"github.com/hutch-sandbox/hutch/internal/envdapi"
 )
 
 func TestConfigFromEnvironment(t *testing.T) {
@@ -176,7 +176,7 @@ func TestSignedURLs(t *testing.T) {
 			if v := q.Get("signature_expiration"); v != "" {
 				exp = mustInt(t, v)
 			}
-			if want := files.Sign(tc.path, tc.op, q.Get("username"), "tok", exp); q.Get("signature") != want || q.Get("path") != tc.path {
+			if want := envdapi.Sign(tc.path, tc.op, q.Get("username"), "tok", exp); q.Get("signature") != want || q.Get("path") != tc.path {
 				t.Errorf("signature %q path %q, want %q %q", q.Get("signature"), q.Get("path"), want, tc.path)
 			}
 		})

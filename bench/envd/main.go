@@ -37,6 +37,7 @@ import (
 	"github.com/hutch-sandbox/hutch/bench/internal/harness"
 
 	"github.com/hutch-sandbox/hutch/internal/envd"
+	"github.com/hutch-sandbox/hutch/internal/envdapi"
 	"github.com/hutch-sandbox/hutch/internal/runtime/native"
 )
 
@@ -196,7 +197,7 @@ func sizeName(n int64) string {
 func printHeader(cfg *config) {
 	harness.PrintTitle("Hutch envd benchmark")
 	rev := harness.Revision()
-	fmt.Printf("commit: %s (envd %s, served by this harness binary inside the sandbox)\n", rev, envd.Version)
+	fmt.Printf("commit: %s (envd %s, served by this harness binary inside the sandbox)\n", rev, envdapi.Version)
 	fmt.Printf("peers: %s\n", harness.PeerVersions("runc", "crun"))
 	fmt.Printf("sandbox: base template, memory 512M, cpus 1, pids 512 (hutch run's defaults); envd's default user \"user\"\n")
 	fmt.Printf("runs: round trips %d measured + %d warm-up per row, sequential; /files %d per 1 MiB-class row, %d per large row\n",

@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hutch-sandbox/hutch/internal/envd"
+	"github.com/hutch-sandbox/hutch/internal/envdapi"
 )
 
 // newEnvdCmd is the sandbox's daemon. Hutch starts it inside sandboxes; it
@@ -29,7 +30,7 @@ func newEnvdCmd() *cobra.Command {
 	}
 	cmd.Flags().IntVar(&controlFD, "control-fd", 3, "descriptor of the host's listening control socket (POST /init, tunnels)")
 	cmd.Flags().IntVar(&apiFD, "api-fd", -1, "descriptor of the host's listening API socket (-1: none)")
-	cmd.Flags().StringVar(&listen, "listen", "0.0.0.0:"+strconv.Itoa(envd.Port), "TCP address inside the sandbox (empty: none)")
+	cmd.Flags().StringVar(&listen, "listen", "0.0.0.0:"+strconv.Itoa(envdapi.Port), "TCP address inside the sandbox (empty: none)")
 	cmd.Flags().StringVar(&user, "user", "user", "default user of requests that name none")
 	return cmd
 }

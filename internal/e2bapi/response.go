@@ -74,7 +74,7 @@ type Sandbox struct {
 	// ClientID is deprecated; set it to [ClientID].
 	ClientID string `json:"clientID"`
 	// EnvdVersion is a semver the SDKs gate features on (spec §3.10); Hutch
-	// reports envd.Version. Below 0.1.0 the SDK kills the sandbox.
+	// reports envdapi.Version. Below 0.1.0 the SDK kills the sandbox.
 	EnvdVersion string `json:"envdVersion"`
 	// EnvdAccessToken is sent as X-Access-Token to envd and keys signed file
 	// URLs. Empty (omitted) only for a v1 create without secure: true.

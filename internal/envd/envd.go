@@ -36,17 +36,8 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/envd/files"
 	"github.com/hutch-sandbox/hutch/internal/envd/filesystem"
 	"github.com/hutch-sandbox/hutch/internal/envd/process"
+	"github.com/hutch-sandbox/hutch/internal/envdapi"
 )
-
-// Version is the envd protocol version this implementation reports. The
-// SDKs gate features on it (spec §3.10), so it is only as high as what is
-// really implemented: everything gated up to 0.6.4 is (stdin close,
-// octet-stream and gzip uploads, file metadata, includeEntry,
-// allowNetworkMounts).
-const Version = "0.6.4"
-
-// Port is envd's TCP port inside a sandbox.
-const Port = 49983
 
 // Options configure a Server.
 type Options struct {
@@ -82,7 +73,7 @@ func New(opts Options) *Server {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{st: config.New(Version, opts.DefaultUser), logger: logger, mux: http.NewServeMux(), linger: opts.TunnelLinger}
+	s := &Server{st: config.New(envdapi.Version, opts.DefaultUser), logger: logger, mux: http.NewServeMux(), linger: opts.TunnelLinger}
 	if opts.MaxTunnels <= 0 {
 		opts.MaxTunnels = DefaultMaxTunnels
 	}
@@ -175,7 +166,7 @@ func (s *Server) requireToken(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		if subtle.ConstantTimeCompare([]byte(r.Header.Get("X-Access-Token")), []byte(token)) != 1 {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get(envdapi.HeaderAccessToken)), []byte(token)) != 1 {
 			WriteError(w, http.StatusUnauthorized, unauthorized)
 			return
 		}
@@ -193,19 +184,11 @@ func WriteError(w http.ResponseWriter, status int, msg string) {
 	}{status, msg})
 }
 
-// initRequest is POST /init's body (fields Hutch does not use are ignored).
-type initRequest struct {
-	AccessToken    *string           `json:"accessToken"`
-	EnvVars        map[string]string `json:"envVars"`
-	DefaultUser    string            `json:"defaultUser"`
-	DefaultWorkdir string            `json:"defaultWorkdir"`
-}
-
 // init sets the sandbox-wide defaults. It is served on the host's control
 // socket only, so neither the sandbox nor a client of the edge router can
 // change the access token.
 func (s *Server) init(w http.ResponseWriter, r *http.Request) {
-	var req initRequest
+	var req envdapi.InitRequest
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
 	// An empty body changes nothing.
 	if err := dec.Decode(&req); err != nil && !errors.Is(err, io.EOF) {
@@ -254,7 +237,7 @@ func Run(ctx context.Context, opts Options, controlFD, apiFD int, listen string)
 		}
 	}
 	srv := New(opts)
-	srv.logger.Info("envd started", "version", Version, "default_user", opts.DefaultUser)
+	srv.logger.Info("envd started", "version", envdapi.Version, "default_user", opts.DefaultUser)
 	return srv.Serve(ctx, control, api, sandbox)
 }
 

@@ -27,7 +27,7 @@ import (
 	"github.com/hutch-sandbox/hutch/api/gen/filesystem/filesystemconnect"
 	pb "github.com/hutch-sandbox/hutch/api/gen/process"
 	"github.com/hutch-sandbox/hutch/api/gen/process/processconnect"
-	"github.com/hutch-sandbox/hutch/internal/envd/envdtest"
+	"github.com/hutch-sandbox/hutch/internal/envdtest"
 )
 
 func TestMain(m *testing.M) { envdtest.Main(m) }

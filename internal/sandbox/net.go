@@ -1,14 +1,13 @@
 package sandbox
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"net/netip"
 
+	"github.com/hutch-sandbox/hutch/internal/envdapi"
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
 	"github.com/hutch-sandbox/hutch/internal/network"
 	"github.com/hutch-sandbox/hutch/internal/network/policy"
@@ -76,19 +75,7 @@ func (m *Manager) attachNetwork(ctx context.Context, sbx runtime.Sandbox, rt *ro
 	// Every DNS packet goes to the host's resolver whatever the sandbox's
 	// resolv.conf says; this one just names a server that answers.
 	body := "# written by hutch: the host's resolver for this sandbox\nnameserver " + addr.Gateway.String() + "\n"
-	req, _ := http.NewRequestWithContext(ctx, "POST", "http://envd/files?path=/etc/resolv.conf&username=root", bytes.NewReader([]byte(body)))
-	req.Header.Set("Content-Type", "application/octet-stream")
-	if token != "" {
-		req.Header.Set("X-Access-Token", token)
-	}
-	resp, err := (&http.Client{Transport: rt.host}).Do(req)
-	if err == nil {
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			err = fmt.Errorf("envd: %s", resp.Status)
-		}
-	}
-	if err != nil {
+	if err := envdapi.NewClient(rt.host).WriteFile(ctx, "/etc/resolv.conf", "root", token, []byte(body)); err != nil {
 		m.net.Detach(context.Background(), sbx.ID())
 		return fmt.Errorf("write the sandbox's resolv.conf: %w", err)
 	}

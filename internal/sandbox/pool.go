@@ -3,12 +3,12 @@ package sandbox
 import (
 	"context"
 	"fmt"
-	"net/http"
 	goruntime "runtime"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/hutch-sandbox/hutch/internal/envdapi"
 	"github.com/hutch-sandbox/hutch/internal/template"
 )
 
@@ -105,15 +105,7 @@ func (m *Manager) startWarm(ctx context.Context, name string) (*started, error) 
 		return nil, err
 	}
 	// The socket listened before envd ran: this waits for envd to serve.
-	req, _ := http.NewRequestWithContext(ctx, "GET", "http://envd/health", nil)
-	resp, err := (&http.Client{Transport: st.route.host}).Do(req)
-	if err == nil {
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusNoContent {
-			err = fmt.Errorf("envd /health: %s", resp.Status)
-		}
-	}
-	if err != nil {
+	if err := envdapi.NewClient(st.route.host).Health(ctx); err != nil {
 		st.discard()
 		return nil, fmt.Errorf("envd did not start: %w", err)
 	}

@@ -14,7 +14,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hutch-sandbox/hutch/internal/envd"
+	"github.com/hutch-sandbox/hutch/internal/envdapi"
 )
 
 // ErrPortClosed is returned (wrapped) by a sandbox's port transports when
@@ -89,9 +89,9 @@ func (r *route) accessToken() string {
 }
 
 // transport returns the round tripper the edge uses for port inside the
-// sandbox: envd's API for envd.Port, a tunnel for any other.
+// sandbox: envd's API for envdapi.Port, a tunnel for any other.
 func (r *route) transport(port int) http.RoundTripper {
-	if port == envd.Port {
+	if port == envdapi.Port {
 		return portTransport{Transport: r.envd, port: port}
 	}
 	r.mu.Lock()
@@ -198,7 +198,7 @@ func dialTunnel(ctx context.Context, sock, token string, port int) (net.Conn, er
 	target := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	var auth string
 	if token != "" {
-		auth = "X-Access-Token: " + token + "\r\n"
+		auth = envdapi.HeaderAccessToken + ": " + token + "\r\n"
 	}
 	if _, err := fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n%s\r\n", target, target, auth); err != nil {
 		conn.Close()
@@ -259,7 +259,7 @@ func (m *Manager) Ingress(id string) (Ingress, bool) {
 }
 
 // Transport returns the round tripper that reaches port inside a running
-// sandbox (envd.Port for envd's API), and false when the manager runs no
+// sandbox (envdapi.Port for envd's API), and false when the manager runs no
 // sandbox with that id or port is not 1-65535. Routing does not check API
 // keys: envd checks its own access token, and ports are the sandbox's
 // public face. Nothing reached this way can set envd's token or open a

@@ -9,7 +9,6 @@
 package sandbox
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -18,14 +17,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/hutch-sandbox/hutch/internal/envd"
+	"github.com/hutch-sandbox/hutch/internal/envdapi"
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
 	"github.com/hutch-sandbox/hutch/internal/network"
 	"github.com/hutch-sandbox/hutch/internal/runtime"
@@ -202,7 +200,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (_ *store.Sandb
 	}()
 
 	rec := &store.Sandbox{
-		ID: st.sbx.ID(), TemplateID: tpl.Name, Alias: req.Template, ClientID: clientID, EnvdVersion: envd.Version,
+		ID: st.sbx.ID(), TemplateID: tpl.Name, Alias: req.Template, ClientID: clientID, EnvdVersion: envdapi.Version,
 		Secure: req.Secure, AllowInternetAccess: req.AllowInternetAccess, Network: req.Network.JSON,
 		Metadata: req.Metadata, EnvVars: req.EnvVars, StartedAt: time.Now().UTC(),
 		CPUCount: int(max(m.resources.CPUs, 1)), MemoryMB: int(m.resources.MemoryBytes >> 20), DiskSizeMB: int(m.resourcesOf(tpl).DiskBytes >> 20),
@@ -300,6 +298,8 @@ func (m *Manager) start(ctx context.Context, tpl *template.Template) (_ *started
 			os.Remove(control)
 		}
 	}()
+	// In this order: they are the first extra files, descriptors
+	// envdapi.ControlFD and APIFD.
 	for _, path := range []string{control, api} {
 		ln, err := net.Listen("unix", path)
 		if err != nil {
@@ -317,7 +317,7 @@ func (m *Manager) start(ctx context.Context, tpl *template.Template) (_ *started
 		ID: id, Template: tpl.Name, Resources: m.resourcesOf(tpl),
 		Labels: map[string]string{controlPlaneLabel: "true"},
 		Process: runtime.Process{
-			Args: []string{runtime.SelfExe, "envd", "--control-fd", "3", "--api-fd", "4", "--user", tpl.DefaultUser},
+			Args: envdapi.Command(runtime.SelfExe, tpl.DefaultUser),
 			User: "root", ExtraFiles: files,
 		},
 	})
@@ -383,21 +383,15 @@ func (m *Manager) watch(sbx runtime.Sandbox) {
 // initEnvd waits for the sandbox's envd and gives it the sandbox-wide
 // settings: access token, environment, default user.
 func (m *Manager) initEnvd(ctx context.Context, rt *route, rec *store.Sandbox, user string) error {
-	body, _ := json.Marshal(map[string]any{
-		"accessToken": rec.EnvdAccessToken, "envVars": rec.EnvVars, "defaultUser": user,
-	})
-	client := &http.Client{Transport: rt.host}
+	req := envdapi.InitRequest{AccessToken: &rec.EnvdAccessToken, EnvVars: rec.EnvVars, DefaultUser: user}
+	client := envdapi.NewClient(rt.host)
 	for {
-		req, _ := http.NewRequestWithContext(ctx, "POST", "http://envd/init", bytes.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := client.Do(req)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusNoContent {
-				return nil
-			}
-			return fmt.Errorf("envd /init: %s", resp.Status)
+		err := client.Init(ctx, req)
+		var se *envdapi.StatusError
+		if err == nil || errors.As(err, &se) {
+			return err
 		}
+		// Not serving yet: the socket listened before envd ran.
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("envd did not start: %w", err)

@@ -15,8 +15,8 @@ import (
 
 	pb "github.com/hutch-sandbox/hutch/api/gen/process"
 	"github.com/hutch-sandbox/hutch/api/gen/process/processconnect"
-	"github.com/hutch-sandbox/hutch/internal/envd"
-	"github.com/hutch-sandbox/hutch/internal/envd/envdtest"
+	"github.com/hutch-sandbox/hutch/internal/envdtest"
+	"github.com/hutch-sandbox/hutch/internal/envdapi"
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
 	"github.com/hutch-sandbox/hutch/internal/runtime"
 	"github.com/hutch-sandbox/hutch/internal/runtime/native"
@@ -88,7 +88,7 @@ func (e *env) managerWith(t *testing.T, opts Options) *Manager {
 // run runs a shell command through the sandbox's envd and returns stdout.
 func run(t *testing.T, m *Manager, id, token, script string) (string, error) {
 	t.Helper()
-	tr, ok := m.Transport(id, envd.Port)
+	tr, ok := m.Transport(id, envdapi.Port)
 	if !ok {
 		t.Fatalf("sandbox %s has no route", id)
 	}
@@ -167,7 +167,7 @@ func TestKillAndKeyScoping(t *testing.T) {
 			t.Errorf("socket %s left behind", p)
 		}
 	}
-	if _, ok := m.Transport(rec.ID, envd.Port); ok {
+	if _, ok := m.Transport(rec.ID, envdapi.Port); ok {
 		t.Error("a killed sandbox is still routable")
 	}
 	if err := m.Kill(ctx, keyA.ID, rec.ID); !errors.Is(err, errdefs.ErrNotFound) {
@@ -243,7 +243,7 @@ func TestRecoverAfterRestart(t *testing.T) {
 	if _, err := second.Get(ctx, "", dead.ID); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("a sandbox that died meanwhile is reported as %v, want gone", err)
 	}
-	if _, ok := second.Transport(dead.ID, envd.Port); ok {
+	if _, ok := second.Transport(dead.ID, envdapi.Port); ok {
 		t.Error("a sandbox that died meanwhile is routable")
 	}
 }
@@ -357,7 +357,7 @@ for i in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/8000) 2>/dev/null && exit 0;
 	if again := transportOf(8000); again != first {
 		t.Error("two transports for port 8000 in a row")
 	}
-	if envdT := transportOf(envd.Port); envdT == first || envdT != transportOf(envd.Port) {
+	if envdT := transportOf(envdapi.Port); envdT == first || envdT != transportOf(envdapi.Port) {
 		t.Error("envd's port does not have its one transport of its own")
 	}
 	for port := 1; port <= 65535; port += 97 {
@@ -597,7 +597,7 @@ func TestSandboxThatKillsItsEnvd(t *testing.T) {
 				t.Fatalf("sandbox %s still reported after its envd died: %v", id, err)
 			}
 		}
-		if _, ok := m.Transport(id, envd.Port); ok {
+		if _, ok := m.Transport(id, envdapi.Port); ok {
 			t.Errorf("sandbox %s is still routable", id)
 		}
 		// The record goes first, the runtime sandbox right after.

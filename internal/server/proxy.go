@@ -14,7 +14,7 @@ import (
 	"strings"
 
 	"github.com/hutch-sandbox/hutch/internal/e2bapi"
-	"github.com/hutch-sandbox/hutch/internal/envd"
+	"github.com/hutch-sandbox/hutch/internal/envdapi"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
 )
 
@@ -36,14 +36,14 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id string, port i
 		e2bapi.WriteSandboxNotFound502(w, id)
 		return
 	}
-	if port == envd.Port && s.mgr.Legacy(id) && path.Clean("/"+r.URL.Path) == "/init" {
+	if port == envdapi.Port && s.mgr.Legacy(id) && path.Clean("/"+r.URL.Path) == "/init" {
 		// A sandbox made before envd's control socket serves /init on the
 		// socket this request would go to.
 		e2bapi.WriteError(w, http.StatusForbidden, "POST /init is the host's, not a client's", "")
 		return
 	}
 	host := r.Host
-	if port != envd.Port {
+	if port != envdapi.Port {
 		in, _ := s.mgr.Ingress(id)
 		if in.TrafficToken != "" {
 			got := r.Header.Get(trafficTokenHeader)

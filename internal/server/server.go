@@ -15,8 +15,7 @@ import (
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/e2bapi"
-	"github.com/hutch-sandbox/hutch/internal/envd"
-	"github.com/hutch-sandbox/hutch/internal/envd/files"
+	"github.com/hutch-sandbox/hutch/internal/envdapi"
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
 	"github.com/hutch-sandbox/hutch/internal/store"
@@ -99,7 +98,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		// (spec §3.9): the signature hashes the sandbox's token, so at
 		// most one sandbox's token produces it.
 		if id, ok := s.signedBy(r); ok {
-			s.proxy(w, r, id, envd.Port)
+			s.proxy(w, r, id, envdapi.Port)
 			return
 		}
 		e2bapi.WriteError(w, http.StatusUnauthorized, "the signature matches no running sandbox", "")
@@ -132,7 +131,7 @@ func (s *Server) signedBy(r *http.Request) (string, bool) {
 		if sb.EnvdAccessToken == "" {
 			continue
 		}
-		got := files.Sign(q.Get("path"), op, q.Get("username"), sb.EnvdAccessToken, exp)
+		got := envdapi.Sign(q.Get("path"), op, q.Get("username"), sb.EnvdAccessToken, exp)
 		if subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1 {
 			return sb.ID, true
 		}
@@ -144,7 +143,7 @@ func (s *Server) signedBy(r *http.Request) (string, bool) {
 // is not a number in 1-65535 comes back as 0, for the caller to refuse.
 func (s *Server) sandboxTarget(r *http.Request) (id string, port int, ok bool) {
 	if id := r.Header.Get("E2b-Sandbox-Id"); id != "" {
-		port := envd.Port
+		port := envdapi.Port
 		if v := r.Header.Get("E2b-Sandbox-Port"); v != "" {
 			port = parsePort(v)
 		}

@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hutch-sandbox/hutch/internal/envd/envdtest"
+	"github.com/hutch-sandbox/hutch/internal/envdtest"
 	"github.com/hutch-sandbox/hutch/test/internal/hutchtest"
 )
 

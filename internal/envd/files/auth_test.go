@@ -7,25 +7,9 @@ import (
 	"strings"
 	"testing"
 	"time"
-)
 
-func TestSign(t *testing.T) {
-	// Expected values computed independently (Python hashlib/base64) from
-	// the spec's formula, so they pin the wire format, not this code.
-	tests := []struct {
-		path, op, user, token string
-		exp                   int64
-		want                  string
-	}{
-		{"/home/user/a.txt", "read", "user", "tok", 1700000000, "v1_rjyaqcqTmWCotSjgdIM5sPngpduJ8ZZz/orD09SpFng"},
-		{"a.txt", "write", "", "tok", 0, "v1_/GA+OwObMH6etEE0CJuj8oBdczYFCpvdP4xFwJ/WIH8"},
-	}
-	for _, tc := range tests {
-		if got := Sign(tc.path, tc.op, tc.user, tc.token, tc.exp); got != tc.want {
-			t.Errorf("Sign(%q, %q, %q, %q, %d) = %q, want %q", tc.path, tc.op, tc.user, tc.token, tc.exp, got, tc.want)
-		}
-	}
-}
+	"github.com/hutch-sandbox/hutch/internal/envdapi"
+)
 
 func TestAuth(t *testing.T) {
 	const token = "secret-token"
@@ -48,64 +32,64 @@ func TestAuth(t *testing.T) {
 		{name: "wrong header", query: url.Values{"path": {file}}, header: http.Header{"X-Access-Token": {"wrong"}}, wantStatus: 401, wantMsg: tokenMessage},
 		{
 			name:   "wrong header beats a good signature",
-			query:  url.Values{"path": {file}, "signature": {Sign(file, "read", "", token, 0)}},
+			query:  url.Values{"path": {file}, "signature": {envdapi.Sign(file, "read", "", token, 0)}},
 			header: http.Header{"X-Access-Token": {"wrong"}}, wantStatus: 401,
 		},
 		{name: "right header", query: url.Values{"path": {file}}, header: http.Header{"X-Access-Token": {token}}, wantStatus: 200},
-		{name: "signature read", query: url.Values{"path": {file}, "signature": {Sign(file, "read", "", token, 0)}}, wantStatus: 200},
+		{name: "signature read", query: url.Values{"path": {file}, "signature": {envdapi.Sign(file, "read", "", token, 0)}}, wantStatus: 200},
 		{
 			name:       "signature with username",
-			query:      url.Values{"path": {file}, "username": {"nobody"}, "signature": {Sign(file, "read", "nobody", token, 0)}},
+			query:      url.Values{"path": {file}, "username": {"nobody"}, "signature": {envdapi.Sign(file, "read", "nobody", token, 0)}},
 			wantStatus: 200,
 		},
 		{
 			name:       "signature for another username",
-			query:      url.Values{"path": {file}, "username": {"nobody"}, "signature": {Sign(file, "read", "", token, 0)}},
+			query:      url.Values{"path": {file}, "username": {"nobody"}, "signature": {envdapi.Sign(file, "read", "", token, 0)}},
 			wantStatus: 401,
 		},
 		{
 			name:       "signature for relative path as given",
-			query:      url.Values{"path": {"f.txt"}, "signature": {Sign("f.txt", "read", "", token, 0)}},
+			query:      url.Values{"path": {"f.txt"}, "signature": {envdapi.Sign("f.txt", "read", "", token, 0)}},
 			wantStatus: 200,
 		},
-		{name: "write signature used for read", query: url.Values{"path": {file}, "signature": {Sign(file, "write", "", token, 0)}}, wantStatus: 401},
+		{name: "write signature used for read", query: url.Values{"path": {file}, "signature": {envdapi.Sign(file, "write", "", token, 0)}}, wantStatus: 401},
 		{name: "wrong signature", query: url.Values{"path": {file}, "signature": {"v1_AAAA"}}, wantStatus: 401, wantMsg: "invalid signature"},
-		{name: "signature with another token", query: url.Values{"path": {file}, "signature": {Sign(file, "read", "", "other", 0)}}, wantStatus: 401},
+		{name: "signature with another token", query: url.Values{"path": {file}, "signature": {envdapi.Sign(file, "read", "", "other", 0)}}, wantStatus: 401},
 		{
 			name:       "signature with expiration",
-			query:      url.Values{"path": {file}, "signature": {Sign(file, "read", "", token, future)}, "signature_expiration": {exp(future)}},
+			query:      url.Values{"path": {file}, "signature": {envdapi.Sign(file, "read", "", token, future)}, "signature_expiration": {exp(future)}},
 			wantStatus: 200,
 		},
 		{
 			name:       "expired signature",
-			query:      url.Values{"path": {file}, "signature": {Sign(file, "read", "", token, past)}, "signature_expiration": {exp(past)}},
+			query:      url.Values{"path": {file}, "signature": {envdapi.Sign(file, "read", "", token, past)}, "signature_expiration": {exp(past)}},
 			wantStatus: 401, wantMsg: "expired",
 		},
 		{
 			name:       "expiration not covered by the signature",
-			query:      url.Values{"path": {file}, "signature": {Sign(file, "read", "", token, 0)}, "signature_expiration": {exp(future)}},
+			query:      url.Values{"path": {file}, "signature": {envdapi.Sign(file, "read", "", token, 0)}, "signature_expiration": {exp(future)}},
 			wantStatus: 401,
 		},
 		{
 			name:       "malformed expiration",
-			query:      url.Values{"path": {file}, "signature": {Sign(file, "read", "", token, 0)}, "signature_expiration": {"soon"}},
+			query:      url.Values{"path": {file}, "signature": {envdapi.Sign(file, "read", "", token, 0)}, "signature_expiration": {"soon"}},
 			wantStatus: 400,
 		},
 		{
 			name: "signature write", method: http.MethodPost,
-			query:      url.Values{"path": {"up.txt"}, "signature": {Sign("up.txt", "write", "", token, 0)}},
+			query:      url.Values{"path": {"up.txt"}, "signature": {envdapi.Sign("up.txt", "write", "", token, 0)}},
 			header:     http.Header{"Content-Type": {"application/octet-stream"}},
 			wantStatus: 200,
 		},
 		{
 			name: "signature write with expiration and no path", method: http.MethodPost,
-			query:      url.Values{"signature": {Sign("", "write", "", token, future)}, "signature_expiration": {exp(future)}},
+			query:      url.Values{"signature": {envdapi.Sign("", "write", "", token, future)}, "signature_expiration": {exp(future)}},
 			header:     http.Header{"Content-Type": {"application/octet-stream"}},
 			wantStatus: 400, // authenticated, then refused: octet-stream needs a path
 		},
 		{
 			name: "read signature used for write", method: http.MethodPost,
-			query:      url.Values{"path": {"up.txt"}, "signature": {Sign("up.txt", "read", "", token, 0)}},
+			query:      url.Values{"path": {"up.txt"}, "signature": {envdapi.Sign("up.txt", "read", "", token, 0)}},
 			header:     http.Header{"Content-Type": {"application/octet-stream"}},
 			wantStatus: 401,
 		},

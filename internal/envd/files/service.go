@@ -21,6 +21,7 @@ import (
 
 	"github.com/hutch-sandbox/hutch/internal/envd/config"
 	"github.com/hutch-sandbox/hutch/internal/envd/permissions"
+	"github.com/hutch-sandbox/hutch/internal/envdapi"
 )
 
 // DefaultMaxUploadBytes is the request body limit when Options leaves it
@@ -77,9 +78,9 @@ func (s *service) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var op string
 	switch r.Method {
 	case http.MethodGet, http.MethodHead:
-		op = opRead
+		op = envdapi.OpRead
 	case http.MethodPost:
-		op = opWrite
+		op = envdapi.OpWrite
 	default:
 		w.Header().Set("Allow", "GET, HEAD, POST")
 		writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s is not allowed on /files", r.Method))
@@ -95,7 +96,7 @@ func (s *service) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	if op == opRead {
+	if op == envdapi.OpRead {
 		s.download(w, r, u, q.Get("path"))
 	} else {
 		s.upload(w, r, u, q.Get("path"))

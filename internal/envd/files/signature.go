@@ -3,52 +3,19 @@ package files
 import (
 	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/base64"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
 	"time"
 
+	"github.com/hutch-sandbox/hutch/internal/envdapi"
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
-)
-
-// Operations named in a signature (spec §3.9): a signed download URL cannot
-// be replayed as an upload URL and vice versa.
-const (
-	opRead  = "read"
-	opWrite = "write"
 )
 
 // tokenMessage is envd's wording for a wrong access token (spec §3.1); the
 // SDKs show it to users, so it is kept verbatim.
 const tokenMessage = "unauthorized access, please provide a valid access token or method signing if supported"
-
-// Sign returns the signature that E2B's SDKs put in the signature query
-// parameter of a signed /files URL: "v1_" followed by the unpadded standard
-// base64 of SHA-256 over "<path>:<operation>:<username>:<token>", with
-// ":<expiration>" appended when expiration is not 0. operation is "read" for
-// downloads and "write" for uploads; path and username are exactly as they
-// appear in the URL (username "" for the sandbox's default user). It is
-// exported so that tests and Hutch's Go SDK produce URLs envd accepts.
-func Sign(path, operation, username, token string, expiration int64) string {
-	exp := ""
-	if expiration != 0 {
-		exp = strconv.FormatInt(expiration, 10)
-	}
-	return sign(path, operation, username, token, exp)
-}
-
-// sign hashes with exp as given (empty = no expiration), because a URL may
-// carry signature_expiration=0, which still takes part in the hash.
-func sign(path, operation, username, token, exp string) string {
-	s := path + ":" + operation + ":" + username + ":" + token
-	if exp != "" {
-		s += ":" + exp
-	}
-	sum := sha256.Sum256([]byte(s))
-	return "v1_" + base64.RawStdEncoding.EncodeToString(sum[:])
-}
 
 // authorize applies envd's /files rules (spec §3.1, §3.9): no token on the
 // sandbox means no checks; an X-Access-Token header must match and then
@@ -59,7 +26,7 @@ func authorize(r *http.Request, q url.Values, token, operation string, now time.
 	if token == "" {
 		return nil
 	}
-	if got := r.Header.Get("X-Access-Token"); got != "" {
+	if got := r.Header.Get(envdapi.HeaderAccessToken); got != "" {
 		if !equal(got, token) {
 			return fmt.Errorf("%s: %w", tokenMessage, errUnauthorized)
 		}
@@ -80,7 +47,7 @@ func authorize(r *http.Request, q url.Values, token, operation string, now time.
 		// Hash the number as the reference does, not the raw text.
 		exp = strconv.FormatInt(expires, 10)
 	}
-	if !equal(sig, sign(q.Get("path"), operation, q.Get("username"), token, exp)) {
+	if !equal(sig, envdapi.SignExpiration(q.Get("path"), operation, q.Get("username"), token, exp)) {
 		return fmt.Errorf("invalid signature: %w", errUnauthorized)
 	}
 	if exp != "" && expires < now.Unix() {

@@ -19,7 +19,7 @@ import (
 
 	pb "github.com/hutch-sandbox/hutch/api/gen/process"
 	"github.com/hutch-sandbox/hutch/api/gen/process/processconnect"
-	"github.com/hutch-sandbox/hutch/internal/envd/envdtest"
+	"github.com/hutch-sandbox/hutch/internal/envdtest"
 )
 
 func TestMain(m *testing.M) { envdtest.Main(m) }

@@ -13,7 +13,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/hutch-sandbox/hutch/internal/envd/envdtest"
+	"github.com/hutch-sandbox/hutch/internal/envdtest"
 	"github.com/hutch-sandbox/hutch/internal/server/servertest"
 	"github.com/hutch-sandbox/hutch/sdk"
 )

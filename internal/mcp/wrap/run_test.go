@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hutch-sandbox/hutch/internal/envd/envdtest"
+	"github.com/hutch-sandbox/hutch/internal/envdtest"
 	"github.com/hutch-sandbox/hutch/internal/server/servertest"
 	"github.com/hutch-sandbox/hutch/sdk"
 )

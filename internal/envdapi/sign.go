@@ -1,0 +1,41 @@
+package envdapi
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"strconv"
+)
+
+// The operations a /files signature names: a signed download URL cannot be
+// replayed as an upload URL and vice versa.
+const (
+	OpRead  = "read"
+	OpWrite = "write"
+)
+
+// Sign returns the signature E2B's SDKs put in the signature query
+// parameter of a signed /files URL: "v1_" followed by the unpadded
+// standard base64 of SHA-256 over "<path>:<operation>:<username>:<token>",
+// with ":<expiration>" appended when expiration is not 0. operation is
+// OpRead for downloads and OpWrite for uploads; path and username are
+// exactly as they appear in the URL (username "" for the sandbox's default
+// user).
+func Sign(path, operation, username, token string, expiration int64) string {
+	exp := ""
+	if expiration != 0 {
+		exp = strconv.FormatInt(expiration, 10)
+	}
+	return SignExpiration(path, operation, username, token, exp)
+}
+
+// SignExpiration is Sign with the expiration as the URL gives it (empty
+// for none): a URL may carry signature_expiration=0, which still takes
+// part in the hash.
+func SignExpiration(path, operation, username, token, expiration string) string {
+	s := path + ":" + operation + ":" + username + ":" + token
+	if expiration != "" {
+		s += ":" + expiration
+	}
+	sum := sha256.Sum256([]byte(s))
+	return "v1_" + base64.RawStdEncoding.EncodeToString(sum[:])
+}
