@@ -15,8 +15,8 @@ import (
 
 	pb "github.com/hutch-sandbox/hutch/api/gen/process"
 	"github.com/hutch-sandbox/hutch/api/gen/process/processconnect"
-	"github.com/hutch-sandbox/hutch/internal/envdtest"
 	"github.com/hutch-sandbox/hutch/internal/envdapi"
+	"github.com/hutch-sandbox/hutch/internal/envdtest"
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
 	"github.com/hutch-sandbox/hutch/internal/runtime"
 	"github.com/hutch-sandbox/hutch/internal/runtime/native"
