@@ -14,11 +14,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hutch-sandbox/hutch/internal/runtime"
-	"github.com/hutch-sandbox/hutch/internal/runtime/native"
-	"github.com/hutch-sandbox/hutch/internal/sandbox"
-	"github.com/hutch-sandbox/hutch/internal/server"
+	"github.com/hutch-sandbox/hutch/internal/serve"
 	"github.com/hutch-sandbox/hutch/internal/store"
-	"github.com/hutch-sandbox/hutch/internal/template"
 	"github.com/hutch-sandbox/hutch/internal/units"
 )
 
@@ -51,47 +48,9 @@ Stopping the server leaves sandboxes running; a restart adopts them.`,
 				return err
 			}
 			defer unlock()
-			st, err := g.openStore(cmd)
-			if err != nil {
-				return err
-			}
-			defer st.Close()
-			if err := ensureKey(ctx, g, st); err != nil {
-				return err
-			}
 			diskBytes, err := units.ParseBytes(disk)
 			if err != nil {
 				return fmt.Errorf("--disk: %w", err)
-			}
-			if diskBytes > 0 {
-				if err := native.CheckDisk(); err != nil {
-					return fmt.Errorf("sandboxes' disk limits (--disk 0 runs without them): %w", err)
-				}
-			}
-			rt, err := g.runtime()
-			if err != nil {
-				return err
-			}
-			// Each sandbox may hold native.MaxPtys terminals; the host-wide
-			// pool must not run dry before a thousand sandboxes do.
-			if old, now, err := native.EnsurePtyPool(1024); err != nil {
-				logger.Warn("terminals", "err", err)
-			} else if now != old {
-				logger.Info("raised kernel.pty.max", "from", old, "to", now)
-			}
-			// Open files are charged to each sandbox's memory; the host-wide
-			// count must not be the tighter limit (see EnsureFileMax).
-			if old, now, err := native.EnsureFileMax(); err != nil {
-				logger.Warn("open files", "err", err)
-			} else if now != old {
-				logger.Info("raised fs.file-max", "from", old, "to", now)
-			}
-			var nets *sandboxNets
-			if withNet {
-				if nets, err = startNetworks(ctx, netCIDR, dnsUpstream, maxConns, logger); err != nil {
-					return err
-				}
-				defer nets.close()
 			}
 			resources := runtime.Resources{MemoryBytes: 512 << 20, CPUs: 1, Pids: 512, DiskBytes: diskBytes}
 			total, perKey, err := caps.resolve(resources.MemoryBytes)
@@ -99,28 +58,27 @@ Stopping the server leaves sandboxes running; a restart adopts them.`,
 				return err
 			}
 			logger.Info("sandbox caps", "total", total, "per key", perKey)
-			mgr, err := sandbox.New(sandbox.Options{
-				Runtime: rt, Store: st, Templates: template.Open(g.templates), DataDir: g.dataDir, Logger: logger,
-				Resources: resources, Warm: warm, Network: nets.manager(),
-				MaxSandboxes: total, MaxPerKey: perKey,
-			})
+			cfg := serve.Config{
+				DataDir: g.dataDir, Templates: g.templates, Domain: domain,
+				Resources: resources, Warm: warm, MaxSandboxes: total, MaxPerKey: perKey,
+				TuneHost: true, Logger: logger,
+			}
+			if withNet {
+				cfg.Network = &serve.NetworkConfig{CIDR: netCIDR, DNSUpstream: dnsUpstream, MaxConns: maxConns}
+			}
+			s, err := serve.Open(ctx, cfg)
 			if err != nil {
 				return err
 			}
-			defer mgr.Close()
-			if err := mgr.Recover(ctx); err != nil {
-				return fmt.Errorf("adopt running sandboxes: %w", err)
-			}
-			if nets != nil {
-				if err := nets.serve(ctx); err != nil {
-					return err
-				}
+			defer s.Close()
+			if err := ensureKey(ctx, g, s.Store); err != nil {
+				return err
 			}
 			ln, err := net.Listen("tcp", listen)
 			if err != nil {
 				return err
 			}
-			capped, srv, err := conns.listen(ln, server.New(server.Options{Manager: mgr, Store: st, Domain: domain, Logger: logger}), logger)
+			capped, srv, err := serve.Listen(ln, s.Handler, conns.options(), logger)
 			if err != nil {
 				ln.Close()
 				return err

@@ -1,8 +1,9 @@
 // Package servertest runs a real control plane — SQLite store, sandbox
-// manager, native runtime, the E2B API — inside a test process, on an
-// httptest listener, for tests of the clients built on it (the MCP tools,
-// hutch mcp wrap). The test binary must be the sandboxes' envd: its
-// TestMain calls envdtest.Main.
+// manager, native runtime, the E2B API, assembled by internal/serve as
+// hutch serve is — inside a test process, on an httptest listener, for
+// tests of the clients built on it (the MCP tools, hutch mcp wrap). The
+// test binary must be the sandboxes' envd: its TestMain calls
+// envdtest.Main.
 package servertest
 
 import (
@@ -14,10 +15,7 @@ import (
 	"testing"
 
 	"github.com/hutch-sandbox/hutch/internal/runtime"
-	"github.com/hutch-sandbox/hutch/internal/runtime/native"
-	"github.com/hutch-sandbox/hutch/internal/sandbox"
-	"github.com/hutch-sandbox/hutch/internal/server"
-	"github.com/hutch-sandbox/hutch/internal/store"
+	"github.com/hutch-sandbox/hutch/internal/serve"
 	"github.com/hutch-sandbox/hutch/internal/template"
 )
 
@@ -46,37 +44,27 @@ func Start(t *testing.T, keys int) *ControlPlane {
 		templates = template.DefaultDir
 	}
 	ctx := context.Background()
-	st, err := store.Open(ctx, filepath.Join(dir, "hutch.db"))
+	s, err := serve.Open(ctx, serve.Config{DataDir: dir, Templates: templates,
+		Resources: runtime.Resources{MemoryBytes: 256 << 20, CPUs: 1, Pids: 256}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { st.Close() })
 	cp := &ControlPlane{}
 	for i := range max(keys, 1) {
-		key, _, err := st.CreateKey(ctx, fmt.Sprintf("test-%d", i))
+		key, _, err := s.Store.CreateKey(ctx, fmt.Sprintf("test-%d", i))
 		if err != nil {
 			t.Fatal(err)
 		}
 		cp.Keys = append(cp.Keys, key)
 	}
-	tpl := template.Open(templates)
-	rt, err := native.New(native.Options{DataDir: dir, Templates: tpl})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mgr, err := sandbox.New(sandbox.Options{Runtime: rt, Store: st, Templates: tpl, DataDir: dir,
-		Resources: runtime.Resources{MemoryBytes: 256 << 20, CPUs: 1, Pids: 256}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(server.New(server.Options{Manager: mgr, Store: st}))
+	srv := httptest.NewServer(s.Handler)
 	t.Cleanup(func() {
 		srv.Close()
-		all, _ := st.AllSandboxes(context.Background())
-		for _, s := range all {
-			mgr.Kill(context.Background(), "", s.ID)
+		all, _ := s.Store.AllSandboxes(context.Background())
+		for _, sb := range all {
+			s.Manager.Kill(context.Background(), "", sb.ID)
 		}
-		mgr.Close()
+		s.Close()
 	})
 	cp.URL = srv.URL
 	return cp

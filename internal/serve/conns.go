@@ -1,0 +1,101 @@
+package serve
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"syscall"
+	"time"
+
+	"github.com/hutch-sandbox/hutch/internal/connlimit"
+	"github.com/hutch-sandbox/hutch/internal/e2bapi"
+)
+
+// Client connections of `hutch serve`: how long it waits for them and how
+// many it holds. Every client's connection holds a descriptor, and one
+// routed to a sandbox a second one (its way to envd), so clients together
+// must not hold all of them: the server needs its own for sandboxes'
+// sockets and pipes, SQLite, idle connections to envd and the network's
+// proxies.
+const (
+	// DefaultIdleTimeout closes keep-alive connections idle this long. It
+	// is longer than the clients' own (Go's 90 s, Node's and Python's few
+	// seconds), so a client never sends a request on a connection the
+	// server is closing.
+	DefaultIdleTimeout = 120 * time.Second
+	// readHeaderTimeout is how long a request's headers may take to come,
+	// a new connection's first included.
+	readHeaderTimeout = 10 * time.Second
+	// DefaultConnsPerClient is high: SDKs and agents on the server's own
+	// host all come from 127.0.0.1, and each running command streams on a
+	// connection of its own.
+	DefaultConnsPerClient = 4096
+)
+
+// ConnOptions bound a server's client connections (hutch serve's
+// --idle-timeout, --max-conns-per-client, --max-conns-total).
+type ConnOptions struct {
+	// IdleTimeout closes a keep-alive connection idle this long; 0: never.
+	IdleTimeout time.Duration
+	// PerClient caps one address's connections (IPv6 by /64); 0: no cap.
+	PerClient int
+	// Total caps all connections; 0: a quarter of RLIMIT_NOFILE.
+	Total int
+}
+
+// Listen wraps ln in the options' caps, and returns the HTTP server to
+// serve it with h.
+func Listen(ln net.Listener, h http.Handler, f ConnOptions, logger *slog.Logger) (net.Listener, *http.Server, error) {
+	if f.PerClient < 0 || f.Total < 0 || f.IdleTimeout < 0 {
+		return nil, nil, fmt.Errorf("--max-conns-per-client, --max-conns-total and --idle-timeout cannot be negative")
+	}
+	limit, err := openFileLimit()
+	if err != nil {
+		return nil, nil, err
+	}
+	total := f.Total
+	if total == 0 {
+		total = max(limit/4, 1)
+	} else if total > limit/2 {
+		logger.Warn("--max-conns-total leaves the server few descriptors of its own: each connection to a sandbox holds two",
+			"max-conns-total", total, "open file limit", limit)
+	}
+	capped := connlimit.New(ln, connlimit.Options{
+		PerClient:  f.PerClient,
+		Total:      total,
+		OverClient: refusal("too many connections from this address: hutch serve --max-conns-per-client"),
+		OverTotal:  refusal("too many connections: hutch serve --max-conns-total"),
+		Logger:     logger,
+	})
+	logger.Info("client connections", "per client", f.PerClient, "total", total, "idle timeout", f.IdleTimeout)
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: readHeaderTimeout,
+		// Zero would fall back to ReadTimeout (none): no idle timeout.
+		IdleTimeout: f.IdleTimeout,
+		ConnState:   capped.ConnState,
+	}
+	if f.IdleTimeout == 0 {
+		srv.IdleTimeout = -1
+	}
+	return capped, srv, nil
+}
+
+// openFileLimit returns the soft RLIMIT_NOFILE, which Go's runtime raised
+// to the hard limit at start.
+func openFileLimit() (int, error) {
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+		return 0, fmt.Errorf("RLIMIT_NOFILE: %w", err)
+	}
+	return int(min(rl.Cur, 1<<30)), nil
+}
+
+// refusal is the whole HTTP answer written to a connection over a cap
+// before it is closed: a 503 in E2B's error shape.
+func refusal(msg string) []byte {
+	body, _ := json.Marshal(e2bapi.Error{Code: http.StatusServiceUnavailable, Message: msg})
+	return fmt.Appendf(nil, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(body), body)
+}

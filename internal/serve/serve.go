@@ -1,0 +1,167 @@
+// Package serve assembles a `hutch serve`: its store, the native runtime,
+// the sandboxes' networks (links, firewall, resolver, egress proxy), the
+// sandbox manager and the HTTP handler of the protocols it speaks, in the
+// order they depend on each other, and takes them down in reverse. The
+// command (cmd/hutch), the test fixtures (internal/server/servertest) and
+// anything else that runs a control plane build it here, so there is one
+// way a server is put together.
+package serve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+
+	"github.com/hutch-sandbox/hutch/internal/runtime"
+	"github.com/hutch-sandbox/hutch/internal/runtime/native"
+	"github.com/hutch-sandbox/hutch/internal/sandbox"
+	"github.com/hutch-sandbox/hutch/internal/server"
+	"github.com/hutch-sandbox/hutch/internal/store"
+	"github.com/hutch-sandbox/hutch/internal/template"
+)
+
+// Config is what a server is made of.
+type Config struct {
+	// DataDir holds the store, the sandboxes and their sockets.
+	DataDir string
+	// Templates is the template store's directory.
+	Templates string
+	// Domain routes Host "<port>-<id>.<domain>" to sandboxes; "" for none.
+	Domain string
+	// Resources are each sandbox's limits (a template's disk size
+	// overrides DiskBytes). DiskBytes > 0 needs native.CheckDisk.
+	Resources runtime.Resources
+	// Warm is how many base sandboxes are kept started ahead of demand.
+	Warm int
+	// MaxSandboxes and MaxPerKey cap running sandboxes (0: no cap).
+	MaxSandboxes, MaxPerKey int
+	// Network gives sandboxes links and egress policies; nil: loopback
+	// only.
+	Network *NetworkConfig
+	// TuneHost raises host-wide tables sandboxes share (kernel.pty.max,
+	// fs.file-max) when they are lower than sandboxes need.
+	TuneHost bool
+	// Logger gets the server's log; nil discards it.
+	Logger *slog.Logger
+}
+
+// NetworkConfig configures the sandboxes' networks.
+type NetworkConfig struct {
+	// CIDR is the private range sandbox links are numbered from.
+	CIDR string
+	// DNSUpstream are the servers the resolver forwards to; empty: the
+	// host's /etc/resolv.conf.
+	DNSUpstream []string
+	// MaxConns caps each sandbox's flows (0: 1024).
+	MaxConns uint32
+}
+
+// Server is an assembled server, its sandboxes adopted and its network
+// services running. Serve its Handler on a listener (see Listen).
+type Server struct {
+	// Store is the server's state.
+	Store *store.Store
+	// Manager runs the sandboxes.
+	Manager *sandbox.Manager
+	// Handler serves the protocols: E2B's API and sandbox traffic.
+	Handler http.Handler
+
+	nets *sandboxNets
+}
+
+// Open assembles a server from cfg: it opens the store, makes the runtime
+// and the networks, adopts the sandboxes still running, and starts the
+// network services. Close takes it down; sandboxes keep running.
+func Open(ctx context.Context, cfg Config) (_ *Server, retErr error) {
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o711); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	if cfg.Resources.DiskBytes > 0 {
+		if err := native.CheckDisk(); err != nil {
+			return nil, fmt.Errorf("sandboxes' disk limits (a disk size of 0 runs without them): %w", err)
+		}
+	}
+	s := &Server{}
+	defer func() {
+		if retErr != nil {
+			s.Close()
+		}
+	}()
+	var err error
+	if s.Store, err = store.Open(ctx, filepath.Join(cfg.DataDir, "hutch.db")); err != nil {
+		return nil, err
+	}
+	templates := template.Open(cfg.Templates)
+	rt, err := native.New(native.Options{DataDir: cfg.DataDir, Templates: templates})
+	if err != nil {
+		return nil, err
+	}
+	if cfg.TuneHost {
+		tuneHost(logger)
+	}
+	if n := cfg.Network; n != nil {
+		if s.nets, err = startNetworks(ctx, n.CIDR, n.DNSUpstream, n.MaxConns, logger); err != nil {
+			return nil, err
+		}
+	}
+	s.Manager, err = sandbox.New(sandbox.Options{
+		Runtime: rt, Store: s.Store, Templates: templates, DataDir: cfg.DataDir, Logger: logger,
+		Resources: cfg.Resources, Warm: cfg.Warm, Network: s.nets.manager(),
+		MaxSandboxes: cfg.MaxSandboxes, MaxPerKey: cfg.MaxPerKey,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Manager.Recover(ctx); err != nil {
+		return nil, fmt.Errorf("adopt running sandboxes: %w", err)
+	}
+	if s.nets != nil {
+		if err := s.nets.serve(ctx); err != nil {
+			return nil, err
+		}
+	}
+	s.Handler = server.New(server.Options{Manager: s.Manager, Store: s.Store, Domain: cfg.Domain, Logger: logger})
+	return s, nil
+}
+
+// Close stops the manager, the network services and the store, in that
+// order. Sandboxes keep running: the next Open adopts them.
+func (s *Server) Close() error {
+	var errs []error
+	if s.Manager != nil {
+		s.Manager.Close()
+	}
+	if s.nets != nil {
+		s.nets.close()
+	}
+	if s.Store != nil {
+		errs = append(errs, s.Store.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// tuneHost raises the host-wide tables sandboxes share.
+func tuneHost(logger *slog.Logger) {
+	// Each sandbox may hold native.MaxPtys terminals; the host-wide pool
+	// must not run dry before a thousand sandboxes do.
+	if old, now, err := native.EnsurePtyPool(1024); err != nil {
+		logger.Warn("terminals", "err", err)
+	} else if now != old {
+		logger.Info("raised kernel.pty.max", "from", old, "to", now)
+	}
+	// Open files are charged to each sandbox's memory; the host-wide count
+	// must not be the tighter limit (see EnsureFileMax).
+	if old, now, err := native.EnsureFileMax(); err != nil {
+		logger.Warn("open files", "err", err)
+	} else if now != old {
+		logger.Info("raised fs.file-max", "from", old, "to", now)
+	}
+}
