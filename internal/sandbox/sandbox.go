@@ -419,6 +419,37 @@ func (m *Manager) Get(ctx context.Context, keyID, id string) (*store.Sandbox, er
 	return &rec, nil
 }
 
+// VerifyKey returns the id of the API key whose plaintext is key;
+// errdefs.ErrNotFound if there is none.
+func (m *Manager) VerifyKey(ctx context.Context, key string) (keyID string, err error) {
+	k, err := m.store.VerifyKey(ctx, key)
+	if err != nil {
+		return "", err
+	}
+	return k.ID, nil
+}
+
+// List is a page of the sandboxes f selects (f.KeyID's own).
+func (m *Manager) List(ctx context.Context, f store.ListFilter) (page []store.Sandbox, next string, err error) {
+	return m.store.ListSandboxes(ctx, f)
+}
+
+// FindByEnvdToken returns the sandbox, of any key, whose envd access token
+// match accepts: how a signed /files URL, which names no key, finds its
+// sandbox. Sandboxes without a token are not offered.
+func (m *Manager) FindByEnvdToken(ctx context.Context, match func(token string) bool) (id string, ok bool, err error) {
+	all, err := m.store.AllSandboxes(ctx)
+	if err != nil {
+		return "", false, err
+	}
+	for _, sb := range all {
+		if sb.EnvdAccessToken != "" && match(sb.EnvdAccessToken) {
+			return sb.ID, true, nil
+		}
+	}
+	return "", false, nil
+}
+
 // Kill kills a sandbox and forgets it; errdefs.ErrNotFound if the key has
 // no such sandbox.
 func (m *Manager) Kill(ctx context.Context, keyID, id string) error {

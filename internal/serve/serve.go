@@ -128,7 +128,7 @@ func Open(ctx context.Context, cfg Config) (_ *Server, retErr error) {
 			return nil, err
 		}
 	}
-	s.Handler = server.New(server.Options{Manager: s.Manager, Store: s.Store, Domain: cfg.Domain, Logger: logger})
+	s.Handler = server.New(server.Options{Manager: s.Manager, Domain: cfg.Domain, Logger: logger})
 	return s, nil
 }
 

@@ -245,7 +245,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 		e2bapi.Write(w, s.logger, err)
 		return
 	}
-	items, next, err := s.store.ListSandboxes(r.Context(), store.ListFilter{
+	items, next, err := s.mgr.List(r.Context(), store.ListFilter{
 		KeyID: keyID(r), Metadata: q.Metadata, States: q.States, StartedAfter: q.StartedAfter,
 		Template: q.Template, Order: q.Order, Limit: q.Limit, NextToken: q.NextToken,
 	})
@@ -275,7 +275,7 @@ func (s *Server) listLegacy(w http.ResponseWriter, r *http.Request) {
 	out := []e2bapi.ListedSandbox{}
 	next := ""
 	for {
-		items, tok, err := s.store.ListSandboxes(r.Context(), store.ListFilter{KeyID: keyID(r), Metadata: q.Metadata, States: []string{store.StateRunning}, NextToken: next})
+		items, tok, err := s.mgr.List(r.Context(), store.ListFilter{KeyID: keyID(r), Metadata: q.Metadata, States: []string{store.StateRunning}, NextToken: next})
 		if err != nil {
 			e2bapi.Write(w, s.logger, err)
 			return

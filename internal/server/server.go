@@ -18,7 +18,6 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/envdapi"
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
-	"github.com/hutch-sandbox/hutch/internal/store"
 )
 
 // maxBody caps REST request bodies.
@@ -26,8 +25,8 @@ const maxBody = 1 << 20
 
 // Options configure a Server.
 type Options struct {
+	// Manager is the server's one way to state: sandboxes, keys, lists.
 	Manager *sandbox.Manager
-	Store   *store.Store
 	// Domain is the sandbox domain: "<port>-<id>.<Domain>" hosts are routed
 	// to sandboxes, and create answers it as the sandbox's domain.
 	Domain string
@@ -43,7 +42,6 @@ type Options struct {
 // Server serves the API and routes sandbox traffic. Safe for concurrent use.
 type Server struct {
 	mgr         *sandbox.Manager
-	store       *store.Store
 	domain      string
 	logger      *slog.Logger
 	api         *http.ServeMux
@@ -57,7 +55,7 @@ func New(opts Options) *Server {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{mgr: opts.Manager, store: opts.Store, domain: opts.Domain, logger: logger, api: http.NewServeMux(),
+	s := &Server{mgr: opts.Manager, domain: opts.Domain, logger: logger, api: http.NewServeMux(),
 		bodyGrace: opts.BodyGrace, bodyMinRate: int64(opts.BodyMinRate)}
 	if s.bodyGrace <= 0 {
 		s.bodyGrace = defaultBodyGrace
@@ -122,21 +120,12 @@ func (s *Server) signedBy(r *http.Request) (string, bool) {
 		}
 		exp = n
 	}
-	all, err := s.store.AllSandboxes(r.Context())
-	if err != nil {
-		return "", false
-	}
-	want := q.Get("signature")
-	for _, sb := range all {
-		if sb.EnvdAccessToken == "" {
-			continue
-		}
-		got := envdapi.Sign(q.Get("path"), op, q.Get("username"), sb.EnvdAccessToken, exp)
-		if subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1 {
-			return sb.ID, true
-		}
-	}
-	return "", false
+	want := []byte(q.Get("signature"))
+	id, ok, err := s.mgr.FindByEnvdToken(r.Context(), func(token string) bool {
+		got := envdapi.Sign(q.Get("path"), op, q.Get("username"), token, exp)
+		return subtle.ConstantTimeCompare([]byte(got), want) == 1
+	})
+	return id, ok && err == nil
 }
 
 // sandboxTarget finds the sandbox a request is for, if any. A port that
@@ -187,7 +176,7 @@ func (s *Server) authed(h http.HandlerFunc) http.HandlerFunc {
 			e2bapi.Write(w, s.logger, e2bapi.Unauthorized("missing API key: send it in the X-API-KEY header"))
 			return
 		}
-		k, err := s.store.VerifyKey(r.Context(), key)
+		keyID, err := s.mgr.VerifyKey(r.Context(), key)
 		if err != nil {
 			if errdefs.IsNotFound(err) {
 				e2bapi.Write(w, s.logger, e2bapi.Unauthorized("invalid API key"))
@@ -196,7 +185,7 @@ func (s *Server) authed(h http.HandlerFunc) http.HandlerFunc {
 			e2bapi.Write(w, s.logger, err)
 			return
 		}
-		h(w, r.WithContext(context.WithValue(r.Context(), keyCtx{}, k.ID)))
+		h(w, r.WithContext(context.WithValue(r.Context(), keyCtx{}, keyID)))
 	}
 }
 

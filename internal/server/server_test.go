@@ -23,7 +23,7 @@ func newTestServer(t *testing.T) (*httptest.Server, string) {
 	return newTestServerWith(t, Options{})
 }
 
-// newTestServerWith is newTestServer with opts (its manager, store and
+// newTestServerWith is newTestServer with opts (its manager and
 // domain are filled in).
 func newTestServerWith(t *testing.T, opts Options) (*httptest.Server, string) {
 	t.Helper()
@@ -46,7 +46,7 @@ func newTestServerWith(t *testing.T, opts Options) (*httptest.Server, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts.Manager, opts.Store, opts.Domain = mgr, st, "sandbox.test"
+	opts.Manager, opts.Domain = mgr, "sandbox.test"
 	srv := httptest.NewServer(New(opts))
 	t.Cleanup(srv.Close)
 	return srv, key
