@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
@@ -74,6 +75,23 @@ type CommandResult struct {
 	Stderr string `json:"stderr"`
 	// Error explains an abnormal end (e.g. "signal: killed").
 	Error string `json:"error,omitempty"`
+}
+
+// ShellStatus is the exit status a shell would report for the command:
+// its exit code, or 128+N when signal N killed it (137 when the signal
+// cannot be told).
+func (r CommandResult) ShellStatus() int {
+	if r.ExitCode >= 0 {
+		return r.ExitCode
+	}
+	if name, ok := strings.CutPrefix(r.Error, "signal: "); ok {
+		for sig := syscall.Signal(1); sig < 32; sig++ {
+			if sig.String() == name {
+				return 128 + int(sig)
+			}
+		}
+	}
+	return 128 + int(syscall.SIGKILL)
 }
 
 // ProcessInfo describes a process started through envd.

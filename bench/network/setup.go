@@ -186,7 +186,7 @@ func (b *bench) standInRows() (rows, grows []step) {
 }
 
 // hostAddrCheck times network.IsHostAddr, which `hutch serve`'s egress
-// dialer calls before every dial (see dialOut): it lists all of the host
+// dialer calls before every dial (see network.DialEgress): it lists all of the host
 // namespace's addresses through netlink.
 func hostAddrCheck() *series {
 	s := &series{}

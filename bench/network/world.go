@@ -222,7 +222,7 @@ func newWorld(rate uint64) (*world, error) {
 	w.proxy = egress.New(egress.Options{
 		Policy:   func(a netip.Addr) (*policy.Egress, bool) { return w.mgr.Load().Policy(a) },
 		Resolved: func(client, dst netip.Addr) bool { return w.mgr.Load().Resolved(client, dst) },
-		Dial:     dialOut,
+		Dial:     network.DialEgress,
 	})
 	if err := w.startManager(rate); err != nil {
 		return nil, err
@@ -270,22 +270,6 @@ func (w *world) Close() {
 	for i := len(w.closers) - 1; i >= 0; i-- {
 		w.closers[i]()
 	}
-}
-
-// dialOut is `hutch serve`'s egress dialer (cmd/hutch/netserve.go, which
-// is package main there, hence the copy): it refuses the host's own
-// addresses, then dials. Its address check lists the host's addresses
-// through netlink on every connection: part of the proxy's cost.
-func dialOut(ctx context.Context, network_, addr string) (net.Conn, error) {
-	ap, err := netip.ParseAddrPort(addr)
-	if err != nil {
-		return nil, err
-	}
-	if network.IsHostAddr(ap.Addr()) {
-		return nil, fmt.Errorf("egress proxy: %s is the host's own address", ap.Addr())
-	}
-	d := net.Dialer{Timeout: 10 * time.Second}
-	return d.DialContext(ctx, network_, addr)
 }
 
 // standIn is a sandbox stand-in: `sleep` in a new network namespace, as

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -86,7 +85,7 @@ SIGKILL. Exec does not extend the sandbox's lifetime.`,
 			var ce *sdk.CommandExitError
 			switch {
 			case errors.As(err, &ce):
-				return exitError{code: exitStatus(ce.CommandResult)}
+				return exitError{code: ce.CommandResult.ShellStatus()}
 			case timeout > 0 && errors.Is(err, sdk.ErrTimeout):
 				// The sandbox kills a command at its deadline.
 				fmt.Fprintf(os.Stderr, "hutch: the command ran past --timeout %v and was killed\n", timeout)
@@ -162,19 +161,3 @@ func stopOnSignals(cmds *sdk.Commands, pid uint32) (stop func()) {
 	return func() { signal.Stop(sigs); close(done) }
 }
 
-// exitStatus is the exit status to pass on for a command's result: its
-// own, or 128+N when signal N killed it (ExitCode -1, with the signal in
-// Error as "signal: killed"); an unknown signal counts as SIGKILL.
-func exitStatus(res sdk.CommandResult) int {
-	if res.ExitCode >= 0 {
-		return res.ExitCode
-	}
-	if name, ok := strings.CutPrefix(res.Error, "signal: "); ok {
-		for sig := syscall.Signal(1); sig < 32; sig++ {
-			if sig.String() == name {
-				return 128 + int(sig)
-			}
-		}
-	}
-	return 128 + int(syscall.SIGKILL)
-}

@@ -128,27 +128,6 @@ func TestSplitExecArgs(t *testing.T) {
 // cmpEmpty makes nil and empty slices equal.
 var cmpEmpty = cmp.Comparer(func(a, b []string) bool { return len(a) == 0 && len(b) == 0 || cmp.Equal(a, b) })
 
-func TestExitStatus(t *testing.T) {
-	tests := []struct {
-		res  sdk.CommandResult
-		want int
-	}{
-		{sdk.CommandResult{ExitCode: 0}, 0},
-		{sdk.CommandResult{ExitCode: 7}, 7},
-		{sdk.CommandResult{ExitCode: -1, Error: "signal: killed"}, 137},
-		{sdk.CommandResult{ExitCode: -1, Error: "signal: terminated"}, 143},
-		{sdk.CommandResult{ExitCode: -1, Error: "signal: interrupt"}, 130},
-		{sdk.CommandResult{ExitCode: -1, Error: "signal: segmentation fault"}, 139},
-		{sdk.CommandResult{ExitCode: -1, Error: "something else"}, 137},
-		{sdk.CommandResult{ExitCode: -1}, 137},
-	}
-	for _, tt := range tests {
-		if got := exitStatus(tt.res); got != tt.want {
-			t.Errorf("exitStatus(%+v) = %d, want %d", tt.res, got, tt.want)
-		}
-	}
-}
-
 func TestParseTimeout(t *testing.T) {
 	tests := []struct {
 		in      string

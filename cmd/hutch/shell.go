@@ -120,7 +120,7 @@ func runShell(ctx context.Context, sbx *sdk.Sandbox, user string) error {
 	}
 	var ce *sdk.CommandExitError
 	if errors.As(err, &ce) {
-		return exitError{code: exitStatus(ce.CommandResult)}
+		return exitError{code: ce.CommandResult.ShellStatus()}
 	}
 	return err
 }

@@ -712,3 +712,21 @@ func IsHostAddr(a netip.Addr) bool {
 	}
 	return routes[0].Type == unix.RTN_LOCAL
 }
+
+// DialEgress is the egress proxy's dialer: it connects from the host,
+// where the sandboxes' forward chain does not apply, so it refuses the
+// host's own addresses itself (the policy refuses every other range no
+// sandbox may reach), and marks its sockets (MarkEgress) for the
+// sandboxes' connection timeouts. Its address check lists the host's
+// addresses through netlink on every connection.
+func DialEgress(ctx context.Context, network, addr string) (net.Conn, error) {
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	if IsHostAddr(ap.Addr()) {
+		return nil, fmt.Errorf("egress proxy: %s is the host's own address", ap.Addr())
+	}
+	d := net.Dialer{Timeout: 10 * time.Second, Control: MarkEgress}
+	return d.DialContext(ctx, network, addr)
+}

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/network"
 	"github.com/hutch-sandbox/hutch/internal/network/egress"
@@ -62,7 +61,7 @@ func startNetworks(ctx context.Context, cidr string, upstream []string, maxConns
 	n.proxy = egress.New(egress.Options{
 		Policy:            func(a netip.Addr) (*policy.Egress, bool) { return n.mgr.Policy(a) },
 		Resolved:          func(client, dst netip.Addr) bool { return n.mgr.Resolved(client, dst) },
-		Dial:              dialOut,
+		Dial:              network.DialEgress,
 		MaxConns:          proxyTotal,
 		MaxConnsPerClient: proxyEach,
 		Logger:            logger.With("component", "egress-proxy"),
@@ -123,20 +122,4 @@ func (n *sandboxNets) close() {
 	n.udp.Close()
 	n.tcp.Close()
 	n.proxyLn.Close()
-}
-
-// dialOut is the egress proxy's dialer: it connects from the host, where
-// the sandboxes' forward chain does not apply, so it refuses the host's
-// own addresses itself (the policy refuses every other range no sandbox may
-// reach).
-func dialOut(ctx context.Context, network_, addr string) (net.Conn, error) {
-	ap, err := netip.ParseAddrPort(addr)
-	if err != nil {
-		return nil, err
-	}
-	if network.IsHostAddr(ap.Addr()) {
-		return nil, fmt.Errorf("egress proxy: %s is the host's own address", ap.Addr())
-	}
-	d := net.Dialer{Timeout: 10 * time.Second, Control: network.MarkEgress}
-	return d.DialContext(ctx, network_, addr)
 }

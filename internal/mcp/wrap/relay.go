@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -143,7 +142,7 @@ func (r *relay) exited(afterEOF bool) result {
 		}
 		return result{why: "the server exited (status 0) while the client was connected"}
 	case errors.As(err, &ce):
-		code := exitStatus(ce.CommandResult)
+		code := ce.CommandResult.ShellStatus()
 		if afterEOF {
 			return result{code: code, why: "the server " + describe(ce.CommandResult) + " after the end of its input"}
 		}
@@ -180,23 +179,6 @@ func describe(res sdk.CommandResult) string {
 		return "was killed (" + res.Error + ")"
 	}
 	return "was killed"
-}
-
-// exitStatus is the exit status to pass on for a command's result: its
-// own, or 128+N when signal N killed it (ExitCode -1, with the signal in
-// Error as "signal: killed"); an unknown signal counts as SIGKILL.
-func exitStatus(res sdk.CommandResult) int {
-	if res.ExitCode >= 0 {
-		return res.ExitCode
-	}
-	if name, ok := strings.CutPrefix(res.Error, "signal: "); ok {
-		for sig := syscall.Signal(1); sig < 32; sig++ {
-			if sig.String() == name {
-				return 128 + int(sig)
-			}
-		}
-	}
-	return 128 + int(syscall.SIGKILL)
 }
 
 // clientWriter is the client's standard output: each chunk of the

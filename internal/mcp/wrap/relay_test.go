@@ -296,23 +296,6 @@ func TestStderrWriter(t *testing.T) {
 	}
 }
 
-func TestExitStatus(t *testing.T) {
-	for _, tc := range []struct {
-		res  sdk.CommandResult
-		want int
-	}{
-		{sdk.CommandResult{ExitCode: 0}, 0},
-		{sdk.CommandResult{ExitCode: 42}, 42},
-		{sdk.CommandResult{ExitCode: -1, Error: "signal: killed"}, 137},
-		{sdk.CommandResult{ExitCode: -1, Error: "signal: terminated"}, 143},
-		{sdk.CommandResult{ExitCode: -1, Error: "odd"}, 137},
-	} {
-		if got := exitStatus(tc.res); got != tc.want {
-			t.Errorf("exitStatus(%+v) = %d, want %d", tc.res, got, tc.want)
-		}
-	}
-}
-
 func TestParseFile(t *testing.T) {
 	for _, tc := range []struct {
 		spec string
