@@ -160,4 +160,3 @@ func stopOnSignals(cmds *sdk.Commands, pid uint32) (stop func()) {
 	}()
 	return func() { signal.Stop(sigs); close(done) }
 }
-
