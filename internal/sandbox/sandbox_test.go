@@ -469,7 +469,9 @@ sleep 1`)
 	}
 	got, _ := m.Metrics(ctx, "", rec.ID, time.Time{}, time.Time{})
 	last := got[len(got)-1]
-	if last.CPUUsedPct < 30 || last.CPUUsedPct > 100 {
+	// A busy loop on an idle machine shows ~100 %; on a shared one (the
+	// suites of two cores at once) it got 26-28 %; idle shows under 1 %.
+	if last.CPUUsedPct < 10 || last.CPUUsedPct > 100 {
 		t.Errorf("CPU %.1f%% with a busy loop running", last.CPUUsedPct)
 	}
 	if last.MemUsed < 64<<20 || last.MemUsed > last.MemTotal {
