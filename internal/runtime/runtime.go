@@ -5,7 +5,10 @@
 // A sandbox's life, whatever the backend:
 //
 //	Create ──> running ──(first process exits)──> exited ──Delete──> gone
-//	              └───────────────Delete (kills everything)───────────┘
+//	           │  ▲  └───────────────Delete (kills everything)───────┘
+//	     Freeze│  │Thaw                                              │
+//	           ▼  │                                                  │
+//	          frozen ─────────────Delete (kills everything)──────────┘
 //
 // A sandbox is independent of the process that created it: the creator may
 // exit and a later process finds the sandbox again with Runtime.Load. Only
@@ -44,6 +47,10 @@ type Sandbox interface {
 	// standard streams are drained, then reports how it ended.
 	Wait(ctx context.Context) (ExitStatus, error)
 	// Signal delivers sig to the first process (through the sandbox's init).
+	// A frozen sandbox gets no signal: Signal fails with
+	// errdefs.ErrFailedPrecondition and the caller thaws it first. (A
+	// signal queued until a thaw would surprise whoever sent it, and
+	// freezers disagree on whether SIGKILL waits for the thaw.)
 	Signal(ctx context.Context, sig syscall.Signal) error
 	// ResizeConsole changes the terminal size of a first process that was
 	// started with Process.Terminal; it fails otherwise.
@@ -59,10 +66,33 @@ type Sandbox interface {
 	// errdefs.ErrNotFound if there is none. The log is read as it is at
 	// the time of the call and may grow afterwards.
 	Output(ctx context.Context) (OutputLog, error)
-	// Delete kills every process of the sandbox and removes everything the
-	// sandbox owns on the host (cgroups, mounts, writable layer, state). It
-	// never touches anything outside the sandbox's own directory and cgroups.
-	// Deleting a sandbox that is already gone returns errdefs.ErrNotFound.
+	// Freeze stops every process of the sandbox at once, the sandbox's own
+	// init and daemon (envd) included, and returns when none can run any
+	// more; Status then reports StateFrozen. The processes keep their
+	// memory, descriptors and connections; the kernel still accepts
+	// connections to their listening sockets, which nobody answers until
+	// Thaw, so whoever routes requests to a sandbox must refuse them for a
+	// frozen one (with errdefs.ErrFailedPrecondition) rather than wait.
+	// Time goes on: a thawed process sees how long it was frozen, and its
+	// timers that expired meanwhile fire at once.
+	//
+	// Freezing a frozen sandbox does nothing. Freezing an exited one fails
+	// with errdefs.ErrFailedPrecondition. A backend that cannot freeze on
+	// this host fails with errdefs.ErrNotImplemented. Stats, DiskUsage,
+	// Output, ResizeConsole and Delete work on a frozen sandbox.
+	//
+	// Freeze is part of every Sandbox, not an optional interface, because
+	// every backend has one (a cgroup freezer, runsc pause, a VM's vCPUs
+	// stopped): only a host may lack it.
+	Freeze(ctx context.Context) error
+	// Thaw resumes the processes Freeze stopped, all at once. Thawing a
+	// sandbox that is not frozen (running or exited) does nothing.
+	Thaw(ctx context.Context) error
+	// Delete kills every process of the sandbox, frozen or not, and removes
+	// everything the sandbox owns on the host (cgroups, mounts, writable
+	// layer, state). It never touches anything outside the sandbox's own
+	// directory and cgroups. Deleting a sandbox that is already gone
+	// returns errdefs.ErrNotFound.
 	Delete(ctx context.Context) error
 }
 
@@ -182,8 +212,14 @@ type State string
 
 // The states a sandbox can be in.
 const (
+	// StateRunning is a sandbox whose first process runs.
 	StateRunning State = "running"
-	StateExited  State = "exited"
+	// StateFrozen is a running sandbox stopped by Sandbox.Freeze: its
+	// processes exist and hold their memory, but none runs until Thaw.
+	StateFrozen State = "frozen"
+	// StateExited is a sandbox whose first process has ended; only
+	// Delete is left to do.
+	StateExited State = "exited"
 )
 
 // Status is a snapshot of a sandbox.
@@ -191,7 +227,7 @@ type Status struct {
 	ID        string
 	Template  string
 	State     State
-	Pid       int // host pid of the sandbox's init; 0 once exited
+	Pid       int // host pid of the sandbox's init; 0 once exited, set while frozen
 	Created   time.Time
 	Command   []string
 	Resources Resources

@@ -455,6 +455,11 @@ func (rt *Runtime) status(rec *record) runtime.Status {
 	if fd, _ := openInit(rec); fd >= 0 {
 		unix.Close(fd)
 		st.State, st.Pid = runtime.StateRunning, rec.Pid
+		// A freezer that cannot be read leaves the sandbox running, as it
+		// was before anything could freeze it: Status has no error to give.
+		if frozen, _ := isFrozen(rec.CgroupPaths); frozen {
+			st.State = runtime.StateFrozen
+		}
 		return st
 	}
 	st.Exit = rt.readExit(rec.ID)

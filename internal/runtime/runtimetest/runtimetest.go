@@ -39,6 +39,9 @@ func Run(t *testing.T, newRuntime func(t *testing.T) runtime.Runtime, template s
 		{"ReapsOrphans", testReapsOrphans},
 		{"CanceledCreate", testCanceledCreate},
 		{"Stats", testStats},
+		{"FreezeThaw", testFreezeThaw},
+		{"FreezeExited", testFreezeExited},
+		{"DeleteFrozen", testDeleteFrozen},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newRuntime(t), template) })

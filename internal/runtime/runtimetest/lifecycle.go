@@ -1,0 +1,242 @@
+package runtimetest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hutch-sandbox/hutch/internal/errdefs"
+	"github.com/hutch-sandbox/hutch/internal/runtime"
+)
+
+// The seams the lifecycle builds pause, snapshots and forks on: freeze and
+// thaw.
+
+// counterScript prints 1, 2, 3, ... one line every 20 ms: a sandbox whose
+// progress shows in its log.
+const counterScript = `i=0; while :; do i=$((i+1)); echo $i; sleep 0.02; done`
+
+// counter starts a sandbox running counterScript with its output in the
+// sandbox's log, and waits until it has counted a little.
+func counter(t *testing.T, rt runtime.Runtime, tpl string, res runtime.Resources) runtime.Sandbox {
+	t.Helper()
+	sbx := create(t, rt, runtime.Spec{Template: tpl, Resources: res, Process: runtime.Process{Args: []string{"/bin/sh", "-c", counterScript}}})
+	waitFor(t, "the counter to start", func() bool { return count(t, sbx) >= 3 })
+	return sbx
+}
+
+// count is the last number a counter sandbox has written to its log, 0
+// before the first.
+func count(t *testing.T, sbx runtime.Sandbox) int {
+	t.Helper()
+	log, err := sbx.Output(ctxFor(t))
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return 0
+	}
+	if err != nil {
+		t.Fatalf("Output: %v", err)
+	}
+	defer log.Close()
+	b := make([]byte, log.Size())
+	if _, err := log.ReadAt(b, 0); err != nil && err != io.EOF {
+		t.Fatalf("read output: %v", err)
+	}
+	// Only whole lines: the last may be half written.
+	s := string(b)
+	end := strings.LastIndexByte(s, '\n')
+	if end < 0 {
+		return 0
+	}
+	s = s[:end]
+	n, err := strconv.Atoi(s[strings.LastIndexByte(s, '\n')+1:])
+	if err != nil {
+		t.Fatalf("counter output %q: %v", s, err)
+	}
+	return n
+}
+
+// waitFor polls cond until it holds, failing the test after 30 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// state is the sandbox's state as Status reports it.
+func state(t *testing.T, sbx runtime.Sandbox) runtime.State {
+	t.Helper()
+	st, err := sbx.Status(ctxFor(t))
+	if err != nil {
+		t.Fatalf("Status: %v", err)
+	}
+	return st.State
+}
+
+// requireFreeze skips the test when the backend cannot freeze on this
+// host: it freezes the sandbox and thaws it again.
+func requireFreeze(t *testing.T, rt runtime.Runtime, sbx runtime.Sandbox) {
+	t.Helper()
+	err := sbx.Freeze(ctxFor(t))
+	if errors.Is(err, errdefs.ErrNotImplemented) {
+		t.Skipf("no freezer here: %v", err)
+	}
+	if err != nil {
+		t.Fatalf("Freeze: %v", err)
+	}
+	if err := sbx.Thaw(ctxFor(t)); err != nil {
+		t.Fatalf("Thaw: %v", err)
+	}
+}
+
+// testFreezeThaw checks that a frozen sandbox makes no progress and goes
+// on after Thaw, that both are idempotent, and what works while frozen.
+func testFreezeThaw(t *testing.T, rt runtime.Runtime, tpl string) {
+	ctx := ctxFor(t)
+	sbx := counter(t, rt, tpl, runtime.Resources{MemoryBytes: 128 << 20})
+	requireFreeze(t, rt, sbx)
+	before, err := sbx.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if err := sbx.Thaw(ctx); err != nil {
+		t.Errorf("Thaw of a running sandbox: %v", err)
+	}
+	if got := state(t, sbx); got != runtime.StateRunning {
+		t.Errorf("after Thaw of a running sandbox: state %q, want %q", got, runtime.StateRunning)
+	}
+
+	if err := sbx.Freeze(ctx); err != nil {
+		t.Fatalf("Freeze: %v", err)
+	}
+	st, err := sbx.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.State != runtime.StateFrozen || st.Pid != before.Pid || st.Exit != nil {
+		t.Errorf("Status of a frozen sandbox = %+v, want state %q, pid %d, no exit", st, runtime.StateFrozen, before.Pid)
+	}
+	list, err := rt.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range list {
+		if s.ID == sbx.ID() && s.State != runtime.StateFrozen {
+			t.Errorf("List reports the frozen sandbox as %q", s.State)
+		}
+	}
+	frozenAt := count(t, sbx)
+	time.Sleep(300 * time.Millisecond) // 15 counts' worth
+	if got := count(t, sbx); got != frozenAt {
+		t.Fatalf("the counter went from %d to %d while frozen", frozenAt, got)
+	}
+
+	if err := sbx.Freeze(ctx); err != nil {
+		t.Errorf("Freeze of a frozen sandbox: %v", err)
+	}
+	if got := state(t, sbx); got != runtime.StateFrozen {
+		t.Errorf("after a second Freeze: state %q, want %q", got, runtime.StateFrozen)
+	}
+	stats, err := sbx.Stats(ctx)
+	if err != nil {
+		t.Errorf("Stats while frozen: %v", err)
+	} else if stats.Pids < 1 || stats.MemoryLimit != 128<<20 {
+		t.Errorf("Stats while frozen = %+v, want pids and the 128 MiB limit", stats)
+	}
+	if _, err := sbx.DiskUsage(ctx); err != nil {
+		t.Errorf("DiskUsage while frozen: %v", err)
+	}
+	if err := sbx.Signal(ctx, syscall.SIGTERM); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Errorf("Signal while frozen = %v, want ErrFailedPrecondition", err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if got := count(t, sbx); got != frozenAt {
+		t.Errorf("the counter went from %d to %d while frozen", frozenAt, got)
+	}
+
+	if err := sbx.Thaw(ctx); err != nil {
+		t.Fatalf("Thaw: %v", err)
+	}
+	if got := state(t, sbx); got != runtime.StateRunning {
+		t.Errorf("after Thaw: state %q, want %q", got, runtime.StateRunning)
+	}
+	waitFor(t, "the counter to go on after Thaw", func() bool { return count(t, sbx) > frozenAt+3 })
+	if err := sbx.Thaw(ctx); err != nil {
+		t.Errorf("second Thaw: %v", err)
+	}
+	// The SIGTERM refused while frozen was never delivered.
+	if got := state(t, sbx); got != runtime.StateRunning {
+		t.Errorf("after a second Thaw: state %q, want %q", got, runtime.StateRunning)
+	}
+}
+
+// testFreezeExited checks Freeze and Thaw of a sandbox whose first process
+// has ended.
+func testFreezeExited(t *testing.T, rt runtime.Runtime, tpl string) {
+	ctx := ctxFor(t)
+	sbx := create(t, rt, runtime.Spec{Template: tpl, Process: runtime.Process{Args: []string{"true"}, Stdout: &bytes.Buffer{}}})
+	if _, err := sbx.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := sbx.Freeze(ctx); !errors.Is(err, errdefs.ErrFailedPrecondition) && !errors.Is(err, errdefs.ErrNotImplemented) {
+		t.Errorf("Freeze of an exited sandbox = %v, want ErrFailedPrecondition", err)
+	}
+	if err := sbx.Thaw(ctx); err != nil {
+		t.Errorf("Thaw of an exited sandbox: %v", err)
+	}
+	if got := state(t, sbx); got != runtime.StateExited {
+		t.Errorf("state %q, want %q", got, runtime.StateExited)
+	}
+}
+
+// testDeleteFrozen checks that a frozen sandbox, with processes besides
+// its first, is deleted promptly and completely.
+func testDeleteFrozen(t *testing.T, rt runtime.Runtime, tpl string) {
+	for _, disk := range []int64{0, 64 << 20} {
+		t.Run(fmt.Sprintf("disk=%d", disk), func(t *testing.T) {
+			ctx := ctxFor(t)
+			var out lockedBuffer
+			sbx := create(t, rt, runtime.Spec{Template: tpl, Resources: runtime.Resources{DiskBytes: disk}, Process: runtime.Process{
+				Args:   []string{"/bin/sh", "-c", `trap '' TERM; sleep 1000 & sleep 1000 & (sleep 1000 &); echo ready; wait`},
+				Stdout: &out,
+			}})
+			waitFor(t, "the sandbox to start", func() bool { return strings.Contains(out.String(), "ready") })
+			requireFreeze(t, rt, sbx)
+			st, err := sbx.Status(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := sbx.Freeze(ctx); err != nil {
+				t.Fatalf("Freeze: %v", err)
+			}
+			dctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+			defer cancel()
+			start := time.Now()
+			if err := sbx.Delete(dctx); err != nil {
+				t.Fatalf("Delete of a frozen sandbox: %v", err)
+			}
+			if took := time.Since(start); took > 5*time.Second {
+				t.Errorf("Delete of a frozen sandbox took %v", took)
+			}
+			if _, err := sbx.Wait(ctx); err != nil {
+				t.Errorf("Wait after Delete: %v", err)
+			}
+			if _, err := rt.Load(ctx, sbx.ID()); !errors.Is(err, errdefs.ErrNotFound) {
+				t.Errorf("Load after Delete = %v, want ErrNotFound", err)
+			}
+			if err := syscall.Kill(st.Pid, 0); !errors.Is(err, syscall.ESRCH) {
+				t.Errorf("the init (pid %d) is still there after Delete: kill 0 = %v", st.Pid, err)
+			}
+		})
+	}
+}
