@@ -13,6 +13,11 @@
 // A sandbox is independent of the process that created it: the creator may
 // exit and a later process finds the sandbox again with Runtime.Load. Only
 // the creator holds the first process's standard streams.
+//
+// What a backend can do beyond this contract depends on the backend and on
+// the host: Runtime.Capabilities reports it, and optional abilities are
+// interfaces of their own (Checkpointer), found by type assertion as
+// net/http's Hijacker is. The lifecycle asks; it never assumes.
 package runtime
 
 import (
@@ -34,6 +39,11 @@ type Runtime interface {
 	Load(ctx context.Context, id string) (Sandbox, error)
 	// List reports every sandbox the runtime knows, running or exited.
 	List(ctx context.Context) ([]Status, error)
+	// Capabilities reports what the backend can do on this host. It may
+	// probe the host (run a tool, read the cgroup file systems) the first
+	// time; it never fails: what it cannot find out it reports as
+	// unavailable, saying why.
+	Capabilities(ctx context.Context) Capabilities
 }
 
 // Sandbox is a handle on one sandbox. Handles are cheap; several may refer
@@ -78,8 +88,9 @@ type Sandbox interface {
 	//
 	// Freezing a frozen sandbox does nothing. Freezing an exited one fails
 	// with errdefs.ErrFailedPrecondition. A backend that cannot freeze on
-	// this host fails with errdefs.ErrNotImplemented. Stats, DiskUsage,
-	// Output, ResizeConsole and Delete work on a frozen sandbox.
+	// this host fails with errdefs.ErrNotImplemented, as
+	// Capabilities().Freeze says beforehand. Stats, DiskUsage, Output,
+	// ResizeConsole and Delete work on a frozen sandbox.
 	//
 	// Freeze is part of every Sandbox, not an optional interface, because
 	// every backend has one (a cgroup freezer, runsc pause, a VM's vCPUs
@@ -94,6 +105,64 @@ type Sandbox interface {
 	// directory and cgroups. Deleting a sandbox that is already gone
 	// returns errdefs.ErrNotFound.
 	Delete(ctx context.Context) error
+}
+
+// Capabilities is what a backend can do on one host. The zero value claims
+// nothing.
+type Capabilities struct {
+	// KeepsMemoryAcrossRestart is true when a sandbox's processes, and so
+	// their memory, live on when the process that made them (hutch serve)
+	// exits or restarts: a new one finds them running with Runtime.Load.
+	// Memory never outlives the host's own restart this way; that takes
+	// Checkpoint.
+	KeepsMemoryAcrossRestart bool
+	// Freeze tells whether Sandbox.Freeze works here.
+	Freeze Feature
+	// Checkpoint tells whether the Runtime implements Checkpointer and
+	// that works here. A Runtime whose Checkpoint is unavailable may still
+	// implement the interface (the code is there, the host lacks a tool).
+	Checkpoint Feature
+}
+
+// Feature says whether a backend can do one thing on this host.
+type Feature struct {
+	// Available is true when the backend can do it here.
+	Available bool
+	// Reason says how it is done when available ("cgroup v2 freezer"),
+	// and why not otherwise ("criu is not installed"), in words for an
+	// operator: logs, a status page, the error of a refused request.
+	Reason string
+}
+
+// Checkpointer is implemented by a Runtime that can save a sandbox's
+// processes (their memory, registers, descriptors and connections) and its
+// writable layer to disk, and make a sandbox from that later, on this host,
+// after a restart of the host, or several times over (a fork). It is
+// optional: find it by type assertion, then check
+// Capabilities().Checkpoint, since the host may lack what it needs.
+type Checkpointer interface {
+	// Checkpoint saves the running or frozen sandbox id into dir, which
+	// must not exist or be empty, and leaves the sandbox as it found it.
+	// The sandbox is frozen while it is being saved. What dir holds is the
+	// backend's own: only the same backend restores it, on a host with the
+	// same kernel and tools. It fails with errdefs.ErrFailedPrecondition
+	// for an exited sandbox and errdefs.ErrNotImplemented when the host
+	// cannot do it.
+	Checkpoint(ctx context.Context, id, dir string) error
+	// Restore makes a new sandbox from the checkpoint in dir: its processes
+	// go on from where they were saved, with the files they had. spec.ID
+	// may differ from the saved sandbox's (a fork), and dir may be restored
+	// from any number of times. The first process's standard streams go to
+	// the new sandbox's log (Sandbox.Output).
+	Restore(ctx context.Context, dir string, spec RestoreSpec) (Sandbox, error)
+}
+
+// RestoreSpec says what sandbox a checkpoint becomes.
+type RestoreSpec struct {
+	// ID is the new sandbox's id; empty picks a fresh random one.
+	ID string
+	// Labels are stored with the new sandbox, in place of the saved ones.
+	Labels map[string]string
 }
 
 // OutputLog is a first process's output as it was when opened: Size

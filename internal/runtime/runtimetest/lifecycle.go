@@ -17,7 +17,8 @@ import (
 )
 
 // The seams the lifecycle builds pause, snapshots and forks on: freeze and
-// thaw.
+// thaw, checkpoints, and the capabilities that say which of them a backend
+// has on this host.
 
 // counterScript prints 1, 2, 3, ... one line every 20 ms: a sandbox whose
 // progress shows in its log.
@@ -83,18 +84,37 @@ func state(t *testing.T, sbx runtime.Sandbox) runtime.State {
 }
 
 // requireFreeze skips the test when the backend cannot freeze on this
-// host: it freezes the sandbox and thaws it again.
+// host, after checking that Freeze says so as Capabilities does.
 func requireFreeze(t *testing.T, rt runtime.Runtime, sbx runtime.Sandbox) {
 	t.Helper()
-	err := sbx.Freeze(ctxFor(t))
-	if errors.Is(err, errdefs.ErrNotImplemented) {
-		t.Skipf("no freezer here: %v", err)
+	caps := rt.Capabilities(ctxFor(t))
+	if caps.Freeze.Available {
+		return
 	}
-	if err != nil {
-		t.Fatalf("Freeze: %v", err)
+	if err := sbx.Freeze(ctxFor(t)); !errors.Is(err, errdefs.ErrNotImplemented) {
+		t.Errorf("Freeze without a freezer = %v, want ErrNotImplemented", err)
 	}
-	if err := sbx.Thaw(ctxFor(t)); err != nil {
-		t.Fatalf("Thaw: %v", err)
+	t.Skipf("no freezer here: %s", caps.Freeze.Reason)
+}
+
+// testCapabilities checks that a backend's report is stable and claims
+// nothing it does not have, and gives a reason for what it lacks.
+func testCapabilities(t *testing.T, rt runtime.Runtime, tpl string) {
+	caps := rt.Capabilities(ctxFor(t))
+	t.Logf("capabilities: %+v", caps)
+	if again := rt.Capabilities(ctxFor(t)); again != caps {
+		t.Errorf("Capabilities changed between calls: %+v, then %+v", caps, again)
+	}
+	for _, f := range []struct {
+		name string
+		f    runtime.Feature
+	}{{"Freeze", caps.Freeze}, {"Checkpoint", caps.Checkpoint}} {
+		if !f.f.Available && f.f.Reason == "" {
+			t.Errorf("%s is unavailable without a reason", f.name)
+		}
+	}
+	if _, ok := rt.(runtime.Checkpointer); !ok && caps.Checkpoint.Available {
+		t.Error("Checkpoint is available, but the runtime does not implement runtime.Checkpointer")
 	}
 }
 
@@ -238,5 +258,48 @@ func testDeleteFrozen(t *testing.T, rt runtime.Runtime, tpl string) {
 				t.Errorf("the init (pid %d) is still there after Delete: kill 0 = %v", st.Pid, err)
 			}
 		})
+	}
+}
+
+// testCheckpoint checks a backend's checkpoints, if it has them: a
+// sandbox saved goes on running, and each restore of it goes on counting
+// from where it was saved.
+func testCheckpoint(t *testing.T, rt runtime.Runtime, tpl string) {
+	caps := rt.Capabilities(ctxFor(t))
+	cp, ok := rt.(runtime.Checkpointer)
+	if !ok {
+		t.Skipf("the backend does not implement runtime.Checkpointer: %s", caps.Checkpoint.Reason)
+	}
+	ctx := ctxFor(t)
+	sbx := counter(t, rt, tpl, runtime.Resources{})
+	if !caps.Checkpoint.Available {
+		if err := cp.Checkpoint(ctx, sbx.ID(), t.TempDir()+"/checkpoint"); !errors.Is(err, errdefs.ErrNotImplemented) {
+			t.Errorf("Checkpoint where unavailable = %v, want ErrNotImplemented", err)
+		}
+		t.Skipf("checkpoints are unavailable here: %s", caps.Checkpoint.Reason)
+	}
+	saved := count(t, sbx)
+	dir := t.TempDir() + "/checkpoint"
+	if err := cp.Checkpoint(ctx, sbx.ID(), dir); err != nil {
+		t.Fatalf("Checkpoint: %v", err)
+	}
+	if got := state(t, sbx); got != runtime.StateRunning {
+		t.Errorf("after Checkpoint: state %q, want %q", got, runtime.StateRunning)
+	}
+	waitFor(t, "the saved sandbox to go on", func() bool { return count(t, sbx) > saved+3 })
+	for i := 0; i < 2; i++ {
+		restored, err := cp.Restore(ctx, dir, runtime.RestoreSpec{Labels: map[string]string{"restore": strconv.Itoa(i)}})
+		if err != nil {
+			t.Fatalf("Restore %d: %v", i, err)
+		}
+		t.Cleanup(func() { restored.Delete(context.Background()) })
+		if restored.ID() == sbx.ID() {
+			t.Errorf("restore %d took the saved sandbox's id", i)
+		}
+		st, err := restored.Status(ctx)
+		if err != nil || st.State != runtime.StateRunning || st.Labels["restore"] != strconv.Itoa(i) {
+			t.Errorf("restore %d: Status = %+v, %v; want running with label restore=%d", i, st, err, i)
+		}
+		waitFor(t, "the restored sandbox to count on", func() bool { return count(t, restored) > saved+3 })
 	}
 }

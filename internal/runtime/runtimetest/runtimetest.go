@@ -39,9 +39,11 @@ func Run(t *testing.T, newRuntime func(t *testing.T) runtime.Runtime, template s
 		{"ReapsOrphans", testReapsOrphans},
 		{"CanceledCreate", testCanceledCreate},
 		{"Stats", testStats},
+		{"Capabilities", testCapabilities},
 		{"FreezeThaw", testFreezeThaw},
 		{"FreezeExited", testFreezeExited},
 		{"DeleteFrozen", testDeleteFrozen},
+		{"Checkpoint", testCheckpoint},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newRuntime(t), template) })
