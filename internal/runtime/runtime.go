@@ -90,7 +90,7 @@ type Sandbox interface {
 	// with errdefs.ErrFailedPrecondition. A backend that cannot freeze on
 	// this host fails with errdefs.ErrNotImplemented, as
 	// Capabilities().Freeze says beforehand. Stats, DiskUsage, Output,
-	// ResizeConsole and Delete work on a frozen sandbox.
+	// ResizeConsole, CaptureLayer and Delete work on a frozen sandbox.
 	//
 	// Freeze is part of every Sandbox, not an optional interface, because
 	// every backend has one (a cgroup freezer, runsc pause, a VM's vCPUs
@@ -99,6 +99,21 @@ type Sandbox interface {
 	// Thaw resumes the processes Freeze stopped, all at once. Thawing a
 	// sandbox that is not frozen (running or exited) does nothing.
 	Thaw(ctx context.Context) error
+	// CaptureLayer writes the sandbox's writable layer, what it changed
+	// over its template, to w as one uncompressed tar stream in the OCI
+	// image layer format: a deleted path is an empty ".wh.NAME" entry
+	// beside where it was, a directory that replaced the template's holds a
+	// ".wh..wh..opq" entry, and owners are the uids and gids the files have
+	// inside the sandbox. Entries are named relative to the root ("etc/",
+	// "etc/hosts"), parents before children. The layer includes what the
+	// runtime itself writes at start (/etc/hostname, /etc/hosts,
+	// /etc/resolv.conf).
+	//
+	// Only a frozen or exited sandbox has a layer that holds still: on a
+	// running one CaptureLayer fails with errdefs.ErrFailedPrecondition.
+	// The caller must not thaw the sandbox before CaptureLayer returns.
+	// When it fails, part of the stream may already have been written.
+	CaptureLayer(ctx context.Context, w io.Writer) error
 	// Delete kills every process of the sandbox, frozen or not, and removes
 	// everything the sandbox owns on the host (cgroups, mounts, writable
 	// layer, state). It never touches anything outside the sandbox's own

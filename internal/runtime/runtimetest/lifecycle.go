@@ -1,11 +1,13 @@
 package runtimetest
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"path"
 	"strconv"
 	"strings"
 	"syscall"
@@ -17,8 +19,8 @@ import (
 )
 
 // The seams the lifecycle builds pause, snapshots and forks on: freeze and
-// thaw, checkpoints, and the capabilities that say which of them a backend
-// has on this host.
+// thaw, capturing the writable layer, checkpoints, and the capabilities
+// that say which of them a backend has on this host.
 
 // counterScript prints 1, 2, 3, ... one line every 20 ms: a sandbox whose
 // progress shows in its log.
@@ -258,6 +260,143 @@ func testDeleteFrozen(t *testing.T, rt runtime.Runtime, tpl string) {
 				t.Errorf("the init (pid %d) is still there after Delete: kill 0 = %v", st.Pid, err)
 			}
 		})
+	}
+}
+
+// testCaptureLayer checks the writable layer's tar stream: files, owners,
+// links, whiteouts and opaque directories, from a frozen sandbox and from
+// an exited one, with and without a disk limit.
+func testCaptureLayer(t *testing.T, rt runtime.Runtime, tpl string) {
+	// /home/user is the template's: removed and made again, it is opaque.
+	// /etc/group is the template's too: removed, it leaves a whiteout.
+	const script = `set -e
+rm -rf /home/user && mkdir -p /home/user/dir/sub
+echo hello > /home/user/dir/new.txt
+chown 1000:1000 /home/user/dir/new.txt
+ln /home/user/dir/new.txt /home/user/dir/hard
+ln -s new.txt /home/user/dir/link
+mkfifo /home/user/dir/fifo
+rm /etc/group
+echo ready`
+	tests := []struct {
+		name   string
+		disk   int64
+		frozen bool // captured frozen while running, else once exited
+	}{
+		{"exited", 0, false},
+		{"frozen", 0, true},
+		{"exited with disk", 64 << 20, false},
+		{"frozen with disk", 64 << 20, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := ctxFor(t)
+			args := []string{"/bin/sh", "-c", script}
+			if tc.frozen {
+				args[2] += "; exec sleep 1000"
+			}
+			var out, errb lockedBuffer
+			sbx := create(t, rt, runtime.Spec{Template: tpl, Resources: runtime.Resources{DiskBytes: tc.disk}, Process: runtime.Process{
+				Args: args, User: "root", Cwd: "/", Stdout: &out, Stderr: &errb,
+			}})
+			waitFor(t, "the files to be made", func() bool { return strings.Contains(out.String(), "ready") })
+			if tc.frozen {
+				if err := sbx.CaptureLayer(ctx, io.Discard); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+					t.Errorf("CaptureLayer of a running sandbox = %v, want ErrFailedPrecondition", err)
+				}
+				requireFreeze(t, rt, sbx)
+				if err := sbx.Freeze(ctx); err != nil {
+					t.Fatal(err)
+				}
+			} else if st, err := sbx.Wait(ctx); err != nil || st.Code != 0 {
+				t.Fatalf("Wait = %+v, %v; stderr %q", st, err, errb.String())
+			}
+			var layer bytes.Buffer
+			if err := sbx.CaptureLayer(ctx, &layer); err != nil {
+				t.Fatalf("CaptureLayer: %v", err)
+			}
+			checkLayer(t, &layer)
+			if tc.frozen {
+				if got := state(t, sbx); got != runtime.StateFrozen {
+					t.Errorf("after CaptureLayer: state %q, want %q", got, runtime.StateFrozen)
+				}
+			}
+		})
+	}
+}
+
+// checkLayer checks a layer captured after testCaptureLayer's script.
+func checkLayer(t *testing.T, r io.Reader) {
+	t.Helper()
+	type entry struct {
+		hdr  *tar.Header
+		data string
+	}
+	entries := map[string]entry{}
+	tr := tar.NewReader(r)
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("reading the layer: %v", err)
+		}
+		name := strings.TrimSuffix(hdr.Name, "/")
+		if name == "" || path.IsAbs(name) || path.Clean(name) != name || strings.HasPrefix(name, "../") {
+			t.Errorf("entry %q is not a clean relative name", hdr.Name)
+		}
+		if _, dup := entries[name]; dup {
+			t.Errorf("entry %q appears twice", name)
+		}
+		if dir := path.Dir(name); dir != "." && entries[dir].hdr == nil {
+			t.Errorf("entry %q comes before its directory", name)
+		}
+		b, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatalf("reading %s: %v", hdr.Name, err)
+		}
+		entries[name] = entry{hdr, string(b)}
+	}
+	want := []struct {
+		name     string
+		typeflag byte
+		uid      int
+		linkname string
+	}{
+		{"home/user", tar.TypeDir, 0, ""},
+		{"home/user/.wh..wh..opq", tar.TypeReg, 0, ""},
+		{"home/user/dir/sub", tar.TypeDir, 0, ""},
+		{"home/user/dir/link", tar.TypeSymlink, 0, "new.txt"},
+		{"home/user/dir/fifo", tar.TypeFifo, 0, ""},
+		{"etc/.wh.group", tar.TypeReg, 0, ""},
+	}
+	for _, w := range want {
+		e, ok := entries[w.name]
+		if !ok {
+			t.Errorf("no entry %s in the layer", w.name)
+			continue
+		}
+		if e.hdr.Typeflag != w.typeflag || e.hdr.Uid != w.uid || e.hdr.Linkname != w.linkname {
+			t.Errorf("%s: type %q uid %d link %q, want type %q uid %d link %q", w.name, e.hdr.Typeflag, e.hdr.Uid, e.hdr.Linkname, w.typeflag, w.uid, w.linkname)
+		}
+	}
+	if _, ok := entries["etc/group"]; ok {
+		t.Error("the deleted etc/group is in the layer")
+	}
+	// new.txt and its hard link: one is the file, the other links to it.
+	file, link := entries["home/user/dir/new.txt"], entries["home/user/dir/hard"]
+	if file.hdr == nil || link.hdr == nil {
+		t.Fatalf("new.txt or its hard link is missing from the layer")
+	}
+	if file.hdr.Typeflag == tar.TypeLink {
+		file, link = link, file
+	}
+	if file.hdr.Typeflag != tar.TypeReg || file.data != "hello\n" || file.hdr.Uid != 1000 || file.hdr.Gid != 1000 {
+		t.Errorf("new.txt: type %q, %q, owner %d:%d; want a file with \"hello\\n\" owned by 1000:1000", file.hdr.Typeflag, file.data, file.hdr.Uid, file.hdr.Gid)
+	}
+	if link.hdr.Typeflag != tar.TypeLink || strings.TrimSuffix(link.hdr.Linkname, "/") != strings.TrimSuffix(file.hdr.Name, "/") {
+		t.Errorf("hard link: type %q to %q, want a link to %s", link.hdr.Typeflag, link.hdr.Linkname, file.hdr.Name)
 	}
 }
 

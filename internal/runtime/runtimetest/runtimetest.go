@@ -43,6 +43,7 @@ func Run(t *testing.T, newRuntime func(t *testing.T) runtime.Runtime, template s
 		{"FreezeThaw", testFreezeThaw},
 		{"FreezeExited", testFreezeExited},
 		{"DeleteFrozen", testDeleteFrozen},
+		{"CaptureLayer", testCaptureLayer},
 		{"Checkpoint", testCheckpoint},
 	}
 	for _, tc := range tests {
