@@ -21,6 +21,10 @@ var (
 	// operator set (live sandboxes per key, say): the request can succeed
 	// once the caller frees some, not by retrying as is.
 	ErrResourceExhausted = errors.New("resource exhausted")
+	// ErrFailedPrecondition means the object is not in a state the request
+	// needs (a signal for a frozen sandbox): it can succeed once the caller
+	// changes that state, not by retrying as is.
+	ErrFailedPrecondition = errors.New("failed precondition")
 )
 
 // IsNotFound reports whether err is, or wraps, ErrNotFound.

@@ -5,11 +5,19 @@
 // A sandbox's life, whatever the backend:
 //
 //	Create ──> running ──(first process exits)──> exited ──Delete──> gone
-//	              └───────────────Delete (kills everything)───────────┘
+//	           │  ▲  └───────────────Delete (kills everything)───────┘
+//	     Freeze│  │Thaw                                              │
+//	           ▼  │                                                  │
+//	          frozen ─────────────Delete (kills everything)──────────┘
 //
 // A sandbox is independent of the process that created it: the creator may
 // exit and a later process finds the sandbox again with Runtime.Load. Only
 // the creator holds the first process's standard streams.
+//
+// What a backend can do beyond this contract depends on the backend and on
+// the host: Runtime.Capabilities reports it, and optional abilities are
+// interfaces of their own (Checkpointer), found by type assertion as
+// net/http's Hijacker is. The lifecycle asks; it never assumes.
 package runtime
 
 import (
@@ -31,6 +39,11 @@ type Runtime interface {
 	Load(ctx context.Context, id string) (Sandbox, error)
 	// List reports every sandbox the runtime knows, running or exited.
 	List(ctx context.Context) ([]Status, error)
+	// Capabilities reports what the backend can do on this host. It may
+	// probe the host (run a tool, read the cgroup file systems) the first
+	// time; it never fails: what it cannot find out it reports as
+	// unavailable, saying why.
+	Capabilities(ctx context.Context) Capabilities
 }
 
 // Sandbox is a handle on one sandbox. Handles are cheap; several may refer
@@ -44,6 +57,10 @@ type Sandbox interface {
 	// standard streams are drained, then reports how it ended.
 	Wait(ctx context.Context) (ExitStatus, error)
 	// Signal delivers sig to the first process (through the sandbox's init).
+	// A frozen sandbox gets no signal: Signal fails with
+	// errdefs.ErrFailedPrecondition and the caller thaws it first. (A
+	// signal queued until a thaw would surprise whoever sent it, and
+	// freezers disagree on whether SIGKILL waits for the thaw.)
 	Signal(ctx context.Context, sig syscall.Signal) error
 	// ResizeConsole changes the terminal size of a first process that was
 	// started with Process.Terminal; it fails otherwise.
@@ -59,11 +76,108 @@ type Sandbox interface {
 	// errdefs.ErrNotFound if there is none. The log is read as it is at
 	// the time of the call and may grow afterwards.
 	Output(ctx context.Context) (OutputLog, error)
-	// Delete kills every process of the sandbox and removes everything the
-	// sandbox owns on the host (cgroups, mounts, writable layer, state). It
-	// never touches anything outside the sandbox's own directory and cgroups.
-	// Deleting a sandbox that is already gone returns errdefs.ErrNotFound.
+	// Freeze stops every process of the sandbox at once, the sandbox's own
+	// init and daemon (envd) included, and returns when none can run any
+	// more; Status then reports StateFrozen. The processes keep their
+	// memory, descriptors and connections; the kernel still accepts
+	// connections to their listening sockets, which nobody answers until
+	// Thaw, so whoever routes requests to a sandbox must refuse them for a
+	// frozen one (with errdefs.ErrFailedPrecondition) rather than wait.
+	// Time goes on: a thawed process sees how long it was frozen, and its
+	// timers that expired meanwhile fire at once.
+	//
+	// Freezing a frozen sandbox does nothing. Freezing an exited one fails
+	// with errdefs.ErrFailedPrecondition. A backend that cannot freeze on
+	// this host fails with errdefs.ErrNotImplemented, as
+	// Capabilities().Freeze says beforehand. Stats, DiskUsage, Output,
+	// ResizeConsole, CaptureLayer and Delete work on a frozen sandbox.
+	//
+	// Freeze is part of every Sandbox, not an optional interface, because
+	// every backend has one (a cgroup freezer, runsc pause, a VM's vCPUs
+	// stopped): only a host may lack it.
+	Freeze(ctx context.Context) error
+	// Thaw resumes the processes Freeze stopped, all at once. Thawing a
+	// sandbox that is not frozen (running or exited) does nothing.
+	Thaw(ctx context.Context) error
+	// CaptureLayer writes the sandbox's writable layer, what it changed
+	// over its template, to w as one uncompressed tar stream in the OCI
+	// image layer format: a deleted path is an empty ".wh.NAME" entry
+	// beside where it was, a directory that replaced the template's holds a
+	// ".wh..wh..opq" entry, and owners are the uids and gids the files have
+	// inside the sandbox. Entries are named relative to the root ("etc/",
+	// "etc/hosts"), parents before children. The layer includes what the
+	// runtime itself writes at start (/etc/hostname, /etc/hosts,
+	// /etc/resolv.conf).
+	//
+	// Only a frozen or exited sandbox has a layer that holds still: on a
+	// running one CaptureLayer fails with errdefs.ErrFailedPrecondition.
+	// The caller must not thaw the sandbox before CaptureLayer returns.
+	// When it fails, part of the stream may already have been written.
+	CaptureLayer(ctx context.Context, w io.Writer) error
+	// Delete kills every process of the sandbox, frozen or not, and removes
+	// everything the sandbox owns on the host (cgroups, mounts, writable
+	// layer, state). It never touches anything outside the sandbox's own
+	// directory and cgroups. Deleting a sandbox that is already gone
+	// returns errdefs.ErrNotFound.
 	Delete(ctx context.Context) error
+}
+
+// Capabilities is what a backend can do on one host. The zero value claims
+// nothing.
+type Capabilities struct {
+	// KeepsMemoryAcrossRestart is true when a sandbox's processes, and so
+	// their memory, live on when the process that made them (hutch serve)
+	// exits or restarts: a new one finds them running with Runtime.Load.
+	// Memory never outlives the host's own restart this way; that takes
+	// Checkpoint.
+	KeepsMemoryAcrossRestart bool
+	// Freeze tells whether Sandbox.Freeze works here.
+	Freeze Feature
+	// Checkpoint tells whether the Runtime implements Checkpointer and
+	// that works here. A Runtime whose Checkpoint is unavailable may still
+	// implement the interface (the code is there, the host lacks a tool).
+	Checkpoint Feature
+}
+
+// Feature says whether a backend can do one thing on this host.
+type Feature struct {
+	// Available is true when the backend can do it here.
+	Available bool
+	// Reason says how it is done when available ("cgroup v2 freezer"),
+	// and why not otherwise ("criu is not installed"), in words for an
+	// operator: logs, a status page, the error of a refused request.
+	Reason string
+}
+
+// Checkpointer is implemented by a Runtime that can save a sandbox's
+// processes (their memory, registers, descriptors and connections) and its
+// writable layer to disk, and make a sandbox from that later, on this host,
+// after a restart of the host, or several times over (a fork). It is
+// optional: find it by type assertion, then check
+// Capabilities().Checkpoint, since the host may lack what it needs.
+type Checkpointer interface {
+	// Checkpoint saves the running or frozen sandbox id into dir, which
+	// must not exist or be empty, and leaves the sandbox as it found it.
+	// The sandbox is frozen while it is being saved. What dir holds is the
+	// backend's own: only the same backend restores it, on a host with the
+	// same kernel and tools. It fails with errdefs.ErrFailedPrecondition
+	// for an exited sandbox and errdefs.ErrNotImplemented when the host
+	// cannot do it.
+	Checkpoint(ctx context.Context, id, dir string) error
+	// Restore makes a new sandbox from the checkpoint in dir: its processes
+	// go on from where they were saved, with the files they had. spec.ID
+	// may differ from the saved sandbox's (a fork), and dir may be restored
+	// from any number of times. The first process's standard streams go to
+	// the new sandbox's log (Sandbox.Output).
+	Restore(ctx context.Context, dir string, spec RestoreSpec) (Sandbox, error)
+}
+
+// RestoreSpec says what sandbox a checkpoint becomes.
+type RestoreSpec struct {
+	// ID is the new sandbox's id; empty picks a fresh random one.
+	ID string
+	// Labels are stored with the new sandbox, in place of the saved ones.
+	Labels map[string]string
 }
 
 // OutputLog is a first process's output as it was when opened: Size
@@ -182,8 +296,14 @@ type State string
 
 // The states a sandbox can be in.
 const (
+	// StateRunning is a sandbox whose first process runs.
 	StateRunning State = "running"
-	StateExited  State = "exited"
+	// StateFrozen is a running sandbox stopped by Sandbox.Freeze: its
+	// processes exist and hold their memory, but none runs until Thaw.
+	StateFrozen State = "frozen"
+	// StateExited is a sandbox whose first process has ended; only
+	// Delete is left to do.
+	StateExited State = "exited"
 )
 
 // Status is a snapshot of a sandbox.
@@ -191,7 +311,7 @@ type Status struct {
 	ID        string
 	Template  string
 	State     State
-	Pid       int // host pid of the sandbox's init; 0 once exited
+	Pid       int // host pid of the sandbox's init; 0 once exited, set while frozen
 	Created   time.Time
 	Command   []string
 	Resources Resources

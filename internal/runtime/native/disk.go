@@ -60,7 +60,7 @@ func diskLayer(image string, size int64, hostID int) (int, error) {
 	if out, err := mkfs.CombinedOutput(); err != nil {
 		return -1, fmt.Errorf("mkfs.ext4 (from e2fsprogs): %v: %s", err, out)
 	}
-	loop, err := attachLoop(f)
+	loop, err := attachLoop(f, 0)
 	if err != nil {
 		return -1, err
 	}
@@ -91,8 +91,8 @@ func diskLayer(image string, size int64, hostID int) (int, error) {
 }
 
 // attachLoop binds backing to a free loop device that clears itself once
-// nothing uses it any more.
-func attachLoop(backing *os.File) (*os.File, error) {
+// nothing uses it any more; flags adds LO_FLAGS_* (read-only, say).
+func attachLoop(backing *os.File, flags uint32) (*os.File, error) {
 	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR, 0)
 	if err != nil {
 		return nil, fmt.Errorf("loop devices: %w", err)
@@ -109,7 +109,7 @@ func attachLoop(backing *os.File) (*os.File, error) {
 			return nil, fmt.Errorf("open loop device: %w", err)
 		}
 		cfg := unix.LoopConfig{Fd: uint32(backing.Fd())}
-		cfg.Info.Flags = unix.LO_FLAGS_AUTOCLEAR
+		cfg.Info.Flags = unix.LO_FLAGS_AUTOCLEAR | flags
 		err = unix.IoctlLoopConfigure(int(dev.Fd()), &cfg)
 		if err == nil {
 			return dev, nil

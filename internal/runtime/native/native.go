@@ -61,6 +61,12 @@ type Runtime struct {
 	selfOnce sync.Once
 	self     *os.File // this binary, unreachable and read-only; see selfExe
 	selfErr  error
+
+	// criu is the CRIU program Capabilities looks for (tests point it
+	// elsewhere); criuReport is what it found, once found (criuMu).
+	criu       string
+	criuMu     sync.Mutex
+	criuReport string
 }
 
 var _ runtime.Runtime = (*Runtime)(nil)
@@ -80,7 +86,7 @@ func New(opts Options) (*Runtime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
-	rt := &Runtime{dataDir: abs, templates: opts.Templates, uidRegistry: UIDRegistry, subIDFiles: subIDFiles}
+	rt := &Runtime{dataDir: abs, templates: opts.Templates, uidRegistry: UIDRegistry, subIDFiles: subIDFiles, criu: "criu"}
 	rt.adoptLegacyClaims()
 	// 0711: sandboxes' own uids must traverse to their layers, never list them.
 	for _, d := range []string{rt.dataDir, filepath.Join(rt.dataDir, "sandboxes"), filepath.Join(rt.dataDir, "empty")} {
@@ -455,6 +461,11 @@ func (rt *Runtime) status(rec *record) runtime.Status {
 	if fd, _ := openInit(rec); fd >= 0 {
 		unix.Close(fd)
 		st.State, st.Pid = runtime.StateRunning, rec.Pid
+		// A freezer that cannot be read leaves the sandbox running, as it
+		// was before anything could freeze it: Status has no error to give.
+		if frozen, _ := isFrozen(rec.CgroupPaths); frozen {
+			st.State = runtime.StateFrozen
+		}
 		return st
 	}
 	st.Exit = rt.readExit(rec.ID)

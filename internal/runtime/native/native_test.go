@@ -32,22 +32,33 @@ func templatesDir() string {
 }
 
 func TestConformance(t *testing.T) {
+	requireBase(t)
+	runtimetest.Run(t, func(t *testing.T) runtime.Runtime { return testRuntime(t) }, "base")
+}
+
+// requireBase skips a test that is not run as root, and fails one on a
+// host without the base template.
+func requireBase(t *testing.T) {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: namespaces, cgroups and mounts")
 	}
-	store := template.Open(templatesDir())
-	if _, err := store.Get("base"); err != nil {
+	if _, err := template.Open(templatesDir()).Get("base"); err != nil {
 		t.Fatalf("base template: %v (run ./scripts/setup.sh)", err)
 	}
-	runtimetest.Run(t, func(t *testing.T) runtime.Runtime {
-		rt, err := New(Options{DataDir: t.TempDir(), Templates: store})
-		if err != nil {
-			t.Fatal(err)
-		}
-		// t.TempDir is 0700; sandboxes' uids must traverse to their layers.
-		os.Chmod(filepath.Dir(rt.DataDir()), 0o711)
-		return rt
-	}, "base")
+}
+
+// testRuntime returns a runtime of its own for the test, with the host's
+// templates.
+func testRuntime(t *testing.T) *Runtime {
+	t.Helper()
+	rt, err := New(Options{DataDir: t.TempDir(), Templates: template.Open(templatesDir())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// t.TempDir is 0700; sandboxes' uids must traverse to their layers.
+	os.Chmod(filepath.Dir(rt.DataDir()), 0o711)
+	return rt
 }
 
 func TestValidateSpec(t *testing.T) {

@@ -171,7 +171,7 @@ func (s *sandbox) openInit() (*record, int, error) {
 }
 
 func (s *sandbox) Signal(ctx context.Context, sig syscall.Signal) error {
-	_, fd, err := s.openInit()
+	rec, fd, err := s.openInit()
 	if err != nil {
 		return err
 	}
@@ -179,6 +179,12 @@ func (s *sandbox) Signal(ctx context.Context, sig syscall.Signal) error {
 		return fmt.Errorf("sandbox %s is not running: %w", s.id, errdefs.ErrNotFound)
 	}
 	defer unix.Close(fd)
+	// The init forwards signals, and it is frozen with the rest.
+	if frozen, err := isFrozen(rec.CgroupPaths); err != nil {
+		return fmt.Errorf("signal sandbox %s: %w", s.id, err)
+	} else if frozen {
+		return fmt.Errorf("signal sandbox %s: it is frozen: %w", s.id, errdefs.ErrFailedPrecondition)
+	}
 	if err := unix.PidfdSendSignal(fd, sig, nil, 0); err != nil {
 		return fmt.Errorf("signal sandbox %s: %w", s.id, err)
 	}
@@ -199,8 +205,12 @@ func (s *sandbox) Delete(ctx context.Context) error {
 	}
 	if fd >= 0 {
 		// SIGKILL to a pid namespace's init makes the kernel kill every
-		// process in the namespace before the init itself goes.
+		// process in the namespace before the init itself goes; a frozen
+		// sandbox must be thawed for that, after a kill of its own.
 		err := unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
+		if err == nil {
+			err = killFrozen(rec.CgroupPaths)
+		}
 		if err == nil {
 			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			err = waitPidfd(wctx, fd)
@@ -215,6 +225,10 @@ func (s *sandbox) Delete(ctx context.Context) error {
 		<-s.done // our child: let watch reap it
 	}
 	if len(rec.CgroupPaths) > 0 {
+		// Whatever a frozen cgroup still holds can go only once thawed.
+		if err := killFrozen(rec.CgroupPaths); err != nil {
+			return fmt.Errorf("sandbox %s: %w", s.id, err)
+		}
 		cg, err := loadCgroup(rec.CgroupPaths)
 		if err != nil {
 			return fmt.Errorf("sandbox %s: %w", s.id, err)

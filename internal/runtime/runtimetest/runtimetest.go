@@ -39,6 +39,12 @@ func Run(t *testing.T, newRuntime func(t *testing.T) runtime.Runtime, template s
 		{"ReapsOrphans", testReapsOrphans},
 		{"CanceledCreate", testCanceledCreate},
 		{"Stats", testStats},
+		{"Capabilities", testCapabilities},
+		{"FreezeThaw", testFreezeThaw},
+		{"FreezeExited", testFreezeExited},
+		{"DeleteFrozen", testDeleteFrozen},
+		{"CaptureLayer", testCaptureLayer},
+		{"Checkpoint", testCheckpoint},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newRuntime(t), template) })
