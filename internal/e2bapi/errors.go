@@ -201,7 +201,8 @@ func Internal(err error) *StatusError {
 //   - a [*StatusError] anywhere in the chain: its status, message, error
 //     code and Retry-After;
 //   - errdefs.ErrNotImplemented → 501, ErrNotFound → 404,
-//     ErrInvalidArgument → 400, ErrAlreadyExists → 409,
+//     ErrInvalidArgument → 400, ErrAlreadyExists and
+//     ErrFailedPrecondition (the sandbox's state does not allow it) → 409,
 //     ErrUnavailable → 503 (the JS SDK's ServiceBusyError),
 //     ErrResourceExhausted → 429 (RateLimitError in both SDKs; no
 //     Retry-After, so the JS SDK does not retry), each with
@@ -255,6 +256,7 @@ func toStatusError(err error) *StatusError {
 		{errdefs.ErrNotFound, http.StatusNotFound},
 		{errdefs.ErrInvalidArgument, http.StatusBadRequest},
 		{errdefs.ErrAlreadyExists, http.StatusConflict},
+		{errdefs.ErrFailedPrecondition, http.StatusConflict},
 		{errdefs.ErrUnavailable, http.StatusServiceUnavailable},
 		{errdefs.ErrResourceExhausted, http.StatusTooManyRequests},
 	} {

@@ -90,6 +90,8 @@ func TestWrite(t *testing.T) {
 			`{"code":400,"message":"template name \"a b\": invalid argument"}`, "", false},
 		{"errdefs exists", fmt.Errorf("alias: %w", errdefs.ErrAlreadyExists), 409,
 			`{"code":409,"message":"alias: already exists"}`, "", false},
+		{"errdefs failed precondition", fmt.Errorf("sandbox x is frozen: %w", errdefs.ErrFailedPrecondition), 409,
+			`{"code":409,"message":"sandbox x is frozen: ` + errdefs.ErrFailedPrecondition.Error() + `"}`, "", false},
 		{"errdefs not implemented", fmt.Errorf("fork: %w", errdefs.ErrNotImplemented), 501,
 			`{"code":501,"message":"fork: not implemented"}`, "", true},
 		{"errdefs unavailable", fmt.Errorf("no free uid range: %w", errdefs.ErrUnavailable), 503,
