@@ -40,8 +40,7 @@ func newEnv(t *testing.T) *env {
 	st := config.New("0.6.13", "root")
 	svc := NewService(st, nil)
 	mux := http.NewServeMux()
-	path, h := filesystemconnect.NewFilesystemHandler(svc)
-	mux.Handle(path, h)
+	mux.Handle(svc.Handler())
 	srv := httptest.NewServer(mux)
 	t.Cleanup(func() {
 		srv.Close()
@@ -628,28 +627,6 @@ func TestHandleMounts(t *testing.T) {
 	}
 	if resp.Msg.GetEntry().GetType() != pb.FileType_FILE_TYPE_DIRECTORY {
 		t.Fatalf("/ is %v", resp.Msg.GetEntry().GetType())
-	}
-}
-
-func TestCodeOf(t *testing.T) {
-	tests := []struct {
-		err  error
-		want connect.Code
-	}{
-		{os.ErrNotExist, connect.CodeNotFound},
-		{&os.PathError{Op: "open", Path: "/x", Err: syscall.ENOENT}, connect.CodeNotFound},
-		{syscall.EACCES, connect.CodePermissionDenied},
-		{syscall.EEXIST, connect.CodeAlreadyExists},
-		{context.DeadlineExceeded, connect.CodeDeadlineExceeded},
-		{errors.New("boom"), connect.CodeInternal},
-	}
-	for _, tt := range tests {
-		if got := connect.CodeOf(toConnectError(tt.err)); got != tt.want {
-			t.Errorf("%v → %v, want %v", tt.err, got, tt.want)
-		}
-	}
-	if toConnectError(nil) != nil {
-		t.Error("nil error mapped to non-nil")
 	}
 }
 
