@@ -33,6 +33,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hutch-sandbox/hutch/internal/envd/config"
+	"github.com/hutch-sandbox/hutch/internal/envd/envderr"
 	"github.com/hutch-sandbox/hutch/internal/envd/files"
 	"github.com/hutch-sandbox/hutch/internal/envd/filesystem"
 	"github.com/hutch-sandbox/hutch/internal/envd/process"
@@ -108,7 +109,7 @@ func (s *Server) Handler(control bool) http.Handler {
 		}
 		if !control {
 			w.Header().Set("Allow", "GET, POST, PUT, DELETE")
-			WriteError(w, http.StatusMethodNotAllowed, "CONNECT is not served here")
+			envderr.Write(w, http.StatusMethodNotAllowed, "CONNECT is not served here")
 			return
 		}
 		s.tunnel(w, r)
@@ -167,21 +168,11 @@ func (s *Server) requireToken(next http.Handler) http.Handler {
 			return
 		}
 		if subtle.ConstantTimeCompare([]byte(r.Header.Get(envdapi.HeaderAccessToken)), []byte(token)) != 1 {
-			WriteError(w, http.StatusUnauthorized, unauthorized)
+			envderr.Write(w, http.StatusUnauthorized, unauthorized)
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
-}
-
-// WriteError writes envd's REST error body: {"code": <status>, "message": …}.
-func WriteError(w http.ResponseWriter, status int, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(struct {
-		Code    int    `json:"code"`
-		Message string `json:"message"`
-	}{status, msg})
 }
 
 // init sets the sandbox-wide defaults. It is served on the host's control
@@ -192,7 +183,7 @@ func (s *Server) init(w http.ResponseWriter, r *http.Request) {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
 	// An empty body changes nothing.
 	if err := dec.Decode(&req); err != nil && !errors.Is(err, io.EOF) {
-		WriteError(w, http.StatusBadRequest, "invalid /init body: "+err.Error())
+		envderr.Write(w, http.StatusBadRequest, "invalid /init body: "+err.Error())
 		return
 	}
 	if req.AccessToken != nil {

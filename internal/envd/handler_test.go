@@ -2,6 +2,7 @@ package envd_test
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -62,6 +63,16 @@ func TestHandlerTokenBeforeEverything(t *testing.T) {
 			tt.h.ServeHTTP(rec, req)
 			if rec.Code != tt.want || !strings.Contains(rec.Body.String(), tt.wantMsg) {
 				t.Errorf("%s %s: %d %q, want %d with %q", tt.method, tt.target, rec.Code, rec.Body.String(), tt.want, tt.wantMsg)
+			}
+			// envd's own refusals are its one REST error body.
+			if tt.want >= 400 && tt.wantMsg != "" {
+				var body struct {
+					Code    int    `json:"code"`
+					Message string `json:"message"`
+				}
+				if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil || body.Code != tt.want || rec.Header().Get("Content-Type") != "application/json" {
+					t.Errorf("%s %s: error body %q (%s), want {\"code\":%d,…} as application/json", tt.method, tt.target, rec.Body.String(), rec.Header().Get("Content-Type"), tt.want)
+				}
 			}
 			if got := srv.State().Token(); got != "the-token" {
 				t.Fatalf("the access token became %q", got)

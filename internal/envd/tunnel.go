@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/hutch-sandbox/hutch/internal/envd/envderr"
 	"github.com/hutch-sandbox/hutch/internal/splice"
 )
 
@@ -29,28 +30,28 @@ func (s *Server) tunnel(w http.ResponseWriter, r *http.Request) {
 	case s.tunnels <- struct{}{}:
 		defer func() { <-s.tunnels }()
 	default:
-		WriteError(w, http.StatusServiceUnavailable, fmt.Sprintf("the sandbox has %d connections to its ports open, the most it may", cap(s.tunnels)))
+		envderr.Write(w, http.StatusServiceUnavailable, fmt.Sprintf("the sandbox has %d connections to its ports open, the most it may", cap(s.tunnels)))
 		return
 	}
 	host, p, err := net.SplitHostPort(r.Host)
 	port, perr := strconv.Atoi(p)
 	if err != nil || perr != nil || port < 1 || port > 65535 {
-		WriteError(w, http.StatusBadRequest, "CONNECT needs 127.0.0.1:<port>, got "+strconv.Quote(r.Host))
+		envderr.Write(w, http.StatusBadRequest, "CONNECT needs 127.0.0.1:<port>, got "+strconv.Quote(r.Host))
 		return
 	}
 	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-		WriteError(w, http.StatusForbidden, "CONNECT reaches the sandbox's loopback only, not "+host)
+		envderr.Write(w, http.StatusForbidden, "CONNECT reaches the sandbox's loopback only, not "+host)
 		return
 	}
 	upstream, err := dialLoopback(r.Context(), port)
 	if err != nil {
-		WriteError(w, http.StatusBadGateway, "port "+p+" is not open in the sandbox: "+err.Error())
+		envderr.Write(w, http.StatusBadGateway, "port "+p+" is not open in the sandbox: "+err.Error())
 		return
 	}
 	hj, ok := w.(http.Hijacker)
 	if !ok {
 		upstream.Close()
-		WriteError(w, http.StatusHTTPVersionNotSupported, "CONNECT needs HTTP/1.1")
+		envderr.Write(w, http.StatusHTTPVersionNotSupported, "CONNECT needs HTTP/1.1")
 		return
 	}
 	conn, buf, err := hj.Hijack()

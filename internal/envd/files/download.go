@@ -16,6 +16,7 @@ import (
 
 	"github.com/klauspost/compress/gzip"
 
+	"github.com/hutch-sandbox/hutch/internal/envd/envderr"
 	"github.com/hutch-sandbox/hutch/internal/envd/permissions"
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
 )
@@ -47,7 +48,7 @@ func (s *service) download(w http.ResponseWriter, r *http.Request, u *permission
 	}
 	enc := negotiateEncoding(r.Header.Values("Accept-Encoding"))
 	if enc == "" {
-		writeError(w, http.StatusNotAcceptable, "none of the encodings in Accept-Encoding is supported; supported: gzip, identity")
+		envderr.Write(w, http.StatusNotAcceptable, "none of the encodings in Accept-Encoding is supported; supported: gzip, identity")
 		return
 	}
 	f, err := os.Open(resolved)

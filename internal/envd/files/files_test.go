@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/hutch-sandbox/hutch/internal/envd/config"
+	"github.com/hutch-sandbox/hutch/internal/envdapi"
 )
 
 // testEnv is an in-process envd /files endpoint over a temporary root that
@@ -97,7 +98,7 @@ func readFile(t *testing.T, path string) string {
 
 // checkError asserts the envd REST error body: JSON, integer code equal to
 // the status.
-func checkError(t *testing.T, resp *http.Response, body []byte, wantStatus int) errorBody {
+func checkError(t *testing.T, resp *http.Response, body []byte, wantStatus int) envdapi.Error {
 	t.Helper()
 	if resp.StatusCode != wantStatus {
 		t.Fatalf("status = %d, want %d; body %s", resp.StatusCode, wantStatus, body)
@@ -105,7 +106,7 @@ func checkError(t *testing.T, resp *http.Response, body []byte, wantStatus int) 
 	return checkErrorBody(t, resp.StatusCode, resp.Header, body)
 }
 
-func checkErrorBody(t *testing.T, status int, h http.Header, body []byte) errorBody {
+func checkErrorBody(t *testing.T, status int, h http.Header, body []byte) envdapi.Error {
 	t.Helper()
 	if ct := h.Get("Content-Type"); ct != "application/json" {
 		t.Errorf("error Content-Type = %q, want application/json", ct)
@@ -122,7 +123,7 @@ func checkErrorBody(t *testing.T, status int, h http.Header, body []byte) errorB
 	if !ok || msg == "" {
 		t.Errorf("error body message = %v, want a non-empty string", raw["message"])
 	}
-	return errorBody{Code: int(code), Message: msg}
+	return envdapi.Error{Code: int(code), Message: msg}
 }
 
 // part is one multipart part for multipartBody.

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/envd/config"
+	"github.com/hutch-sandbox/hutch/internal/envd/envderr"
 	"github.com/hutch-sandbox/hutch/internal/envd/permissions"
 	"github.com/hutch-sandbox/hutch/internal/envdapi"
 )
@@ -83,7 +84,7 @@ func (s *service) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		op = envdapi.OpWrite
 	default:
 		w.Header().Set("Allow", "GET, HEAD, POST")
-		writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s is not allowed on /files", r.Method))
+		envderr.Write(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s is not allowed on /files", r.Method))
 		return
 	}
 	q := r.URL.Query()
@@ -103,14 +104,14 @@ func (s *service) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// fail writes err as the JSON error body with the status its class maps to.
-// Server-side failures are logged because the client cannot act on them.
+// fail answers err with the JSON error body and the status its class maps
+// to (envderr.Status). Server-side failures are logged because the client
+// cannot act on them.
 func (s *service) fail(w http.ResponseWriter, r *http.Request, err error) {
-	status := statusOf(err)
+	status := envderr.WriteError(w, err)
 	if status >= 500 {
 		s.log.Error("files request failed", "method", r.Method, "path", r.URL.Query().Get("path"), "status", status, "err", err)
 	} else {
 		s.log.Debug("files request refused", "method", r.Method, "path", r.URL.Query().Get("path"), "status", status, "err", err)
 	}
-	writeError(w, status, err.Error())
 }

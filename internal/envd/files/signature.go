@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/hutch-sandbox/hutch/internal/envd/envderr"
 	"github.com/hutch-sandbox/hutch/internal/envdapi"
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
 )
@@ -20,21 +21,21 @@ const tokenMessage = "unauthorized access, please provide a valid access token o
 // authorize applies envd's /files rules (spec §3.1, §3.9): no token on the
 // sandbox means no checks; an X-Access-Token header must match and then
 // decides alone; otherwise the URL must carry a matching signature that has
-// not expired. Failures wrap errUnauthorized (401), except a malformed
-// signature_expiration, which can never succeed (400).
+// not expired. Failures wrap envderr.ErrUnauthenticated (401), except a
+// malformed signature_expiration, which can never succeed (400).
 func authorize(r *http.Request, q url.Values, token, operation string, now time.Time) error {
 	if token == "" {
 		return nil
 	}
 	if got := r.Header.Get(envdapi.HeaderAccessToken); got != "" {
 		if !equal(got, token) {
-			return fmt.Errorf("%s: %w", tokenMessage, errUnauthorized)
+			return fmt.Errorf("%s: %w", tokenMessage, envderr.ErrUnauthenticated)
 		}
 		return nil
 	}
 	sig := q.Get("signature")
 	if sig == "" {
-		return fmt.Errorf("%s: missing signature query parameter: %w", tokenMessage, errUnauthorized)
+		return fmt.Errorf("%s: missing signature query parameter: %w", tokenMessage, envderr.ErrUnauthenticated)
 	}
 	exp := ""
 	var expires int64
@@ -48,10 +49,10 @@ func authorize(r *http.Request, q url.Values, token, operation string, now time.
 		exp = strconv.FormatInt(expires, 10)
 	}
 	if !equal(sig, envdapi.SignExpiration(q.Get("path"), operation, q.Get("username"), token, exp)) {
-		return fmt.Errorf("invalid signature: %w", errUnauthorized)
+		return fmt.Errorf("invalid signature: %w", envderr.ErrUnauthenticated)
 	}
 	if exp != "" && expires < now.Unix() {
-		return fmt.Errorf("signature is expired: %w", errUnauthorized)
+		return fmt.Errorf("signature is expired: %w", envderr.ErrUnauthenticated)
 	}
 	return nil
 }

@@ -15,6 +15,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
+
+	"github.com/hutch-sandbox/hutch/internal/envd/envderr"
 )
 
 // absent in wantFiles means the file must not exist.
@@ -504,12 +506,12 @@ func TestStatusOf(t *testing.T) {
 		{&os.PathError{Op: "rename", Path: "x", Err: syscall.EISDIR}, 400},
 		{readError(&http.MaxBytesError{Limit: 1}), 413},
 		{readError(io.ErrUnexpectedEOF), 400},
-		{errUnauthorized, 401},
+		{envderr.ErrUnauthenticated, 401},
 		{errors.New("other"), 500},
 	}
 	for _, tc := range tests {
-		if got := statusOf(tc.err); got != tc.want {
-			t.Errorf("statusOf(%v) = %d, want %d", tc.err, got, tc.want)
+		if got := envderr.Status(tc.err); got != tc.want {
+			t.Errorf("Status(%v) = %d, want %d", tc.err, got, tc.want)
 		}
 	}
 }

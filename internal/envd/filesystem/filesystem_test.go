@@ -40,8 +40,7 @@ func newEnv(t *testing.T) *env {
 	st := config.New("0.6.13", "root")
 	svc := NewService(st, nil)
 	mux := http.NewServeMux()
-	path, h := filesystemconnect.NewFilesystemHandler(svc)
-	mux.Handle(path, h)
+	mux.Handle(svc.Handler())
 	srv := httptest.NewServer(mux)
 	t.Cleanup(func() {
 		srv.Close()
@@ -631,24 +630,74 @@ func TestHandleMounts(t *testing.T) {
 	}
 }
 
-func TestCodeOf(t *testing.T) {
+// TestErrorMessages pins the code and the message of the service's
+// errors, as the SDKs receive them.
+func TestErrorMessages(t *testing.T) {
+	e := newEnv(t)
+	c := e.jsonClient()
+	ctx := context.Background()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "f")
+	writeFile(t, file, "x", 0o644)
+	missing := filepath.Join(dir, "missing")
 	tests := []struct {
-		err  error
-		want connect.Code
+		name string
+		call func() error
+		code connect.Code
+		msg  string
 	}{
-		{os.ErrNotExist, connect.CodeNotFound},
-		{&os.PathError{Op: "open", Path: "/x", Err: syscall.ENOENT}, connect.CodeNotFound},
-		{syscall.EACCES, connect.CodePermissionDenied},
-		{syscall.EEXIST, connect.CodeAlreadyExists},
-		{context.DeadlineExceeded, connect.CodeDeadlineExceeded},
-		{errors.New("boom"), connect.CodeInternal},
+		{"stat missing", func() error {
+			_, err := c.Stat(ctx, connect.NewRequest(&pb.StatRequest{Path: missing}))
+			return err
+		}, connect.CodeNotFound, "stat " + missing + ": lstat " + missing + ": no such file or directory"},
+		{"list a file", func() error {
+			_, err := c.ListDir(ctx, connect.NewRequest(&pb.ListDirRequest{Path: file}))
+			return err
+		}, connect.CodeInvalidArgument, "list " + file + ": not a directory: invalid argument"},
+		{"make an existing directory", func() error {
+			_, err := c.MakeDir(ctx, connect.NewRequest(&pb.MakeDirRequest{Path: dir}))
+			return err
+		}, connect.CodeAlreadyExists, "directory " + dir + ": already exists"},
+		{"move a missing source", func() error {
+			_, err := c.Move(ctx, connect.NewRequest(&pb.MoveRequest{Source: missing, Destination: file + "2"}))
+			return err
+		}, connect.CodeNotFound, "source " + missing + ": lstat " + missing + ": no such file or directory"},
+		{"bad ~", func() error {
+			_, err := c.Stat(ctx, connect.NewRequest(&pb.StatRequest{Path: "~x"}))
+			return err
+		}, connect.CodeInvalidArgument, `path "~x": only ~ and ~/ are expanded: invalid argument`},
+		{"unknown watcher", func() error {
+			_, err := c.GetWatcherEvents(ctx, connect.NewRequest(&pb.GetWatcherEventsRequest{WatcherId: "wnope"}))
+			return err
+		}, connect.CodeNotFound, `watcher "wnope": not found`},
+		{"remove an unknown watcher", func() error {
+			_, err := c.RemoveWatcher(ctx, connect.NewRequest(&pb.RemoveWatcherRequest{WatcherId: "wnope"}))
+			return err
+		}, connect.CodeNotFound, `watcher "wnope": not found`},
+		{"watch a file", func() error {
+			_, err := c.CreateWatcher(ctx, connect.NewRequest(&pb.CreateWatcherRequest{Path: file}))
+			return err
+		}, connect.CodeInvalidArgument, "watch " + file + ": not a directory: invalid argument"},
+		{"watch a missing directory", func() error {
+			s, err := c.WatchDir(ctx, connect.NewRequest(&pb.WatchDirRequest{Path: missing}))
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			for s.Receive() {
+			}
+			return s.Err()
+		}, connect.CodeNotFound, "watch " + missing + ": stat " + missing + ": no such file or directory"},
 	}
-	for _, tt := range tests {
-		if got := connect.CodeOf(toConnectError(tt.err)); got != tt.want {
-			t.Errorf("%v → %v, want %v", tt.err, got, tt.want)
-		}
-	}
-	if toConnectError(nil) != nil {
-		t.Error("nil error mapped to non-nil")
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var cerr *connect.Error
+			if err := tc.call(); !errors.As(err, &cerr) {
+				t.Fatalf("got %v, want a Connect error", err)
+			}
+			if cerr.Code() != tc.code || cerr.Message() != tc.msg {
+				t.Errorf("got %v %q, want %v %q", cerr.Code(), cerr.Message(), tc.code, tc.msg)
+			}
+		})
 	}
 }

@@ -25,10 +25,10 @@ func (s *Service) ListDir(ctx context.Context, req *connect.Request[pb.ListDirRe
 	}
 	fi, err := os.Stat(path)
 	if err != nil {
-		return nil, toConnectError(fmt.Errorf("list %s: %w", path, err))
+		return nil, fmt.Errorf("list %s: %w", path, err)
 	}
 	if !fi.IsDir() {
-		return nil, toConnectError(fmt.Errorf("list %s: not a directory: %w", path, errdefs.ErrInvalidArgument))
+		return nil, fmt.Errorf("list %s: not a directory: %w", path, errdefs.ErrInvalidArgument)
 	}
 	depth := int(req.Msg.GetDepth())
 	if depth == 0 {
@@ -36,7 +36,7 @@ func (s *Service) ListDir(ctx context.Context, req *connect.Request[pb.ListDirRe
 	}
 	entries := []*pb.EntryInfo{}
 	if err := listInto(ctx, &entries, path, depth, loadIDNames()); err != nil {
-		return nil, toConnectError(fmt.Errorf("list %s: %w", path, err))
+		return nil, fmt.Errorf("list %s: %w", path, err)
 	}
 	return connect.NewResponse(&pb.ListDirResponse{Entries: entries}), nil
 }

@@ -22,16 +22,16 @@ func (s *Service) MakeDir(_ context.Context, req *connect.Request[pb.MakeDirRequ
 	}
 	if fi, err := os.Stat(path); err == nil {
 		if fi.IsDir() {
-			return nil, toConnectError(fmt.Errorf("directory %s: %w", path, errdefs.ErrAlreadyExists))
+			return nil, fmt.Errorf("directory %s: %w", path, errdefs.ErrAlreadyExists)
 		}
-		return nil, toConnectError(fmt.Errorf("%s exists and is not a directory: %w", path, errdefs.ErrInvalidArgument))
+		return nil, fmt.Errorf("%s exists and is not a directory: %w", path, errdefs.ErrInvalidArgument)
 	}
 	if err := permissions.MkdirAllAs(path, u, 0o755); err != nil {
-		return nil, toConnectError(fmt.Errorf("make directory %s: %w", path, err))
+		return nil, fmt.Errorf("make directory %s: %w", path, err)
 	}
 	e, err := statEntry(path, loadIDNames())
 	if err != nil {
-		return nil, toConnectError(fmt.Errorf("stat %s: %w", path, err))
+		return nil, fmt.Errorf("stat %s: %w", path, err)
 	}
 	return connect.NewResponse(&pb.MakeDirResponse{Entry: e}), nil
 }

@@ -18,7 +18,7 @@ func (s *Service) Remove(_ context.Context, req *connect.Request[pb.RemoveReques
 		return nil, err
 	}
 	if err := os.RemoveAll(path); err != nil {
-		return nil, toConnectError(fmt.Errorf("remove %s: %w", path, err))
+		return nil, fmt.Errorf("remove %s: %w", path, err)
 	}
 	return connect.NewResponse(&pb.RemoveResponse{}), nil
 }

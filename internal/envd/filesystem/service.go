@@ -14,8 +14,11 @@ import (
 	"net/http"
 	"sync"
 
+	"connectrpc.com/connect"
+
 	"github.com/hutch-sandbox/hutch/api/gen/filesystem/filesystemconnect"
 	"github.com/hutch-sandbox/hutch/internal/envd/config"
+	"github.com/hutch-sandbox/hutch/internal/envd/envderr"
 	"github.com/hutch-sandbox/hutch/internal/envd/permissions"
 )
 
@@ -46,9 +49,15 @@ func NewService(st *config.State, logger *slog.Logger) *Service {
 // Handle mounts the filesystem.Filesystem service on mux. Polled watchers
 // live as long as the process, which matches envd's lifetime.
 func Handle(mux *http.ServeMux, st *config.State, logger *slog.Logger) {
-	svc := NewService(st, logger)
-	path, h := filesystemconnect.NewFilesystemHandler(svc)
-	mux.Handle(path, h)
+	mux.Handle(NewService(st, logger).Handler())
+}
+
+// Handler returns the service's path and its Connect handler. Handlers
+// return errors as they classify them; the handler's interceptor
+// (envderr.Interceptor) turns them into Connect codes, the only place
+// that does.
+func (s *Service) Handler() (string, http.Handler) {
+	return filesystemconnect.NewFilesystemHandler(s, connect.WithInterceptors(envderr.Interceptor()))
 }
 
 // Close stops every polled watcher, releasing their inotify instances.
@@ -63,13 +72,9 @@ func (s *Service) Close() {
 }
 
 // user resolves the user a request acts as: the Basic Authorization header,
-// else envd's default user. Errors are already Connect errors.
+// else envd's default user. Its errors wrap permissions.ErrUnknownUser.
 func (s *Service) user(h http.Header) (*permissions.User, error) {
-	u, err := permissions.UserFromHeader(h, s.st.DefaultUser())
-	if err != nil {
-		return nil, toConnectError(err)
-	}
-	return u, nil
+	return permissions.UserFromHeader(h, s.st.DefaultUser())
 }
 
 // userAndPath resolves the request's user and turns path into an absolute,
@@ -81,7 +86,7 @@ func (s *Service) userAndPath(h http.Header, path string) (*permissions.User, st
 	}
 	p, err := permissions.ExpandAndResolve(path, u, s.st.DefaultWorkdir())
 	if err != nil {
-		return nil, "", toConnectError(err)
+		return nil, "", err
 	}
 	return u, p, nil
 }

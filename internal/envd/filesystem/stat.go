@@ -19,7 +19,7 @@ func (s *Service) Stat(_ context.Context, req *connect.Request[pb.StatRequest]) 
 	}
 	e, err := statEntry(path, loadIDNames())
 	if err != nil {
-		return nil, toConnectError(fmt.Errorf("stat %s: %w", path, err))
+		return nil, fmt.Errorf("stat %s: %w", path, err)
 	}
 	return connect.NewResponse(&pb.StatResponse{Entry: e}), nil
 }

@@ -47,7 +47,7 @@ func (s *Service) WatchDir(ctx context.Context, req *connect.Request[pb.WatchDir
 	}
 	w, err := newDirWatcher(path, req.Msg.GetRecursive(), req.Msg.GetIncludeEntry(), req.Msg.GetAllowNetworkMounts(), s.logger)
 	if err != nil {
-		return toConnectError(err)
+		return err
 	}
 	defer w.close()
 
@@ -67,19 +67,19 @@ func (s *Service) WatchDir(ctx context.Context, req *connect.Request[pb.WatchDir
 		case <-ctx.Done():
 			// Cancel (stop()) or deadline: report it as such so a deadline
 			// reaches the SDK as deadline_exceeded (TimeoutError).
-			return toConnectError(ctx.Err())
+			return ctx.Err()
 		case <-idle.C:
 			if err := send(&pb.WatchDirResponse{Event: &pb.WatchDirResponse_Keepalive{Keepalive: &pb.WatchDirResponse_KeepAlive{}}}); err != nil {
 				return err
 			}
 		case err, ok := <-w.fw.Errors:
 			if !ok {
-				return connect.NewError(connect.CodeInternal, errors.New("watcher closed"))
+				return errors.New("watcher closed")
 			}
-			return toConnectError(fmt.Errorf("watch %s: %w", path, err))
+			return fmt.Errorf("watch %s: %w", path, err)
 		case ev, ok := <-w.fw.Events:
 			if !ok {
-				return connect.NewError(connect.CodeInternal, errors.New("watcher closed"))
+				return errors.New("watcher closed")
 			}
 			for _, fe := range w.translate(ev) {
 				if err := send(&pb.WatchDirResponse{Event: &pb.WatchDirResponse_Filesystem{Filesystem: fe}}); err != nil {

@@ -113,7 +113,7 @@ func (s *Service) CreateWatcher(_ context.Context, req *connect.Request[pb.Creat
 	}
 	dw, err := newDirWatcher(path, req.Msg.GetRecursive(), req.Msg.GetIncludeEntry(), req.Msg.GetAllowNetworkMounts(), s.logger)
 	if err != nil {
-		return nil, toConnectError(err)
+		return nil, err
 	}
 	id := newWatcherID()
 	pw := startPollWatcher(dw)
@@ -133,7 +133,7 @@ func (s *Service) GetWatcherEvents(_ context.Context, req *connect.Request[pb.Ge
 	}
 	evs, err := pw.drain()
 	if err != nil {
-		return nil, toConnectError(err)
+		return nil, err
 	}
 	return connect.NewResponse(&pb.GetWatcherEventsResponse{Events: evs}), nil
 }
@@ -146,7 +146,7 @@ func (s *Service) RemoveWatcher(_ context.Context, req *connect.Request[pb.Remov
 	delete(s.watchers, id)
 	s.mu.Unlock()
 	if !ok {
-		return nil, toConnectError(fmt.Errorf("watcher %q: %w", id, errdefs.ErrNotFound))
+		return nil, fmt.Errorf("watcher %q: %w", id, errdefs.ErrNotFound)
 	}
 	pw.close()
 	return connect.NewResponse(&pb.RemoveWatcherResponse{}), nil
@@ -157,7 +157,7 @@ func (s *Service) watcher(id string) (*pollWatcher, error) {
 	pw, ok := s.watchers[id]
 	s.mu.Unlock()
 	if !ok {
-		return nil, toConnectError(fmt.Errorf("watcher %q: %w", id, errdefs.ErrNotFound))
+		return nil, fmt.Errorf("watcher %q: %w", id, errdefs.ErrNotFound)
 	}
 	return pw, nil
 }

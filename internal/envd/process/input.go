@@ -7,6 +7,8 @@ import (
 	"connectrpc.com/connect"
 
 	pb "github.com/hutch-sandbox/hutch/api/gen/process"
+	"github.com/hutch-sandbox/hutch/internal/envd/envderr"
+	"github.com/hutch-sandbox/hutch/internal/errdefs"
 )
 
 // SendInput implements process.Process/SendInput: stdin bytes to a pipe
@@ -36,17 +38,17 @@ func (s *Service) CloseStdin(ctx context.Context, req *connect.Request[pb.CloseS
 		return nil, err
 	}
 	if p.pty != nil {
-		return nil, connect.NewError(connect.CodeInternal, errors.New("cannot close the stdin of a PTY process; send Ctrl-D (0x04) instead"))
+		return nil, errdefs.Mark(errors.New("cannot close the stdin of a PTY process; send Ctrl-D (0x04) instead"), envderr.ErrInternal)
 	}
 	p.stdinMu.Lock()
 	defer p.stdinMu.Unlock()
 	if p.stdin == nil {
-		return nil, connect.NewError(connect.CodeInternal, errors.New("stdin is not open"))
+		return nil, errdefs.Mark(errors.New("stdin is not open"), envderr.ErrInternal)
 	}
 	err = p.stdin.Close()
 	p.stdin = nil
 	if err != nil {
-		return nil, connect.NewError(connect.CodeInternal, err)
+		return nil, errdefs.Mark(err, envderr.ErrInternal)
 	}
 	return connect.NewResponse(&pb.CloseStdinResponse{}), nil
 }
@@ -69,7 +71,7 @@ func (s *Service) StreamInput(ctx context.Context, stream *connect.ClientStream[
 			p = found
 		case *pb.StreamInputRequest_Data:
 			if p == nil {
-				return nil, connect.NewError(connect.CodeFailedPrecondition, errors.New("input before the start message"))
+				return nil, errdefs.Mark(errors.New("input before the start message"), envderr.ErrFailedPrecondition)
 			}
 			if err := p.write(ev.Data.GetInput()); err != nil {
 				return nil, err
@@ -82,30 +84,32 @@ func (s *Service) StreamInput(ctx context.Context, stream *connect.ClientStream[
 	return connect.NewResponse(&pb.StreamInputResponse{}), nil
 }
 
-// write sends input of the kind the process takes.
+// write sends input of the kind the process takes. Input of the wrong
+// kind, or to a closed stdin, is internal: the reference envd answers so
+// and the SDKs raise SandboxError for it.
 func (p *proc) write(in *pb.ProcessInput) error {
 	switch v := in.GetInput().(type) {
 	case *pb.ProcessInput_Stdin:
 		if p.pty != nil {
-			return connect.NewError(connect.CodeInternal, errors.New("process is a PTY: send pty input"))
+			return errdefs.Mark(errors.New("process is a PTY: send pty input"), envderr.ErrInternal)
 		}
 		p.stdinMu.Lock()
 		defer p.stdinMu.Unlock()
 		if p.stdin == nil {
-			return connect.NewError(connect.CodeInternal, errors.New("stdin is not open (start the process with stdin: true)"))
+			return errdefs.Mark(errors.New("stdin is not open (start the process with stdin: true)"), envderr.ErrInternal)
 		}
 		if _, err := p.stdin.Write(v.Stdin); err != nil {
-			return connect.NewError(connect.CodeInternal, err)
+			return errdefs.Mark(err, envderr.ErrInternal)
 		}
 	case *pb.ProcessInput_Pty:
 		if p.pty == nil {
-			return connect.NewError(connect.CodeInternal, errors.New("process has no PTY: send stdin input"))
+			return errdefs.Mark(errors.New("process has no PTY: send stdin input"), envderr.ErrInternal)
 		}
 		if _, err := p.pty.Write(v.Pty); err != nil {
-			return connect.NewError(connect.CodeInternal, err)
+			return errdefs.Mark(err, envderr.ErrInternal)
 		}
 	default:
-		return connect.NewError(connect.CodeInvalidArgument, errors.New("no input"))
+		return errdefs.Mark(errors.New("no input"), errdefs.ErrInvalidArgument)
 	}
 	return nil
 }

@@ -2,7 +2,6 @@ package process
 
 import (
 	"errors"
-	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -41,8 +40,6 @@ type subscriber struct {
 	ch   chan *pb.ProcessEvent
 	gone chan struct{} // closed when the stream leaves
 }
-
-func errorf(format string, a ...any) error { return fmt.Errorf(format, a...) }
 
 // subscribe attaches a stream. Output produced before it attached is not
 // replayed (as in the reference envd); the end event always arrives.

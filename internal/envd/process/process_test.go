@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -421,5 +422,160 @@ func TestAccessToken(t *testing.T) {
 	body, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != 401 || !strings.Contains(string(body), `"code":401`) {
 		t.Errorf("/envs without a token: %d %s", resp.StatusCode, body)
+	}
+}
+
+// TestErrorCodesAndMessages pins the Connect code and the message of every
+// error the process service answers: the SDKs turn the codes into their
+// exception classes (not_found into kill() == false, invalid_argument into
+// InvalidArgumentError, …) and show the messages, some of which are the
+// reference envd's own words.
+func TestErrorCodesAndMessages(t *testing.T) {
+	s := envdtest.Start(t)
+	c := newClient(s)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	pidSel := func(pid uint32) *pb.ProcessSelector {
+		return &pb.ProcessSelector{Selector: &pb.ProcessSelector_Pid{Pid: pid}}
+	}
+	// start runs cmd and returns its pid and the stream to end it with.
+	start := func(req *pb.StartRequest) (uint32, *connect.ServerStreamForClient[pb.StartResponse]) {
+		t.Helper()
+		stream, err := c.Start(ctx, connect.NewRequest(req))
+		if err != nil || !stream.Receive() {
+			t.Fatalf("start: %v %v", err, stream.Err())
+		}
+		return stream.Msg().GetEvent().GetStart().GetPid(), stream
+	}
+	pipe, pipeStream := start(&pb.StartRequest{Process: bash("sleep 30"), Stdin: ptr(false)})
+	term, termStream := start(&pb.StartRequest{Process: bash("sleep 30"), Pty: &pb.PTY{Size: &pb.PTY_Size{Cols: 80, Rows: 24}}})
+	ended, endedStream := start(&pb.StartRequest{Process: bash("true"), Stdin: ptr(false)})
+	collect(endedStream)
+	defer func() {
+		for _, pid := range []uint32{pipe, term} {
+			c.SendSignal(ctx, connect.NewRequest(&pb.SendSignalRequest{Process: pidSel(pid), Signal: pb.Signal_SIGNAL_SIGKILL}))
+		}
+		collect(pipeStream)
+		collect(termStream)
+	}()
+	stdin := func(b string) *pb.ProcessInput {
+		return &pb.ProcessInput{Input: &pb.ProcessInput_Stdin{Stdin: []byte(b)}}
+	}
+	ptyIn := func(b string) *pb.ProcessInput { return &pb.ProcessInput{Input: &pb.ProcessInput_Pty{Pty: []byte(b)}} }
+	startErr := func(req *pb.StartRequest, hdr map[string]string) func() error {
+		return func() error { return run(t, c, req, hdr).err }
+	}
+
+	tests := []struct {
+		name   string
+		call   func() error
+		code   connect.Code
+		msg    string // the whole message, or its start when prefix
+		prefix bool
+	}{
+		{"empty command", startErr(&pb.StartRequest{Process: &pb.ProcessConfig{}}, nil),
+			connect.CodeInvalidArgument, "process.cmd is empty", false},
+		{"command not in PATH", startErr(&pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "no-such-command"}}, nil),
+			connect.CodeInvalidArgument, `exec: "no-such-command": executable file not found in $PATH`, false},
+		{"command path not executable", startErr(&pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "/no/such/command"}}, nil),
+			connect.CodeInvalidArgument, `exec: "/no/such/command": no such executable file`, false},
+		{"missing cwd", startErr(&pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "true", Cwd: ptr("/nope")}}, nil),
+			connect.CodeInvalidArgument, "cwd '/nope' does not exist", false},
+		{"bad ~ in cwd", startErr(&pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "true", Cwd: ptr("~other")}}, nil),
+			connect.CodeInvalidArgument, `path "~other": only ~ and ~/ are expanded: invalid argument`, false},
+		{"unknown user", startErr(&pb.StartRequest{Process: bash("true")}, map[string]string{"Authorization": basicUser("nobody-here")}),
+			connect.CodeUnauthenticated, `user "nobody-here": unknown user`, true},
+		{"garbled user header", func() error {
+			req := connect.NewRequest(&pb.ListRequest{})
+			req.Header().Set("Authorization", "Bearer x")
+			_, err := c.List(ctx, req)
+			return err
+		}, connect.CodeUnauthenticated, "unknown user: authorization header is not Basic: invalid argument", false},
+		{"connect to an unknown pid", func() error {
+			stream, err := c.Connect(ctx, connect.NewRequest(&pb.ConnectRequest{Process: pidSel(999999)}))
+			if err == nil {
+				err = collect(stream).err
+			}
+			return err
+		}, connect.CodeNotFound, "process with pid 999999 not found", false},
+		{"connect to an unknown tag", func() error {
+			stream, err := c.Connect(ctx, connect.NewRequest(&pb.ConnectRequest{Process: &pb.ProcessSelector{Selector: &pb.ProcessSelector_Tag{Tag: "nope"}}}))
+			if err == nil {
+				err = collect(stream).err
+			}
+			return err
+		}, connect.CodeNotFound, `process with tag "nope" not found`, false},
+		{"no selector", func() error {
+			_, err := c.SendInput(ctx, connect.NewRequest(&pb.SendInputRequest{Input: stdin("x")}))
+			return err
+		}, connect.CodeInvalidArgument, "no process selector", false},
+		{"unsupported signal", func() error {
+			_, err := c.SendSignal(ctx, connect.NewRequest(&pb.SendSignalRequest{Process: pidSel(pipe), Signal: pb.Signal_SIGNAL_UNSPECIFIED}))
+			return err
+		}, connect.CodeUnimplemented, "signal SIGNAL_UNSPECIFIED is not supported", false},
+		{"signal to an unknown pid", func() error {
+			_, err := c.SendSignal(ctx, connect.NewRequest(&pb.SendSignalRequest{Process: pidSel(999999), Signal: pb.Signal_SIGNAL_SIGKILL}))
+			return err
+		}, connect.CodeNotFound, "process with pid 999999 not found", false},
+		{"signal to an ended process", func() error {
+			_, err := c.SendSignal(ctx, connect.NewRequest(&pb.SendSignalRequest{Process: pidSel(ended), Signal: pb.Signal_SIGNAL_SIGKILL}))
+			return err
+		}, connect.CodeNotFound, fmt.Sprintf("process with pid %d has already ended", ended), false},
+		{"no input", func() error {
+			_, err := c.SendInput(ctx, connect.NewRequest(&pb.SendInputRequest{Process: pidSel(pipe)}))
+			return err
+		}, connect.CodeInvalidArgument, "no input", false},
+		{"stdin not open", func() error {
+			_, err := c.SendInput(ctx, connect.NewRequest(&pb.SendInputRequest{Process: pidSel(pipe), Input: stdin("x")}))
+			return err
+		}, connect.CodeInternal, "stdin is not open (start the process with stdin: true)", false},
+		{"pty input to a pipe process", func() error {
+			_, err := c.SendInput(ctx, connect.NewRequest(&pb.SendInputRequest{Process: pidSel(pipe), Input: ptyIn("x")}))
+			return err
+		}, connect.CodeInternal, "process has no PTY: send stdin input", false},
+		{"stdin input to a PTY", func() error {
+			_, err := c.SendInput(ctx, connect.NewRequest(&pb.SendInputRequest{Process: pidSel(term), Input: stdin("x")}))
+			return err
+		}, connect.CodeInternal, "process is a PTY: send pty input", false},
+		{"close stdin that is not open", func() error {
+			_, err := c.CloseStdin(ctx, connect.NewRequest(&pb.CloseStdinRequest{Process: pidSel(pipe)}))
+			return err
+		}, connect.CodeInternal, "stdin is not open", false},
+		{"close the stdin of a PTY", func() error {
+			_, err := c.CloseStdin(ctx, connect.NewRequest(&pb.CloseStdinRequest{Process: pidSel(term)}))
+			return err
+		}, connect.CodeInternal, "cannot close the stdin of a PTY process; send Ctrl-D (0x04) instead", false},
+		{"resize a pipe process", func() error {
+			_, err := c.Update(ctx, connect.NewRequest(&pb.UpdateRequest{Process: pidSel(pipe), Pty: &pb.PTY{Size: &pb.PTY_Size{Cols: 10, Rows: 10}}}))
+			return err
+		}, connect.CodeInternal, "process has no PTY to resize", false},
+		{"stream input before its start", func() error {
+			stream := c.StreamInput(ctx)
+			stream.Send(&pb.StreamInputRequest{Event: &pb.StreamInputRequest_Data{Data: &pb.StreamInputRequest_DataEvent{Input: stdin("x")}}})
+			_, err := stream.CloseAndReceive()
+			return err
+		}, connect.CodeFailedPrecondition, "input before the start message", false},
+		{"start deadline", func() error {
+			dctx, dcancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			defer dcancel()
+			stream, err := c.Start(dctx, connect.NewRequest(&pb.StartRequest{Process: bash("sleep 30"), Stdin: ptr(false)}))
+			if err == nil {
+				err = collect(stream).err
+			}
+			return err
+		}, connect.CodeDeadlineExceeded, "", true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.call()
+			var cerr *connect.Error
+			if !errors.As(err, &cerr) {
+				t.Fatalf("got %v, want a Connect error %v", err, tc.code)
+			}
+			msg := cerr.Message()
+			if cerr.Code() != tc.code || (tc.prefix && !strings.HasPrefix(msg, tc.msg)) || (!tc.prefix && msg != tc.msg) {
+				t.Errorf("got %v %q, want %v %q", cerr.Code(), msg, tc.code, tc.msg)
+			}
+		})
 	}
 }

@@ -9,6 +9,8 @@
 package process
 
 import (
+	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -20,6 +22,8 @@ import (
 	pb "github.com/hutch-sandbox/hutch/api/gen/process"
 	"github.com/hutch-sandbox/hutch/api/gen/process/processconnect"
 	"github.com/hutch-sandbox/hutch/internal/envd/config"
+	"github.com/hutch-sandbox/hutch/internal/envd/envderr"
+	"github.com/hutch-sandbox/hutch/internal/errdefs"
 )
 
 // Service implements processconnect.ProcessHandler. The zero value is not
@@ -34,11 +38,13 @@ type Service struct {
 	procs map[uint32]*proc
 }
 
-// Handle mounts the process service on mux.
+// Handle mounts the process service on mux. Its handlers return errors as
+// they classify them (errdefs classes, envderr's, permissions'); the
+// handler's interceptor (envderr.Interceptor) turns them into Connect
+// codes, the only place that does.
 func Handle(mux *http.ServeMux, st *config.State, logger *slog.Logger) *Service {
 	s := &Service{st: st, logger: logger, procs: map[uint32]*proc{}}
-	path, h := processconnect.NewProcessHandler(s)
-	mux.Handle(path, h)
+	mux.Handle(processconnect.NewProcessHandler(s, connect.WithInterceptors(envderr.Interceptor())))
 	return s
 }
 
@@ -52,16 +58,16 @@ func (s *Service) lookup(sel *pb.ProcessSelector) (*proc, error) {
 		if p, ok := s.procs[v.Pid]; ok {
 			return p, nil
 		}
-		return nil, connect.NewError(connect.CodeNotFound, errorf("process with pid %d not found", v.Pid))
+		return nil, errdefs.Mark(fmt.Errorf("process with pid %d not found", v.Pid), errdefs.ErrNotFound)
 	case *pb.ProcessSelector_Tag:
 		for _, p := range s.procs {
 			if p.tag != nil && *p.tag == v.Tag && !p.ended() {
 				return p, nil
 			}
 		}
-		return nil, connect.NewError(connect.CodeNotFound, errorf("process with tag %q not found", v.Tag))
+		return nil, errdefs.Mark(fmt.Errorf("process with tag %q not found", v.Tag), errdefs.ErrNotFound)
 	}
-	return nil, connect.NewError(connect.CodeInvalidArgument, errorf("no process selector"))
+	return nil, errdefs.Mark(errors.New("no process selector"), errdefs.ErrInvalidArgument)
 }
 
 func (s *Service) add(p *proc) {

@@ -8,6 +8,8 @@ import (
 	"connectrpc.com/connect"
 
 	pb "github.com/hutch-sandbox/hutch/api/gen/process"
+	"github.com/hutch-sandbox/hutch/internal/envd/envderr"
+	"github.com/hutch-sandbox/hutch/internal/errdefs"
 )
 
 // SendSignal implements process.Process/SendSignal. Like the reference
@@ -24,7 +26,7 @@ func (s *Service) SendSignal(ctx context.Context, req *connect.Request[pb.SendSi
 	case pb.Signal_SIGNAL_SIGTERM:
 		sig = syscall.SIGTERM
 	default:
-		return nil, connect.NewError(connect.CodeUnimplemented, fmt.Errorf("signal %v is not supported", req.Msg.GetSignal()))
+		return nil, errdefs.Mark(fmt.Errorf("signal %v is not supported", req.Msg.GetSignal()), errdefs.ErrNotImplemented)
 	}
 	p, err := s.lookup(req.Msg.GetProcess())
 	if err != nil {
@@ -33,10 +35,10 @@ func (s *Service) SendSignal(ctx context.Context, req *connect.Request[pb.SendSi
 	// Ended processes stay findable for Connect, but there is nothing left
 	// to signal: the SDK's kill() then returns false.
 	if p.ended() {
-		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("process with pid %d has already ended", p.pid))
+		return nil, errdefs.Mark(fmt.Errorf("process with pid %d has already ended", p.pid), errdefs.ErrNotFound)
 	}
 	if err := p.signal(sig); err != nil {
-		return nil, connect.NewError(connect.CodeInternal, err)
+		return nil, errdefs.Mark(err, envderr.ErrInternal)
 	}
 	return connect.NewResponse(&pb.SendSignalResponse{}), nil
 }

@@ -19,7 +19,9 @@ import (
 	"github.com/creack/pty"
 
 	pb "github.com/hutch-sandbox/hutch/api/gen/process"
+	"github.com/hutch-sandbox/hutch/internal/envd/envderr"
 	"github.com/hutch-sandbox/hutch/internal/envd/permissions"
+	"github.com/hutch-sandbox/hutch/internal/errdefs"
 )
 
 // retainEnded is how long an ended process stays findable by Connect.
@@ -42,7 +44,7 @@ func (s *Service) start(ctx context.Context, req *connect.Request[pb.StartReques
 	}
 	cfg := req.Msg.GetProcess()
 	if cfg.GetCmd() == "" {
-		return nil, nil, connect.NewError(connect.CodeInvalidArgument, errors.New("process.cmd is empty"))
+		return nil, nil, errdefs.Mark(errors.New("process.cmd is empty"), errdefs.ErrInvalidArgument)
 	}
 	dir, err := s.cwd(cfg.Cwd, u)
 	if err != nil {
@@ -51,7 +53,7 @@ func (s *Service) start(ctx context.Context, req *connect.Request[pb.StartReques
 	env := s.environ(u, cfg.GetEnvs())
 	path, err := lookPath(cfg.GetCmd(), envValue(env, "PATH"))
 	if err != nil {
-		return nil, nil, connect.NewError(connect.CodeInvalidArgument, err)
+		return nil, nil, err
 	}
 	cmd := &exec.Cmd{
 		Path: path,
@@ -69,14 +71,14 @@ func (s *Service) start(ctx context.Context, req *connect.Request[pb.StartReques
 	if req.Msg.Pty != nil {
 		master, err := startPTY(cmd, u, req.Msg.GetPty().GetSize())
 		if err != nil {
-			return nil, nil, connect.NewError(connect.CodeInternal, err)
+			return nil, nil, errdefs.Mark(err, envderr.ErrInternal)
 		}
 		p.pty = master
 		outputs = append(outputs, master)
 	} else {
 		outputs, err = startPipes(cmd, p, req.Msg.Stdin == nil || req.Msg.GetStdin())
 		if err != nil {
-			return nil, nil, connect.NewError(connect.CodeInternal, err)
+			return nil, nil, errdefs.Mark(err, envderr.ErrInternal)
 		}
 	}
 	p.pid = uint32(cmd.Process.Pid)
@@ -203,10 +205,8 @@ func follow(ctx context.Context, p *proc, sub *subscriber, keepalive time.Durati
 				return err
 			}
 		case <-ctx.Done():
-			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				return connect.NewError(connect.CodeDeadlineExceeded, ctx.Err())
-			}
-			return connect.NewError(connect.CodeCanceled, ctx.Err())
+			// deadline_exceeded or canceled: the SDKs' TimeoutError.
+			return ctx.Err()
 		}
 	}
 }
@@ -284,13 +284,10 @@ func startPipes(cmd *exec.Cmd, p *proc, stdin bool) ([]*os.File, error) {
 	return []*os.File{outR, errR}, nil
 }
 
-// user resolves the user an RPC acts as.
+// user resolves the user an RPC acts as. Its errors wrap
+// permissions.ErrUnknownUser: unauthenticated, as with the reference envd.
 func (s *Service) user(h http.Header) (*permissions.User, error) {
-	u, err := permissions.UserFromHeader(h, s.st.DefaultUser())
-	if err != nil {
-		return nil, connect.NewError(connect.CodeUnauthenticated, err)
-	}
-	return u, nil
+	return permissions.UserFromHeader(h, s.st.DefaultUser())
 }
 
 // cwd resolves a process's working directory: absent → the default
@@ -306,7 +303,7 @@ func (s *Service) cwd(cwd *string, u *permissions.User) (string, error) {
 		}
 	default:
 		if dir, err = permissions.ExpandAndResolve(*cwd, u, ""); err != nil {
-			return "", connect.NewError(connect.CodeInvalidArgument, err)
+			return "", err // errdefs.ErrInvalidArgument
 		}
 	}
 	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
@@ -314,7 +311,7 @@ func (s *Service) cwd(cwd *string, u *permissions.User) (string, error) {
 		if cwd != nil {
 			given = *cwd
 		}
-		return "", connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("cwd '%s' does not exist", given))
+		return "", errdefs.Mark(fmt.Errorf("cwd '%s' does not exist", given), errdefs.ErrInvalidArgument)
 	}
 	return dir, nil
 }
@@ -355,7 +352,8 @@ func envValue(env []string, key string) string {
 	return ""
 }
 
-// lookPath finds file in path (a PATH value) as a shell would.
+// lookPath finds file in path (a PATH value) as a shell would. Its errors
+// are errdefs.ErrInvalidArgument, with exec's words.
 func lookPath(file, path string) (string, error) {
 	executable := func(p string) bool {
 		fi, err := os.Stat(p)
@@ -365,7 +363,7 @@ func lookPath(file, path string) (string, error) {
 		if executable(file) {
 			return file, nil
 		}
-		return "", fmt.Errorf("exec: %q: no such executable file", file)
+		return "", errdefs.Mark(fmt.Errorf("exec: %q: no such executable file", file), errdefs.ErrInvalidArgument)
 	}
 	for _, dir := range filepath.SplitList(path) {
 		if dir == "" {
@@ -375,7 +373,7 @@ func lookPath(file, path string) (string, error) {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("exec: %q: executable file not found in $PATH", file)
+	return "", errdefs.Mark(fmt.Errorf("exec: %q: executable file not found in $PATH", file), errdefs.ErrInvalidArgument)
 }
 
 // oomScoreStep is how much more a command's oom_score_adj is than envd's:

@@ -8,6 +8,8 @@ import (
 	"github.com/creack/pty"
 
 	pb "github.com/hutch-sandbox/hutch/api/gen/process"
+	"github.com/hutch-sandbox/hutch/internal/envd/envderr"
+	"github.com/hutch-sandbox/hutch/internal/errdefs"
 )
 
 // Update implements process.Process/Update: resize a process's terminal.
@@ -21,10 +23,10 @@ func (s *Service) Update(ctx context.Context, req *connect.Request[pb.UpdateRequ
 	}
 	if size := req.Msg.GetPty().GetSize(); size != nil {
 		if p.pty == nil {
-			return nil, connect.NewError(connect.CodeInternal, errors.New("process has no PTY to resize"))
+			return nil, errdefs.Mark(errors.New("process has no PTY to resize"), envderr.ErrInternal)
 		}
 		if err := pty.Setsize(p.pty, &pty.Winsize{Cols: uint16(size.GetCols()), Rows: uint16(size.GetRows())}); err != nil {
-			return nil, connect.NewError(connect.CodeInternal, err)
+			return nil, errdefs.Mark(err, envderr.ErrInternal)
 		}
 	}
 	return connect.NewResponse(&pb.UpdateResponse{}), nil

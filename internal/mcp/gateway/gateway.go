@@ -15,6 +15,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/hutch-sandbox/hutch/internal/mcp/httperr"
 )
 
 // Defaults of a gateway in a sandbox, as E2B's SDK expects them.
@@ -298,7 +300,9 @@ func (g *Gateway) Handler(token string) http.Handler {
 		Logger:                       g.log,
 	})
 	mux := http.NewServeMux()
-	mux.Handle(Path, bearer(token, h))
+	// One shape for every refusal at Path: a JSON-RPC error object with
+	// its HTTP status (httperr), the bearer check's and the MCP SDK's.
+	mux.Handle(Path, httperr.Handler(bearer(token, h)))
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
 		if !validBearer(r, token) {
 			w.WriteHeader(http.StatusNoContent)
@@ -320,9 +324,7 @@ func bearer(token string, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !validBearer(r, token) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="mcp-gateway"`)
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusUnauthorized)
-			io.WriteString(w, `{"jsonrpc":"2.0","error":{"code":-32001,"message":"unauthorized: send Authorization: Bearer <the gateway token>"}}`+"\n")
+			httperr.Write(w, http.StatusUnauthorized, "unauthorized: send Authorization: Bearer <the gateway token>")
 			return
 		}
 		h.ServeHTTP(w, r)

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -334,18 +335,23 @@ func TestGatewayRefuses(t *testing.T) {
 
 func TestHTTPAuth(t *testing.T) {
 	_, hs := startGateway(t, upstreamServer(t, "solo", nil))
+	// A refusal is a JSON-RPC error object with its status, the bearer
+	// check's and the MCP SDK's alike (wantCode 0: a success).
 	for _, tc := range []struct {
-		name, auth string
-		want       int
+		name, auth  string
+		contentType string
+		want        int
+		wantCode    int64
 	}{
-		{"none", "", http.StatusUnauthorized},
-		{"wrong", "Bearer nope", http.StatusUnauthorized},
-		{"basic", "Basic czNjcmV0", http.StatusUnauthorized},
-		{"right", "Bearer s3cret", http.StatusOK},
+		{"none", "", "application/json", http.StatusUnauthorized, -32001},
+		{"wrong", "Bearer nope", "application/json", http.StatusUnauthorized, -32001},
+		{"basic", "Basic czNjcmV0", "application/json", http.StatusUnauthorized, -32001},
+		{"right", "Bearer s3cret", "application/json", http.StatusOK, 0},
+		{"right, not JSON", "Bearer s3cret", "text/plain", http.StatusUnsupportedMediaType, -32600},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req, _ := http.NewRequest("POST", hs.URL+Path, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`))
-			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Content-Type", tc.contentType)
 			req.Header.Set("Accept", "application/json, text/event-stream")
 			// Through Hutch's proxy the Host is the sandbox's public name.
 			req.Host = "50005-isandbox.hutch.test"
@@ -356,9 +362,24 @@ func TestHTTPAuth(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode != tc.want {
 				t.Errorf("status %d, want %d", resp.StatusCode, tc.want)
+			}
+			if tc.wantCode == 0 {
+				return
+			}
+			var got struct {
+				JSONRPC string `json:"jsonrpc"`
+				Error   struct {
+					Code    int64  `json:"code"`
+					Message string `json:"message"`
+				} `json:"error"`
+			}
+			if err := json.Unmarshal(body, &got); err != nil || got.JSONRPC != "2.0" || got.Error.Code != tc.wantCode || got.Error.Message == "" ||
+				resp.Header.Get("Content-Type") != "application/json" {
+				t.Errorf("body %q (%s), want a JSON-RPC error %d", body, resp.Header.Get("Content-Type"), tc.wantCode)
 			}
 		})
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/hutch-sandbox/hutch/internal/mcp/httperr"
 	"github.com/hutch-sandbox/hutch/sdk"
 )
 
@@ -53,7 +54,9 @@ type HTTPOptions struct {
 // tools act with that key, so a caller sees only its own sandboxes. Keys
 // are checked with the server (and trusted for a minute). DNS-rebinding
 // (Host) and cross-origin (Origin) requests are refused, and bodies are
-// bounded.
+// bounded. Every such refusal is answered in one shape, a JSON-RPC error
+// object with its HTTP status (httperr), whether this package, the MCP
+// SDK's auth middleware or its transport refused.
 func NewHTTPHandler(opts HTTPOptions) (http.Handler, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -94,7 +97,7 @@ func NewHTTPHandler(opts HTTPOptions) (http.Handler, error) {
 	if !opts.NoAuth {
 		out = auth.RequireBearerToken(keys.verify, &auth.RequireBearerTokenOptions{Scopes: []string{scope}})(out)
 	}
-	return out, nil
+	return httperr.Handler(out), nil
 }
 
 // requestContextKey carries the context of the HTTP request of a call
@@ -123,7 +126,12 @@ func (f *inflight) wrap(h http.Handler) http.Handler {
 		if r.Method == http.MethodPost {
 			body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
 			if err != nil {
-				http.Error(w, fmt.Sprintf("request body: %v", err), http.StatusRequestEntityTooLarge)
+				status := http.StatusBadRequest
+				var tooBig *http.MaxBytesError
+				if errors.As(err, &tooBig) {
+					status = http.StatusRequestEntityTooLarge
+				}
+				httperr.Write(w, status, fmt.Sprintf("request body: %v", err))
 				return
 			}
 			r.Body = io.NopCloser(bytes.NewReader(body))

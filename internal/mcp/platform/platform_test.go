@@ -337,17 +337,27 @@ func TestHTTPKeys(t *testing.T) {
 	fails(t, b, "sandbox_kill", map[string]any{"sandbox_id": made.SandboxID}, "not found")
 	ok[KillOutput](t, a, "sandbox_kill", map[string]any{"sandbox_id": made.SandboxID})
 
+	const list = `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}`
+	keyA := map[string]string{"Authorization": "Bearer " + h.keyA}
+	// Every refusal is a JSON-RPC error object (no id: the request was not
+	// read) with a meaningful status, whoever refused: the auth
+	// middleware, the transport or the body limit.
 	for _, tc := range []struct {
-		name   string
-		header map[string]string
-		want   int
+		name         string
+		method, body string
+		header       map[string]string
+		want         int
+		wantCode     int64
 	}{
-		{"no key", nil, http.StatusUnauthorized},
-		{"wrong key", map[string]string{"Authorization": "Bearer e2b_" + strings.Repeat("0", 40)}, http.StatusUnauthorized},
-		{"foreign origin", map[string]string{"Authorization": "Bearer " + h.keyA, "Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site"}, http.StatusForbidden},
+		{"no key", "POST", list, nil, http.StatusUnauthorized, -32001},
+		{"wrong key", "POST", list, map[string]string{"Authorization": "Bearer e2b_" + strings.Repeat("0", 40)}, http.StatusUnauthorized, -32001},
+		{"foreign origin", "POST", list, map[string]string{"Authorization": "Bearer " + h.keyA, "Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site"}, http.StatusForbidden, -32600},
+		{"body too large", "POST", `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"x":"` + strings.Repeat("x", MaxBodyBytes) + `"}}`, keyA, http.StatusRequestEntityTooLarge, -32600},
+		{"not JSON", "POST", `{"jsonrpc":`, keyA, http.StatusBadRequest, -32600},
+		{"no GET stream", "GET", "", keyA, http.StatusMethodNotAllowed, -32600},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			req, _ := http.NewRequest("POST", srv.URL, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}`))
+			req, _ := http.NewRequest(tc.method, srv.URL, strings.NewReader(tc.body))
 			req.Header.Set("Content-Type", "application/json")
 			req.Header.Set("Accept", "application/json, text/event-stream")
 			for k, v := range tc.header {
@@ -357,9 +367,25 @@ func TestHTTPKeys(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode != tc.want {
 				t.Errorf("status %d, want %d", resp.StatusCode, tc.want)
+			}
+			var got struct {
+				JSONRPC string          `json:"jsonrpc"`
+				ID      json.RawMessage `json:"id"`
+				Error   struct {
+					Code    int64  `json:"code"`
+					Message string `json:"message"`
+				} `json:"error"`
+			}
+			if err := json.Unmarshal(body, &got); err != nil || got.JSONRPC != "2.0" || got.ID != nil || got.Error.Code != tc.wantCode || got.Error.Message == "" ||
+				resp.Header.Get("Content-Type") != "application/json" {
+				t.Errorf("body %q (%s), want a JSON-RPC error %d without an id", body, resp.Header.Get("Content-Type"), tc.wantCode)
+			}
+			if tc.want == http.StatusUnauthorized && !strings.Contains(resp.Header.Get("WWW-Authenticate"), "Bearer") {
+				t.Errorf("401 without a Bearer challenge: %q", resp.Header.Get("WWW-Authenticate"))
 			}
 		})
 	}
