@@ -29,7 +29,7 @@ import (
 //     invalid_argument;
 //   - errdefs.ErrAlreadyExists, fs.ErrExist: already_exists;
 //   - fs.ErrPermission, EROFS: permission_denied;
-//   - ErrFailedPrecondition: failed_precondition;
+//   - errdefs.ErrFailedPrecondition: failed_precondition;
 //   - errdefs.ErrNotImplemented: unimplemented;
 //   - errdefs.ErrResourceExhausted: resource_exhausted (RateLimitError);
 //   - context.DeadlineExceeded: deadline_exceeded;
@@ -60,7 +60,7 @@ func Code(err error) connect.Code {
 		return connect.CodeAlreadyExists
 	case errors.Is(err, os.ErrPermission), errors.Is(err, syscall.EROFS):
 		return connect.CodePermissionDenied
-	case errors.Is(err, ErrFailedPrecondition):
+	case errors.Is(err, errdefs.ErrFailedPrecondition):
 		return connect.CodeFailedPrecondition
 	case errors.Is(err, errdefs.ErrNotImplemented):
 		return connect.CodeUnimplemented

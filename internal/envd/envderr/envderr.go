@@ -20,9 +20,6 @@ var (
 	// URL signature) are missing, wrong or expired: unauthenticated, 401
 	// (AuthenticationError in the SDKs).
 	ErrUnauthenticated = errors.New("unauthorized")
-	// ErrFailedPrecondition means the request came before the state it
-	// needs: input on a stream before the message that selects the process.
-	ErrFailedPrecondition = errors.New("failed precondition")
 	// ErrInternal marks a failure of envd or of the OS that the client can
 	// do nothing about, whatever the error it marks wraps: starting a
 	// command that fails with ENOENT (its interpreter is missing) is

@@ -44,7 +44,7 @@ var classes = []struct {
 	{"resource exhausted", fmt.Errorf("x: %w", errdefs.ErrResourceExhausted), connect.CodeResourceExhausted, 429},
 	{"unauthenticated", fmt.Errorf("invalid signature: %w", envderr.ErrUnauthenticated), connect.CodeUnauthenticated, 401},
 	{"unknown user before not found", unknownUser, connect.CodeUnauthenticated, 401},
-	{"failed precondition", errdefs.Mark(errors.New("input first"), envderr.ErrFailedPrecondition), connect.CodeFailedPrecondition, 400},
+	{"failed precondition", errdefs.Mark(errors.New("input first"), errdefs.ErrFailedPrecondition), connect.CodeFailedPrecondition, 409},
 	{"internal", errdefs.Mark(errors.New("x"), envderr.ErrInternal), connect.CodeInternal, 500},
 	{"internal before the OS error it marks", errdefs.Mark(pathErr(syscall.ENOENT), envderr.ErrInternal), connect.CodeInternal, 500},
 	{"ENOENT", pathErr(syscall.ENOENT), connect.CodeNotFound, 404},

@@ -29,7 +29,7 @@ import (
 //   - errdefs.ErrNotFound, fs.ErrNotExist: 404;
 //   - fs.ErrPermission, EROFS: 403;
 //   - errdefs.ErrAlreadyExists: 409;
-//   - ErrFailedPrecondition: 400, as Connect's HTTP mapping has it;
+//   - errdefs.ErrFailedPrecondition: 409, as the control plane answers it;
 //   - errdefs.ErrNotImplemented: 501;
 //   - errdefs.ErrUnavailable: 503;
 //   - errdefs.ErrResourceExhausted: 429 (RateLimitError);
@@ -57,8 +57,8 @@ func Status(err error) int {
 		return http.StatusForbidden
 	case errors.Is(err, errdefs.ErrAlreadyExists):
 		return http.StatusConflict
-	case errors.Is(err, ErrFailedPrecondition):
-		return http.StatusBadRequest
+	case errors.Is(err, errdefs.ErrFailedPrecondition):
+		return http.StatusConflict
 	case errors.Is(err, errdefs.ErrNotImplemented):
 		return http.StatusNotImplemented
 	case errors.Is(err, errdefs.ErrUnavailable):

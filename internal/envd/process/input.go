@@ -71,7 +71,7 @@ func (s *Service) StreamInput(ctx context.Context, stream *connect.ClientStream[
 			p = found
 		case *pb.StreamInputRequest_Data:
 			if p == nil {
-				return nil, errdefs.Mark(errors.New("input before the start message"), envderr.ErrFailedPrecondition)
+				return nil, errdefs.Mark(errors.New("input before the start message"), errdefs.ErrFailedPrecondition)
 			}
 			if err := p.write(ev.Data.GetInput()); err != nil {
 				return nil, err
