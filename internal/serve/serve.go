@@ -104,6 +104,10 @@ func Open(ctx context.Context, cfg Config) (_ *Server, retErr error) {
 	if err != nil {
 		return nil, err
 	}
+	// Better no server than one whose every create fails.
+	if err := rt.Reachable(); err != nil {
+		return nil, err
+	}
 	if cfg.TuneHost {
 		tuneHost(logger)
 	}

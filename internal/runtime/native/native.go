@@ -94,11 +94,23 @@ func New(opts Options) (*Runtime, error) {
 			return nil, fmt.Errorf("data dir: %w", err)
 		}
 	}
+	// MkdirAll leaves a directory that exists as it is (mktemp -d makes
+	// 0700). Those above the data dir are checked at each Create.
+	if err := openToSandboxes(rt.dataDir, filepath.Join(rt.dataDir, "sandboxes")); err != nil {
+		return nil, err
+	}
 	return rt, nil
 }
 
 // DataDir is the runtime's state directory.
 func (rt *Runtime) DataDir() string { return rt.dataDir }
+
+// Reachable reports why sandboxes cannot reach their files in the data
+// dir, nil when they can: a directory above it that other users may not
+// pass through (New opens the data dir itself to them). Create fails with
+// this error (it wraps errdefs.ErrUnavailable) while it lasts; `hutch
+// serve` refuses to start with it.
+func (rt *Runtime) Reachable() error { return reachable(rt.dataDir) }
 
 func (rt *Runtime) selfExe() (*os.File, error) {
 	rt.selfOnce.Do(func() { rt.self, rt.selfErr = selfExe(filepath.Join(rt.dataDir, "empty")) })
@@ -171,6 +183,9 @@ func (rt *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.San
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := rt.Reachable(); err != nil {
 		return nil, err
 	}
 	tpl, err := rt.templates.Get(spec.Template)

@@ -51,9 +51,19 @@ type Server struct {
 func StartServe(t *testing.T, bin string, args ...string) *Server {
 	t.Helper()
 	tmp := t.TempDir()
-	// Sandboxes' uids must traverse to their layers under the data dir.
+	// Sandboxes' uids must traverse to their layers under the data dir:
+	// hutch serve opens the data dir itself, never the ones above it.
 	os.Chmod(filepath.Dir(tmp), 0o711)
 	os.Chmod(tmp, 0o711)
+	return StartServeIn(t, bin, filepath.Join(tmp, "data"), args...)
+}
+
+// StartServeIn is StartServe on the data dir given, which need not exist;
+// the directory and those above it are the caller's (their modes are left
+// as they are), the sandboxes the server made are removed when the test
+// ends.
+func StartServeIn(t *testing.T, bin, data string, args ...string) *Server {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +74,6 @@ func StartServe(t *testing.T, bin string, args ...string) *Server {
 	if templates == "" {
 		templates = "/var/lib/hutch/templates"
 	}
-	data := filepath.Join(tmp, "data")
 	s := &Server{
 		t: t, Bin: bin, Addr: addr, DataDir: data, args: append([]string{"--network=false"}, args...),
 		Env: append(os.Environ(), "HUTCH_DATA_DIR="+data, "HUTCH_TEMPLATES="+templates, "HUTCH_API_KEY="+TestKey),
