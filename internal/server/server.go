@@ -99,7 +99,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			s.proxy(w, r, id, envdapi.Port)
 			return
 		}
-		e2bapi.WriteError(w, http.StatusUnauthorized, "the signature matches no running sandbox", "")
+		// What the sandbox's envd says of a signature not its own, word
+		// for word: at E2B the URL's host names the sandbox, and its envd
+		// answers.
+		e2bapi.WriteError(w, http.StatusUnauthorized, "invalid signature", "")
 		return
 	}
 	s.api.ServeHTTP(w, r)

@@ -96,7 +96,7 @@ func TestAPIErrors(t *testing.T) {
 		{name: "unknown endpoint", method: "GET", path: "/nope", wantStatus: 404, wantBody: `"code":404`},
 		{name: "envd of an unknown sandbox", method: "GET", path: "/health", header: map[string]string{"E2b-Sandbox-Id": "inope", "E2b-Sandbox-Port": "49983"}, wantStatus: 502, wantBody: `"sandboxId":"inope"`},
 		{name: "host-routed unknown sandbox", method: "GET", path: "/health", host: "49983-inope.sandbox.test", wantStatus: 502, wantBody: `"code":502`},
-		{name: "signed URL of no sandbox", method: "GET", path: "/files?path=x&signature=v1_AAAA", wantStatus: 401, wantBody: `"code":401`},
+		{name: "signed URL of no sandbox", method: "GET", path: "/files?path=x&signature=v1_AAAA", wantStatus: 401, wantBody: `{"code":401,"message":"invalid signature"}`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -84,7 +84,14 @@ test('signed URLs work from a plain HTTP client', opts, async () => {
     assert.equal(await (await fetch(down)).text(), 'signed content')
     // A tampered signature is refused.
     const bad = down.replace(/signature=v1_[^&]+/, 'signature=v1_AAAA')
-    assert.equal((await fetch(bad)).status, 401)
+    const refused = await fetch(bad)
+    assert.equal(refused.status, 401)
+    assert.deepEqual(await refused.json(), { code: 401, message: 'invalid signature' })
+    // An expired one says so in envd's words, which users match on (E2B's
+    // own SDK tests expect exactly this body).
+    const expired = await fetch(await sbx.downloadUrl(path, { useSignatureExpiration: -10_000 }))
+    assert.equal(expired.status, 401)
+    assert.deepEqual(await expired.json(), { code: 401, message: 'signature is already expired' })
   } finally {
     await sbx.kill()
   }

@@ -27,6 +27,7 @@ func TestAuth(t *testing.T) {
 		header     http.Header
 		wantStatus int
 		wantMsg    string // substring of the error message
+		exact      bool   // wantMsg is the whole message: E2B's envd says exactly this
 	}{
 		{name: "no header, no signature", query: url.Values{"path": {file}}, wantStatus: 401, wantMsg: tokenMessage},
 		{name: "wrong header", query: url.Values{"path": {file}}, header: http.Header{"X-Access-Token": {"wrong"}}, wantStatus: 401, wantMsg: tokenMessage},
@@ -53,7 +54,12 @@ func TestAuth(t *testing.T) {
 			wantStatus: 200,
 		},
 		{name: "write signature used for read", query: url.Values{"path": {file}, "signature": {envdapi.Sign(file, "write", "", token, 0)}}, wantStatus: 401},
-		{name: "wrong signature", query: url.Values{"path": {file}, "signature": {"v1_AAAA"}}, wantStatus: 401, wantMsg: "invalid signature"},
+		{name: "wrong signature", query: url.Values{"path": {file}, "signature": {"v1_AAAA"}}, wantStatus: 401, wantMsg: "invalid signature", exact: true},
+		{
+			name:       "wrong signature, expired too",
+			query:      url.Values{"path": {file}, "signature": {"v1_AAAA"}, "signature_expiration": {exp(past)}},
+			wantStatus: 401, wantMsg: "invalid signature", exact: true,
+		},
 		{name: "signature with another token", query: url.Values{"path": {file}, "signature": {envdapi.Sign(file, "read", "", "other", 0)}}, wantStatus: 401},
 		{
 			name:       "signature with expiration",
@@ -63,7 +69,7 @@ func TestAuth(t *testing.T) {
 		{
 			name:       "expired signature",
 			query:      url.Values{"path": {file}, "signature": {envdapi.Sign(file, "read", "", token, past)}, "signature_expiration": {exp(past)}},
-			wantStatus: 401, wantMsg: "expired",
+			wantStatus: 401, wantMsg: "signature is already expired", exact: true,
 		},
 		{
 			name:       "expiration not covered by the signature",
@@ -114,8 +120,8 @@ func TestAuth(t *testing.T) {
 				return
 			}
 			eb := checkError(t, resp, body, tc.wantStatus)
-			if !strings.Contains(eb.Message, tc.wantMsg) {
-				t.Errorf("message %q does not contain %q", eb.Message, tc.wantMsg)
+			if !strings.Contains(eb.Message, tc.wantMsg) || tc.exact && eb.Message != tc.wantMsg {
+				t.Errorf("message %q, want %q (exactly: %v)", eb.Message, tc.wantMsg, tc.exact)
 			}
 		})
 	}
