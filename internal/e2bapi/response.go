@@ -149,6 +149,17 @@ type Lifecycle struct {
 	AutoResume bool `json:"autoResume"`
 }
 
+// TemplateAliasResponse is the body of GET /templates/aliases/{alias}
+// (200): the template the alias names. The SDKs' Template.exists reads only
+// the status (200 or 403: it exists; 404: it does not).
+type TemplateAliasResponse struct {
+	// Public is true for a template every team may use; all of a Hutch
+	// server's templates are usable by every API key.
+	Public bool `json:"public"`
+	// TemplateID identifies the template (create's templateID).
+	TemplateID string `json:"templateID"`
+}
+
 // SandboxMetric is one element of GET /sandboxes/{id}/metrics. Every field
 // is required and always present. Timestamp and TimestampUnix must describe
 // the same instant; [NewSandboxMetric] sets both.

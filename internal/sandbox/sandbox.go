@@ -410,6 +410,17 @@ const (
 	controlSuffix = ".control.sock"
 )
 
+// Template returns the built template called name, which sandboxes can be
+// created from: an error wrapping errdefs.ErrNotFound when there is none,
+// whether or not a template could have that name.
+func (m *Manager) Template(name string) (*template.Template, error) {
+	t, err := m.templates.Get(name)
+	if errors.Is(err, errdefs.ErrInvalidArgument) {
+		return nil, fmt.Errorf("template %q: %w", name, errdefs.ErrNotFound)
+	}
+	return t, err
+}
+
 // Get returns a sandbox the key may see.
 func (m *Manager) Get(ctx context.Context, keyID, id string) (*store.Sandbox, error) {
 	rec, err := m.store.GetSandbox(ctx, keyID, id)

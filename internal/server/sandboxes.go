@@ -33,6 +33,7 @@ func (s *Server) routes() {
 	m.HandleFunc("PUT /sandboxes/{id}/network", s.authed(s.updateNetwork))
 	m.HandleFunc("GET /v2/sandboxes/{id}/logs", s.authed(s.logs))
 	m.HandleFunc("GET /sandboxes/{id}/logs", s.authed(s.legacyLogs))
+	m.HandleFunc("GET /templates/aliases/{alias}", s.authed(s.templateAlias))
 	// Known to the SDKs, not in Hutch yet: a clear 501, never a silent success.
 	for pattern, feature := range map[string]string{
 		"POST /sandboxes/{id}/pause":     "pausing sandboxes",

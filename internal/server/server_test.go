@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -23,9 +24,10 @@ func newTestServer(t *testing.T) (*httptest.Server, string) {
 	return newTestServerWith(t, Options{})
 }
 
-// newTestServerWith is newTestServer with opts (its manager and
-// domain are filled in).
-func newTestServerWith(t *testing.T, opts Options) (*httptest.Server, string) {
+// newTestServerWith is newTestServer with opts (its manager and domain are
+// filled in) and, in its template store, a stand-in for each of templates:
+// a template.json and an empty root, enough to be found but not to run.
+func newTestServerWith(t *testing.T, opts Options, templates ...string) (*httptest.Server, string) {
 	t.Helper()
 	dir := t.TempDir()
 	st, err := store.Open(context.Background(), filepath.Join(dir, "hutch.db"))
@@ -38,6 +40,14 @@ func newTestServerWith(t *testing.T, opts Options) (*httptest.Server, string) {
 		t.Fatal(err)
 	}
 	tpl := template.Open(filepath.Join(dir, "templates"))
+	for _, name := range templates {
+		if err := os.MkdirAll(filepath.Join(tpl.Dir(), name, "rootfs"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(tpl.Dir(), name, "template.json"), []byte(`{"defaultUser":"user"}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	rt, err := native.New(native.Options{DataDir: dir, Templates: tpl})
 	if err != nil {
 		t.Fatal(err)
@@ -133,5 +143,45 @@ func TestAPIErrors(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestTemplateAlias: GET /templates/aliases/{alias}, which the SDKs'
+// Template.exists(name) calls, answers as E2B's API does: 200 with the
+// template's id when a create could use that name, 404 when it could not.
+func TestTemplateAlias(t *testing.T) {
+	srv, key := newTestServerWith(t, Options{}, "base")
+	tests := []struct {
+		alias      string
+		wantStatus int
+		wantBody   string
+	}{
+		{"base", 200, `{"public":true,"templateID":"base"}`},
+		{"no-such-template", 404, `{"code":404,"message":"template 'no-such-template' not found"}`},
+		// No template can be called this: still "not found", as create says.
+		{"Base:v2", 404, `{"code":404,"message":"template 'Base:v2' not found"}`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.alias, func(t *testing.T) {
+			req, _ := http.NewRequest("GET", srv.URL+"/templates/aliases/"+tc.alias, nil)
+			req.Header.Set("X-API-KEY", key)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tc.wantStatus || strings.TrimSpace(string(body)) != tc.wantBody {
+				t.Errorf("got %d %s, want %d %s", resp.StatusCode, body, tc.wantStatus, tc.wantBody)
+			}
+		})
+	}
+	resp, err := http.Get(srv.URL + "/templates/aliases/base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 401 {
+		t.Errorf("without a key: %d, want 401", resp.StatusCode)
 	}
 }

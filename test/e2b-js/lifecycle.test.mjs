@@ -4,7 +4,7 @@
 // plane.
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { Sandbox, SandboxNotFoundError, AuthenticationError } from 'e2b'
+import { Sandbox, SandboxNotFoundError, AuthenticationError, Template } from 'e2b'
 import { throughServe, unique, waitFor } from './helpers.mjs'
 
 const opts = { skip: !throughServe && 'needs hutch serve (E2B_API_KEY)' }
@@ -68,6 +68,11 @@ test('errors: unknown sandbox, wrong key', opts, async () => {
   await assert.rejects(Sandbox.connect('inosuchsandbox0000000'), SandboxNotFoundError)
   assert.equal(await Sandbox.kill('inosuchsandbox0000000'), false)
   await assert.rejects(Sandbox.create({ apiKey: 'e2b_' + '0'.repeat(40) }), AuthenticationError)
+})
+
+test('Template.exists says which templates a create can use', opts, async () => {
+  assert.equal(await Template.exists('base'), true)
+  assert.equal(await Template.exists(unique('no-such-template')), false)
 })
 
 test('signed URLs work from a plain HTTP client', opts, async () => {
