@@ -34,23 +34,47 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /v2/sandboxes/{id}/logs", s.authed(s.logs))
 	m.HandleFunc("GET /sandboxes/{id}/logs", s.authed(s.legacyLogs))
 	m.HandleFunc("GET /templates/aliases/{alias}", s.authed(s.templateAlias))
-	// Known to the SDKs, not in Hutch yet: a clear 501, never a silent success.
-	for pattern, feature := range map[string]string{
-		"POST /sandboxes/{id}/pause":     "pausing sandboxes",
-		"POST /sandboxes/{id}/resume":    "resuming sandboxes",
-		"POST /sandboxes/{id}/fork":      "forking sandboxes",
-		"POST /sandboxes/{id}/snapshots": "snapshots",
-		"GET /snapshots":                 "snapshots",
-		"GET /volumes":                   "volumes",
-		"POST /volumes":                  "volumes",
+	// Known to the SDKs, not in Hutch yet: a clear 501 in E2B's error body,
+	// never a silent success, nor a 404 that reads like a mistyped URL.
+	// The template, secret and volume APIs go whole, by path prefix and
+	// for every method: E2B's OpenAPI document has a dozen template paths
+	// (build, status, logs, files, tags, aliases), deprecated ones besides.
+	const buildHint = "templates are built on the server's host with `hutch template build NAME`"
+	for pattern, answer := range map[string]http.HandlerFunc{
+		"POST /sandboxes/{id}/pause":     s.notYet("pausing sandboxes", ""),
+		"POST /sandboxes/{id}/resume":    s.notYet("resuming sandboxes", ""),
+		"POST /sandboxes/{id}/fork":      s.notYet("forking sandboxes", ""),
+		"POST /sandboxes/{id}/snapshots": s.notYet("snapshots", ""),
+		"GET /snapshots":                 s.notYet("snapshots", ""),
+		"/templates":                     s.notYet("the template API", buildHint),
+		"/templates/":                    s.notYet("the template API", buildHint),
+		"/v2/templates":                  s.notYet("the template API", buildHint),
+		"/v2/templates/":                 s.notYet("the template API", buildHint),
+		"/v3/templates":                  s.notYet("the template API", buildHint),
+		"/v3/templates/":                 s.notYet("the template API", buildHint),
+		"/secrets":                       s.notYet("the secrets API", ""),
+		"/secrets/":                      s.notYet("the secrets API", ""),
+		"/volumes":                       s.notYet("volumes", ""),
+		"/volumes/":                      s.notYet("volumes", ""),
 	} {
-		m.HandleFunc(pattern, s.authed(func(w http.ResponseWriter, r *http.Request) {
-			e2bapi.Write(w, s.logger, e2bapi.NotSupported(feature))
-		}))
+		m.HandleFunc(pattern, s.authed(answer))
 	}
+	// The volume content API takes a volume's own bearer token, not an API
+	// key, and no volume here can have issued one.
+	m.HandleFunc("/volumecontent/", s.notYet("volumes", ""))
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		e2bapi.Write(w, s.logger, e2bapi.NotFound("no such endpoint: "+r.Method+" "+r.URL.Path))
 	})
+}
+
+// notYet answers 501 "<feature> is not supported by Hutch yet", followed by
+// ": <hint>" when there is one.
+func (s *Server) notYet(feature, hint string) http.HandlerFunc {
+	err := e2bapi.NotSupported(feature)
+	if hint != "" {
+		err.Message += ": " + hint
+	}
+	return func(w http.ResponseWriter, r *http.Request) { e2bapi.Write(w, s.logger, err) }
 }
 
 // decode reads a JSON body (optional: an empty body is fine) into v and
