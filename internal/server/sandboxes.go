@@ -67,14 +67,20 @@ func (s *Server) routes() {
 	})
 }
 
-// notYet answers 501 "<feature> is not supported by Hutch yet", followed by
-// ": <hint>" when there is one.
+// notYet answers notSupported(feature, hint).
 func (s *Server) notYet(feature, hint string) http.HandlerFunc {
+	err := notSupported(feature, hint)
+	return func(w http.ResponseWriter, r *http.Request) { e2bapi.Write(w, s.logger, err) }
+}
+
+// notSupported is a 501 "<feature> is not supported by Hutch yet", followed
+// by ": <hint>" when there is one.
+func notSupported(feature, hint string) *e2bapi.StatusError {
 	err := e2bapi.NotSupported(feature)
 	if hint != "" {
 		err.Message += ": " + hint
 	}
-	return func(w http.ResponseWriter, r *http.Request) { e2bapi.Write(w, s.logger, err) }
+	return err
 }
 
 // decode reads a JSON body (optional: an empty body is fine) into v and
@@ -124,6 +130,13 @@ func (s *Server) createV1(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) create(w http.ResponseWriter, r *http.Request, req e2bapi.NewSandboxV2, secure bool) {
+	// No pause yet: a sandbox made to be paused at its timeout would be
+	// killed then instead, losing what its creator meant to keep.
+	if req.AutoPause != nil && *req.AutoPause {
+		e2bapi.Write(w, s.logger, notSupported("pausing sandboxes at their timeout (autoPause, the SDKs' lifecycle onTimeout 'pause')",
+			"sandboxes are killed at their timeout; create without it"))
+		return
+	}
 	if len(req.VolumeMounts) > 0 {
 		e2bapi.Write(w, s.logger, e2bapi.NotSupported("volumes"))
 		return

@@ -70,6 +70,21 @@ test('errors: unknown sandbox, wrong key', opts, async () => {
   await assert.rejects(Sandbox.create({ apiKey: 'e2b_' + '0'.repeat(40) }), AuthenticationError)
 })
 
+test("lifecycle onTimeout 'pause' is refused with 501, and nothing is made", opts, async () => {
+  // Hutch cannot pause yet: accepting it would kill the sandbox at its
+  // timeout, the very thing the caller asked to avoid.
+  const tag = unique('pause')
+  await assert.rejects(
+    Sandbox.create({ metadata: { pause: tag }, lifecycle: { onTimeout: 'pause' } }),
+    (e) => e.statusCode === 501 && /pausing sandboxes at their timeout/.test(e.message),
+  )
+  assert.deepEqual(await Sandbox.list({ query: { metadata: { pause: tag } } }).nextItems(), [])
+  // 'kill', the default, still works.
+  const sbx = await Sandbox.create({ metadata: { pause: tag }, lifecycle: { onTimeout: 'kill' }, timeoutMs: 60_000 })
+  assert.deepEqual((await sbx.getInfo()).lifecycle, { onTimeout: 'kill', autoResume: false })
+  await sbx.kill()
+})
+
 test('Template.exists says which templates a create can use', opts, async () => {
   assert.equal(await Template.exists('base'), true)
   assert.equal(await Template.exists(unique('no-such-template')), false)
