@@ -108,6 +108,7 @@ func Open(ctx context.Context, cfg Config) (_ *Server, retErr error) {
 	if err := rt.Reachable(); err != nil {
 		return nil, err
 	}
+	warnStale(templates, logger)
 	if cfg.TuneHost {
 		tuneHost(logger)
 	}
@@ -150,6 +151,26 @@ func (s *Server) Close() error {
 		errs = append(errs, s.Store.Close())
 	}
 	return errors.Join(errs...)
+}
+
+// warnStale logs each template built from another recipe than this
+// binary's: an upgraded hutch serves the old template (the base one
+// without python and pip, say) until it is rebuilt, which takes minutes
+// and a Debian mirror, so it is said rather than done here.
+func warnStale(templates *template.Store, logger *slog.Logger) {
+	ts, err := templates.List()
+	if err != nil {
+		logger.Warn("templates", "err", err)
+		return
+	}
+	for _, t := range ts {
+		if stale, err := templates.Stale(t.Name); err != nil {
+			logger.Warn("templates", "template", t.Name, "err", err)
+		} else if stale {
+			logger.Warn("template built from an older recipe: sandboxes get the old one until it is rebuilt",
+				"template", t.Name, "rebuild", "hutch template build "+t.Name+" (or ./scripts/setup.sh)")
+		}
+	}
 }
 
 // tuneHost raises the host-wide tables sandboxes share.

@@ -7,6 +7,7 @@ import (
 	"embed"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -90,6 +91,39 @@ func buildHash(r *recipe, from *Config, hutchSum string) string {
 		fmt.Fprintf(h, "\x00hutch\x00%s", hutchSum)
 	}
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// Stale reports whether the built template called name was made from
+// another recipe than this binary's, or on another build of the template
+// it is made from: `hutch template build NAME` would rebuild it, and until
+// then sandboxes get the old one. The hutch binary a template carries is
+// not compared (each build of hutch differs; Build replaces it). A
+// template no embedded recipe makes is never stale; one not built is an
+// error wrapping errdefs.ErrNotFound.
+func (s *Store) Stale(name string) (bool, error) {
+	cur, err := s.Get(name)
+	if err != nil {
+		return false, err
+	}
+	r, err := lookupRecipe(name)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	var from *Config
+	if r.from != "" {
+		f, err := s.Get(r.from)
+		if errors.Is(err, errdefs.ErrNotFound) {
+			return true, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		from = &f.Config
+	}
+	return buildHash(r, from, cur.HutchSHA256) != cur.RecipeHash, nil
 }
 
 // BuildOptions tune Build. The zero value builds from the host's own Debian

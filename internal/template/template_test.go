@@ -404,3 +404,49 @@ func TestRemoveRetired(t *testing.T) {
 		t.Errorf("a mounted retired tree was removed (%v), or %d removed", err2, n)
 	}
 }
+
+// TestStale: a template built from another recipe than the binary's (the
+// base template before it had python and pip, say) is stale, and so is one
+// built on another build of its base; the hutch binary it carries is not
+// compared.
+func TestStale(t *testing.T) {
+	base, _ := lookupRecipe("base")
+	gw, _ := lookupRecipe("mcp-gateway")
+	baseBuilt := time.Date(2026, 11, 26, 9, 3, 53, 0, time.UTC)
+	baseNow := Config{RecipeHash: buildHash(base, nil, ""), Built: baseBuilt}
+	gwOn := func(b Config, sum string) Config {
+		return Config{RecipeHash: buildHash(gw, &Config{RecipeHash: b.RecipeHash, Built: b.Built}, sum), HutchSHA256: sum}
+	}
+	tests := []struct {
+		name      string
+		templates map[string]Config
+		ask       string
+		want      bool
+	}{
+		{"base from this recipe", map[string]Config{"base": baseNow}, "base", false},
+		{"base from an older recipe", map[string]Config{"base": {RecipeHash: "d824edb490f8", Built: baseBuilt}}, "base", true},
+		{"mcp-gateway on this base", map[string]Config{"base": baseNow, "mcp-gateway": gwOn(baseNow, "sum1")}, "mcp-gateway", false},
+		{"mcp-gateway on an earlier build of base", map[string]Config{
+			"base": baseNow, "mcp-gateway": gwOn(Config{RecipeHash: baseNow.RecipeHash, Built: baseBuilt.Add(-time.Hour)}, "sum1"),
+		}, "mcp-gateway", true},
+		{"mcp-gateway whose base is gone", map[string]Config{"mcp-gateway": gwOn(baseNow, "sum1")}, "mcp-gateway", true},
+		{"a template no recipe makes", map[string]Config{"mine": {RecipeHash: "x"}}, "mine", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := Open(t.TempDir())
+			for name, cfg := range tc.templates {
+				os.MkdirAll(filepath.Join(s.Dir(), name, "rootfs"), 0o755)
+				b, _ := json.Marshal(cfg)
+				os.WriteFile(filepath.Join(s.Dir(), name, "template.json"), b, 0o644)
+			}
+			got, err := s.Stale(tc.ask)
+			if err != nil || got != tc.want {
+				t.Errorf("Stale(%s) = %v, %v; want %v", tc.ask, got, err, tc.want)
+			}
+		})
+	}
+	if _, err := Open(t.TempDir()).Stale("base"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("Stale of an unbuilt template = %v, want ErrNotFound", err)
+	}
+}

@@ -67,3 +67,44 @@ func TestDataDirUnderClosedParent(t *testing.T) {
 		t.Errorf("the parent directory is now %v (%v), want it left at 0700", fi.Mode(), err)
 	}
 }
+
+// TestBasePython: the base template answers to python and pip, as E2B's
+// base image (python:3.11) does; with only python3 in it, `python -m
+// http.server` failed with 127. pip installs, as there: Debian's mark of
+// a Python that apt manages (PEP 668) would refuse every install. Run it
+// against a store rebuilt from this checkout's recipe (HUTCH_TEMPLATES):
+// a base built from an older one is the old template.
+func TestBasePython(t *testing.T) {
+	e := startServer(t)
+	sbx := e.sandbox(t, sdk.CreateOptions{})
+	for _, tc := range []struct{ cmd, want string }{
+		{"python --version", "Python 3.11."},
+		{"pip --version", "(python 3.11)"},
+		{"pip3 --version", "(python 3.11)"},
+		{"python -m http.server --help", "usage:"},
+		{"python -m venv /tmp/venv && /tmp/venv/bin/python -c 'import sys; print(sys.prefix)'", "/tmp/venv"},
+	} {
+		res, err := sbx.Commands.Run(t.Context(), tc.cmd, nil)
+		if err != nil {
+			t.Errorf("%s: %v (stderr %q)", tc.cmd, err, errText(res))
+			continue
+		}
+		if !strings.Contains(res.Stdout, tc.want) {
+			t.Errorf("%s printed %q, want %q in it", tc.cmd, res.Stdout, tc.want)
+		}
+	}
+	// Offline (--no-index: nowhere to look), so it fails either way; what
+	// matters is why.
+	res, err := sbx.Commands.Run(t.Context(), "pip install --no-index no-such-package", nil)
+	if err == nil || strings.Contains(errText(res), "externally-managed-environment") || !strings.Contains(errText(res), "No matching distribution found") {
+		t.Errorf("pip install: %v, stderr %q; want it to look for the package, not refuse to install", err, errText(res))
+	}
+}
+
+// errText is a command's standard error, "" when there is no result.
+func errText(res *sdk.CommandResult) string {
+	if res == nil {
+		return ""
+	}
+	return res.Stderr
+}

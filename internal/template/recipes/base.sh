@@ -23,7 +23,7 @@ unshare --mount --propagation private sh -eu -c '
       apt-get update -q
       apt-get install -y -q --no-install-recommends \
         bash coreutils procps ca-certificates curl git sudo python3 iproute2 \
-        iputils-ping less
+        iputils-ping less python-is-python3 python3-pip python3-venv
       apt-get install -y -q --no-install-recommends nodejs npm
       useradd --create-home --uid 1000 --shell /bin/bash user
       echo \"user ALL=(ALL:ALL) NOPASSWD: ALL\" > /etc/sudoers.d/user
@@ -36,6 +36,12 @@ unshare --mount --propagation private sh -eu -c '
 # root). ping needs none: it uses ICMP datagram sockets, which every
 # sandbox's net.ipv4.ping_group_range opens to all its users.
 chroot "$ROOTFS" python3 -c 'import os; os.removexattr("/usr/bin/ping", "security.capability")'
+# E2B's base image is python:3.11, where `python` and `pip` are the names
+# (python-is-python3 and python3-pip give them here) and pip installs
+# packages: Debian marks its Python as managed by apt (PEP 668), which
+# makes every `pip install` fail with externally-managed-environment. In a
+# sandbox nothing else manages it, so the marker goes.
+rm -f "$ROOTFS"/usr/lib/python3*/EXTERNALLY-MANAGED
 # Debian's ~/.bash_logout runs clear_console, which fails without a
 # console; commands run as bash -l -c (E2B's way) then exit 1 instead of
 # their own status under `set -e`. Sandboxes have no console to clear.
