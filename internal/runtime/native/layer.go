@@ -106,30 +106,14 @@ func mountDiskImage(image string) (int, error) {
 	// Once mounted, the file system holds the device: closing ours does
 	// not clear it.
 	defer loop.Close()
-	fsfd, err := unix.Fsopen("ext4", unix.FSOPEN_CLOEXEC)
-	if err != nil {
-		return -1, fmt.Errorf("fsopen ext4: %w", err)
-	}
-	defer unix.Close(fsfd)
-	if err := unix.FsconfigSetString(fsfd, "source", loop.Name()); err != nil {
-		return -1, fmt.Errorf("disk layer source: %w", err)
-	}
 	// The sandbox's superblock is read-write, and the kernel refuses to
 	// mount a superblock it has already with the other mode (EBUSY): the
-	// shared one is made read-only per mount instead, below.
+	// shared one is made read-only per mount instead.
+	var flags []string
 	if !shared {
-		if err := unix.FsconfigSetFlag(fsfd, "ro"); err != nil {
-			return -1, fmt.Errorf("disk layer options: %w", err)
-		}
+		flags = []string{"ro"}
 	}
-	if err := unix.FsconfigCreate(fsfd); err != nil {
-		return -1, fmt.Errorf("mount disk layer: %w", err)
-	}
-	mfd, err := unix.Fsmount(fsfd, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NOEXEC)
-	if err != nil {
-		return -1, fmt.Errorf("fsmount disk layer: %w", err)
-	}
-	return mfd, nil
+	return mountExt4(loop.Name(), flags, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NOEXEC)
 }
 
 // findLoop opens the loop device image (whose stat is st) is attached to,
