@@ -12,10 +12,10 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/hutch-sandbox/hutch/bench/internal/harness"
+	"github.com/hutch-sandbox/hutch/internal/syncbuf"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
@@ -41,7 +41,7 @@ type bench struct {
 	// The Hutch sandbox running envd, and how to reach it.
 	rt      *native.Runtime
 	sbx     runtime.Sandbox
-	envdLog *lockedBuffer
+	envdLog *syncbuf.Buffer
 	client  *http.Client // over the sandbox's host socket
 	url     string
 	proc    processconnect.ProcessClient
@@ -128,7 +128,7 @@ func (b *bench) startSandbox() error {
 		return err
 	}
 	defer f.Close()
-	b.envdLog = &lockedBuffer{}
+	b.envdLog = &syncbuf.Buffer{}
 	ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
 	defer cancel()
 	sbx, err := rt.Create(ctx, runtime.Spec{
@@ -454,21 +454,4 @@ func printRoundTrips(results []*result) {
 	printTable(rows)
 	fmt.Println("times in ms. envd rows: opening the Start stream over the host unix socket until the end event")
 	fmt.Println("(connect-go client, JSON codec, kept-alive HTTP/1.1 connection); exec rows: fork/exec of the CLI until it exits.")
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -6,20 +6,19 @@
 package envdtest
 
 import (
-	"bytes"
 	"context"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/envd"
 	"github.com/hutch-sandbox/hutch/internal/runtime"
 	"github.com/hutch-sandbox/hutch/internal/runtime/native"
+	"github.com/hutch-sandbox/hutch/internal/syncbuf"
 	"github.com/hutch-sandbox/hutch/internal/template"
 )
 
@@ -57,7 +56,7 @@ type Sandbox struct {
 	// SocketPath is the host unix socket Client dials.
 	SocketPath string
 
-	log *lockedBuffer
+	log *syncbuf.Buffer
 }
 
 // Log returns what envd has written so far.
@@ -94,7 +93,7 @@ func Start(t testing.TB) *Sandbox {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	log := &lockedBuffer{}
+	log := &syncbuf.Buffer{}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	sbx, err := rt.Create(ctx, runtime.Spec{Template: "base", Process: runtime.Process{
@@ -124,21 +123,4 @@ func Start(t testing.TB) *Sandbox {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -9,13 +9,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/envdtest"
 	"github.com/hutch-sandbox/hutch/internal/server/servertest"
+	"github.com/hutch-sandbox/hutch/internal/syncbuf"
 	"github.com/hutch-sandbox/hutch/sdk"
 )
 
@@ -47,34 +47,16 @@ func wrapped(t *testing.T, c *sdk.Client) []sdk.SandboxInfo {
 	return out
 }
 
-// lockedBuffer is a bytes.Buffer safe for concurrent use.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // runner is a Run in the background with pipes for the client's side.
 type runner struct {
 	stdin          *io.PipeWriter
-	stdout, stderr *lockedBuffer
+	stdout, stderr *syncbuf.Buffer
 	code           chan int
 }
 
 func start(ctx context.Context, o Options) *runner {
 	pr, pw := io.Pipe()
-	r := &runner{stdin: pw, stdout: &lockedBuffer{}, stderr: &lockedBuffer{}, code: make(chan int, 1)}
+	r := &runner{stdin: pw, stdout: &syncbuf.Buffer{}, stderr: &syncbuf.Buffer{}, code: make(chan int, 1)}
 	o.Stdin, o.Stdout, o.Stderr = pr, r.stdout, r.stderr
 	go func() { r.code <- Run(ctx, o) }()
 	return r

@@ -16,6 +16,7 @@ import (
 
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
 	"github.com/hutch-sandbox/hutch/internal/runtime"
+	"github.com/hutch-sandbox/hutch/internal/syncbuf"
 )
 
 // The seams the lifecycle builds pause, snapshots and forks on: freeze and
@@ -227,7 +228,7 @@ func testDeleteFrozen(t *testing.T, rt runtime.Runtime, tpl string) {
 	for _, disk := range []int64{0, 64 << 20} {
 		t.Run(fmt.Sprintf("disk=%d", disk), func(t *testing.T) {
 			ctx := ctxFor(t)
-			var out lockedBuffer
+			var out syncbuf.Buffer
 			sbx := create(t, rt, runtime.Spec{Template: tpl, Resources: runtime.Resources{DiskBytes: disk}, Process: runtime.Process{
 				Args:   []string{"/bin/sh", "-c", `trap '' TERM; sleep 1000 & sleep 1000 & (sleep 1000 &); echo ready; wait`},
 				Stdout: &out,
@@ -295,7 +296,7 @@ echo ready`
 			if tc.frozen {
 				args[2] += "; exec sleep 1000"
 			}
-			var out, errb lockedBuffer
+			var out, errb syncbuf.Buffer
 			sbx := create(t, rt, runtime.Spec{Template: tpl, Resources: runtime.Resources{DiskBytes: tc.disk}, Process: runtime.Process{
 				Args: args, User: "root", Cwd: "/", Stdout: &out, Stderr: &errb,
 			}})

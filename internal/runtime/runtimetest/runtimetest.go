@@ -10,13 +10,13 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
 	"github.com/hutch-sandbox/hutch/internal/runtime"
+	"github.com/hutch-sandbox/hutch/internal/syncbuf"
 )
 
 // Run runs the suite. newRuntime returns a fresh runtime whose sandboxes can
@@ -114,26 +114,8 @@ func testStreams(t *testing.T, rt runtime.Runtime, tpl string) {
 	}
 }
 
-// lockedBuffer is a bytes.Buffer that may be read while a sandbox writes it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 func testSignal(t *testing.T, rt runtime.Runtime, tpl string) {
-	var out lockedBuffer
+	var out syncbuf.Buffer
 	sbx := create(t, rt, runtime.Spec{Template: tpl, Process: runtime.Process{
 		Args:   []string{"/bin/sh", "-c", `trap 'echo got-term; exit 7' TERM; echo ready; while :; do sleep 0.05; done`},
 		Stdout: &out,
@@ -377,7 +359,7 @@ print("ready", flush=True)
 time.sleep(600)'`
 	for _, disk := range []int64{0, 128 << 20} {
 		t.Run(fmt.Sprintf("disk=%d", disk), func(t *testing.T) {
-			var out lockedBuffer
+			var out syncbuf.Buffer
 			sbx := create(t, rt, runtime.Spec{Template: tpl,
 				Resources: runtime.Resources{MemoryBytes: 256 << 20, DiskBytes: disk},
 				Process:   runtime.Process{Args: []string{"/bin/sh", "-c", script}, Stdout: &out, Stderr: &out}})
