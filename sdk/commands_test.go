@@ -48,15 +48,7 @@ func (f *fakeProcess) Start(ctx context.Context, req *connect.Request[process.St
 // do; Exec sends the program and its arguments as they are.
 func TestExecRunsArgvWithoutAShell(t *testing.T) {
 	fake := &fakeProcess{}
-	mux := http.NewServeMux()
-	mux.Handle(processconnect.NewProcessHandler(fake))
-	srv := httptest.NewServer(mux)
-	defer srv.Close()
-	c, err := NewClient(Config{APIKey: "k", APIURL: srv.URL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sbx := c.newSandbox(e2bapiSandbox("ia", ""))
+	sbx := processSandbox(t, fake)
 	ctx := t.Context()
 
 	res, err := sbx.Commands.Exec(ctx, []string{"/usr/bin/tar", "-c", "-f", "/tmp/a b.tar", "-C", "$HOME; rm -rf /", "./x"}, &RunOptions{Envs: map[string]string{"A": "1"}})
@@ -155,16 +147,9 @@ func TestMaxOutput(t *testing.T) {
 			t.Run(fmt.Sprintf("%s deaf=%v", name, deaf), func(t *testing.T) {
 				t.Parallel()
 				fake := &floodProcess{deaf: deaf, killed: make(chan uint32)}
-				mux := http.NewServeMux()
-				mux.Handle(processconnect.NewProcessHandler(fake))
-				srv := httptest.NewServer(mux)
-				defer srv.Close()
-				c, err := NewClient(Config{APIKey: "k", APIURL: srv.URL})
-				if err != nil {
-					t.Fatal(err)
-				}
+				sbx := processSandbox(t, fake)
 				start := time.Now()
-				res, err := run(c.newSandbox(e2bapiSandbox("ia", "")))
+				res, err := run(sbx)
 				took := time.Since(start)
 				if !errors.Is(err, ErrOutputLimit) || !strings.Contains(err.Error(), "MaxOutput (102400 bytes)") {
 					t.Fatalf("err = %v, want ErrOutputLimit naming the cap", err)
@@ -193,4 +178,18 @@ func TestMaxOutput(t *testing.T) {
 			t.Errorf("MaxOutput -1: %v, want ErrInvalidArgument", err)
 		}
 	})
+}
+
+// processSandbox is a sandbox whose envd is h, served for the test.
+func processSandbox(t *testing.T, h processconnect.ProcessHandler) *Sandbox {
+	t.Helper()
+	mux := http.NewServeMux()
+	mux.Handle(processconnect.NewProcessHandler(h))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	c, err := NewClient(Config{APIKey: "k", APIURL: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.newSandbox(e2bapiSandbox("ia", ""))
 }

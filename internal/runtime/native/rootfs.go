@@ -278,11 +278,11 @@ func loopbackUp() error {
 	return nil
 }
 
-// FileMax is the value EnsureFileMax gives fs.file-max: the largest the
+// fileMax is the value EnsureFileMax gives fs.file-max: the largest the
 // kernel takes (LONG_MAX), as systemd sets it at boot.
-const FileMax = math.MaxInt64
+const fileMax = math.MaxInt64
 
-// EnsureFileMax raises the host's fs.file-max to FileMax. The kernel counts
+// EnsureFileMax raises the host's fs.file-max to fileMax. The kernel counts
 // open files host-wide against it, while each file is also charged to its
 // opener's memory cgroup: a sandbox within its memory limit could hold
 // most of a finite table (a 512 MiB sandbox held 2.0 million files, 81 % of
@@ -298,13 +298,13 @@ func EnsureFileMax() (old, now int64, err error) {
 	if old, err = strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err != nil {
 		return 0, 0, fmt.Errorf("fs.file-max: %w", err)
 	}
-	if old >= FileMax {
+	if old >= fileMax {
 		return old, old, nil
 	}
-	if err := os.WriteFile(path, []byte(strconv.FormatInt(FileMax, 10)), 0); err != nil {
+	if err := os.WriteFile(path, []byte(strconv.FormatInt(fileMax, 10)), 0); err != nil {
 		return old, old, fmt.Errorf("raise fs.file-max: %w", err)
 	}
-	return old, FileMax, nil
+	return old, fileMax, nil
 }
 
 // EnsurePtyPool raises the host's kernel.pty.max, when it is lower, so
