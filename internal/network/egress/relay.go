@@ -147,7 +147,12 @@ func forwardRequests(up io.Writer, br *bufio.Reader, name string, reqs chan<- pe
 		if h.unreadable || h.name != name {
 			return h, errOtherServer
 		}
-		p := pending{method: req.Method, switches: switches(req)}
+		hasBody := len(req.TransferEncoding) > 0 || req.ContentLength > 0
+		// A request with a body ends the connection (below), so it never
+		// switches protocols, whatever it asks (review 5: an Upgrade with
+		// a body skipped the rule, and a server that ignored both took the
+		// body for a request the proxy never judged).
+		p := pending{method: req.Method, switches: switches(req) && !hasBody}
 		if p.switches {
 			p.answer = make(chan bool, 1)
 		}
@@ -156,8 +161,7 @@ func forwardRequests(up io.Writer, br *bufio.Reader, name string, reqs chan<- pe
 		case <-respStopped:
 			return h, errors.New("the server has finished")
 		}
-		hasBody := len(req.TransferEncoding) > 0 || req.ContentLength > 0
-		if hasBody && !p.switches {
+		if hasBody {
 			// A server that does not read a body it did not expect (a GET's;
 			// Python's http.server reads none a handler leaves) would take
 			// the body for the next request, one the proxy never judged
@@ -177,7 +181,7 @@ func forwardRequests(up io.Writer, br *bufio.Reader, name string, reqs chan<- pe
 		if err != nil {
 			return h, err
 		}
-		if hasBody && !p.switches {
+		if hasBody {
 			return hello{}, nil // the client makes a new connection for more
 		}
 		if p.switches {
