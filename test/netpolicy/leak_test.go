@@ -357,14 +357,17 @@ func TestServeKilledAndRestarted(t *testing.T) {
 			t.Errorf("sandbox %s, dead, is listed after the restart", id)
 		}
 	}
-	var runtimeIDs []string
-	for _, st := range w.runtimeSandboxes() {
-		runtimeIDs = append(runtimeIDs, st.ID)
-	}
-	sort.Strings(runtimeIDs)
-	if !slices.Equal(api, runtimeIDs) {
-		t.Errorf("after the restart the API lists %v but the runtime has %v", api, runtimeIDs)
-	}
+	// A sandbox whose envd died during the kill leaves the store at once
+	// and the runtime when its removal ends, which may be just after
+	// serve answers: the two agree once it has.
+	waitFor(t, "the API and the runtime to list the same sandboxes", 10*time.Second, func() (bool, string) {
+		var runtimeIDs []string
+		for _, st := range w.runtimeSandboxes() {
+			runtimeIDs = append(runtimeIDs, st.ID)
+		}
+		sort.Strings(runtimeIDs)
+		return slices.Equal(api, runtimeIDs), fmt.Sprintf("after the restart the API lists %v but the runtime has %v", api, runtimeIDs)
+	})
 	mu.Lock()
 	t.Logf("%d creates finished before the kill; %d sandboxes after the restart", len(made), len(api))
 	mu.Unlock()
