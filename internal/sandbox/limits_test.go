@@ -7,12 +7,11 @@ import (
 	"testing"
 
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
-	"github.com/hutch-sandbox/hutch/internal/store"
 )
 
 // createAll runs n creates for keyID at once and returns the sandboxes
 // made and the errors of the others.
-func createAll(m *Manager, keyID string, n int) (made []*store.Sandbox, errs []error) {
+func createAll(m *Manager, keyID string, n int) (made []*Sandbox, errs []error) {
 	var (
 		mu sync.Mutex
 		wg sync.WaitGroup

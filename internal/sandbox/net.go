@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -12,48 +11,17 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/network"
 	"github.com/hutch-sandbox/hutch/internal/network/policy"
 	"github.com/hutch-sandbox/hutch/internal/runtime"
-	"github.com/hutch-sandbox/hutch/internal/store"
 )
 
-// Network is what a create request asks of a sandbox's network, beyond
-// allow_internet_access.
-type Network struct {
-	// AllowOut and DenyOut are the egress rules (IPs, CIDRs, domains).
-	AllowOut, DenyOut []string
-	// AllowPublicTraffic false requires the sandbox's traffic access token
-	// on requests to its ports; it needs CreateRequest.Secure (see
-	// ErrPrivateInsecure).
-	AllowPublicTraffic *bool
-	// MaskRequestHost replaces the Host header of requests to the sandbox's
-	// ports; "${PORT}" in it becomes the port.
-	MaskRequestHost string
-	// JSON is the request's network object, kept as it came for getInfo.
-	JSON string
-}
-
-// netRecord is the part of a record's network object the manager reads.
-type netRecord struct {
-	AllowOut        []string `json:"allowOut"`
-	DenyOut         []string `json:"denyOut"`
-	MaskRequestHost *string  `json:"maskRequestHost"`
-}
-
-// egressOf is the policy a sandbox's record describes.
-func egressOf(rec *store.Sandbox) (*policy.Egress, error) {
-	var n netRecord
-	if rec.Network != "" {
-		if err := json.Unmarshal([]byte(rec.Network), &n); err != nil {
-			return nil, fmt.Errorf("sandbox %s: network record: %w", rec.ID, err)
-		}
+// parseEgress is the egress policy of n; its error is an
+// errdefs.ErrInvalidArgument that starts "network: " and says which rule is
+// wrong.
+func parseEgress(n Network) (*policy.Egress, error) {
+	p, err := policy.Parse(n.InternetAllowed(), n.AllowOut, n.DenyOut)
+	if err != nil {
+		return nil, fmt.Errorf("network: %w", errdefs.Mark(err, errdefs.ErrInvalidArgument))
 	}
-	return policy.Parse(rec.AllowInternetAccess == nil || *rec.AllowInternetAccess, n.AllowOut, n.DenyOut)
-}
-
-// ValidateNetwork checks egress rules before anything is made; its error
-// says which rule is wrong.
-func ValidateNetwork(allowOut, denyOut []string) error {
-	_, err := policy.Parse(true, allowOut, denyOut)
-	return err
+	return p, nil
 }
 
 // attachNetwork gives a sandbox that may reach the internet its link, its
@@ -82,46 +50,26 @@ func (m *Manager) attachNetwork(ctx context.Context, sbx runtime.Sandbox, rt *ro
 	return nil
 }
 
-// NetworkUpdate is PUT /sandboxes/{id}/network. As E2B's, it replaces the
-// egress configuration: an omitted list is cleared, an omitted
-// AllowInternet means the default (internet allowed).
-type NetworkUpdate struct {
+// EgressUpdate replaces a sandbox's egress policy, all of it: an empty
+// list is cleared, a nil Internet means the default (internet allowed).
+type EgressUpdate struct {
+	Internet          *bool
 	AllowOut, DenyOut []string
-	AllowInternet     *bool
 }
 
-// UpdateNetwork changes a running sandbox's egress policy at once:
-// connections the new policy denies are cut. Inbound settings
-// (allowPublicTraffic, maskRequestHost) are not egress and stay.
-func (m *Manager) UpdateNetwork(ctx context.Context, keyID, id string, upd NetworkUpdate) (*store.Sandbox, error) {
-	rec, err := m.store.GetSandbox(ctx, keyID, id)
+// UpdateEgress changes a running sandbox's egress policy at once:
+// connections the new policy denies are cut. Inbound settings (public
+// traffic, the masked Host) are not egress and stay. Rules that do not
+// parse are refused, whatever the sandbox, as Create refuses them.
+func (m *Manager) UpdateEgress(ctx context.Context, keyID, id string, upd EgressUpdate) (*Sandbox, error) {
+	n := Network{Internet: upd.Internet, AllowOut: upd.AllowOut, DenyOut: upd.DenyOut}
+	p, err := parseEgress(n)
 	if err != nil {
 		return nil, err
 	}
-	obj := map[string]any{}
-	if rec.Network != "" {
-		if err := json.Unmarshal([]byte(rec.Network), &obj); err != nil {
-			return nil, fmt.Errorf("sandbox %s: network record: %w", id, err)
-		}
-	}
-	delete(obj, "allowOut")
-	delete(obj, "denyOut")
-	if len(upd.AllowOut) > 0 {
-		obj["allowOut"] = upd.AllowOut
-	}
-	if len(upd.DenyOut) > 0 {
-		obj["denyOut"] = upd.DenyOut
-	}
-	next := rec
-	next.Network = ""
-	if len(obj) > 0 {
-		b, _ := json.Marshal(obj)
-		next.Network = string(b)
-	}
-	next.AllowInternetAccess = upd.AllowInternet
-	p, err := egressOf(&next)
+	rec, err := m.store.GetSandbox(ctx, keyID, id)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
+		return nil, err
 	}
 	if m.net != nil {
 		err := m.net.Update(ctx, id, p)
@@ -141,10 +89,20 @@ func (m *Manager) UpdateNetwork(ctx context.Context, keyID, id string, upd Netwo
 			return nil, err
 		}
 	}
-	if err := m.store.SetNetwork(ctx, id, next.Network, next.AllowInternetAccess); err != nil {
+	if err := m.store.SetEgress(ctx, id, n.Internet, n.AllowOut, n.DenyOut); err != nil {
 		return nil, err
 	}
-	return &next, nil
+	sb := fromRecord(&rec)
+	sb.Network.Internet, sb.Network.AllowOut, sb.Network.DenyOut = n.Internet, orNone(n.AllowOut), orNone(n.DenyOut)
+	return sb, nil
+}
+
+// orNone is l, or an empty list for nil, as the store gives lists back.
+func orNone(l []string) []string {
+	if l == nil {
+		return []string{}
+	}
+	return l
 }
 
 // Egress returns the policy of the sandbox at a source address, for the

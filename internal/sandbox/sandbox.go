@@ -37,10 +37,6 @@ const DefaultTemplate = "base"
 // DefaultTimeout is a sandbox's life when the create request names none.
 const DefaultTimeout = 300 * time.Second
 
-// clientID is returned in every API response; E2B deprecated the field and
-// its reference server answers this constant.
-const clientID = "6532622b"
-
 // Options configure a Manager.
 type Options struct {
 	Runtime   runtime.Runtime
@@ -124,14 +120,14 @@ func New(opts Options) (*Manager, error) {
 // CreateRequest is what a new sandbox is made from.
 type CreateRequest struct {
 	KeyID    string
-	Template string
+	Template string        // "" means DefaultTemplate
 	Timeout  time.Duration // 0 means DefaultTimeout
 	Metadata map[string]string
-	EnvVars  map[string]string
+	Envs     map[string]string
 	// Secure makes envd require an access token (returned in the record).
-	Secure              bool
-	AllowInternetAccess *bool
-	Network             Network
+	Secure    bool
+	Network   Network
+	Lifecycle Lifecycle
 }
 
 // runtimeInfo is what the store keeps for re-adopting a sandbox: its
@@ -149,14 +145,34 @@ type runtimeInfo struct {
 // E2B refuses the same request. It matches errdefs.ErrInvalidArgument.
 var ErrPrivateInsecure = fmt.Errorf("a sandbox closed to public traffic needs envd's access token (secure): %w", errdefs.ErrInvalidArgument)
 
+// ErrPauseUnsupported is Create's error for a sandbox to be paused at its
+// timeout: pausing does not exist yet, and killing it then would lose what
+// its creator meant to keep. It matches errdefs.ErrNotImplemented.
+var ErrPauseUnsupported = fmt.Errorf("pausing sandboxes at their timeout: %w", errdefs.ErrNotImplemented)
+
 // Create makes a sandbox, waits until its envd answers, and records it.
-// envd is reachable when Create returns, as the SDKs expect. Past a cap on
-// running sandboxes (Options.MaxSandboxes, MaxPerKey) it starts nothing
-// and returns a *LimitError; a private sandbox that is not Secure is
-// refused with ErrPrivateInsecure.
-func (m *Manager) Create(ctx context.Context, req CreateRequest) (_ *store.Sandbox, retErr error) {
-	if p := req.Network.AllowPublicTraffic; p != nil && !*p && !req.Secure {
+// envd is reachable when Create returns, as the SDKs expect. The request
+// is checked before anything starts: a private sandbox that is not Secure
+// is refused with ErrPrivateInsecure, a pause at the timeout with
+// ErrPauseUnsupported, egress rules that do not parse with an
+// errdefs.ErrInvalidArgument that starts "network: ", and past a cap on
+// running sandboxes (Options.MaxSandboxes, MaxPerKey) it returns a
+// *LimitError.
+func (m *Manager) Create(ctx context.Context, req CreateRequest) (_ *Sandbox, retErr error) {
+	if req.Network.Private() && !req.Secure {
 		return nil, ErrPrivateInsecure
+	}
+	if req.Lifecycle.OnTimeout == OnTimeoutPause {
+		return nil, ErrPauseUnsupported
+	}
+	if req.Lifecycle.OnTimeout == "" {
+		req.Lifecycle.OnTimeout = OnTimeoutKill
+	}
+	// The policy is parsed once, here; Recover parses it again from the
+	// record, after a restart.
+	egress, err := parseEgress(req.Network)
+	if err != nil {
+		return nil, err
 	}
 	if req.Template == "" {
 		req.Template = DefaultTemplate
@@ -199,23 +215,20 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (_ *store.Sandb
 		}
 	}()
 
-	rec := &store.Sandbox{
-		ID: st.sbx.ID(), TemplateID: tpl.Name, Alias: req.Template, ClientID: clientID, EnvdVersion: envdapi.Version,
-		Secure: req.Secure, AllowInternetAccess: req.AllowInternetAccess, Network: req.Network.JSON,
-		Metadata: req.Metadata, EnvVars: req.EnvVars, StartedAt: time.Now().UTC(),
-		CPUCount: int(max(m.resources.CPUs, 1)), MemoryMB: int(m.resources.MemoryBytes >> 20), DiskSizeMB: int(m.resourcesOf(tpl).DiskBytes >> 20),
-		State: store.StateRunning, KeyID: req.KeyID,
+	sb := &Sandbox{
+		ID: st.sbx.ID(), TemplateID: tpl.Name, Alias: req.Template, KeyID: req.KeyID, State: StateRunning,
+		EnvdVersion: envdapi.Version, Secure: req.Secure,
+		Limits: Limits{CPUs: int(max(m.resources.CPUs, 1)), MemoryMB: int(m.resources.MemoryBytes >> 20),
+			DiskMB: int(m.resourcesOf(tpl).DiskBytes >> 20)},
+		Network: req.Network, Lifecycle: req.Lifecycle,
+		Metadata: orEmpty(req.Metadata), Envs: orEmpty(req.Envs), StartedAt: time.Now().UTC(),
 	}
-	rec.EndAt = rec.StartedAt.Add(req.Timeout)
+	sb.EndAt = sb.StartedAt.Add(req.Timeout)
 	if req.Secure {
-		rec.EnvdAccessToken = randomHex(32)
+		sb.EnvdAccessToken = randomHex(32)
 	}
-	if p := req.Network.AllowPublicTraffic; p != nil && !*p {
-		rec.TrafficAccessToken = randomHex(32)
-	}
-	egress, err := egressOf(rec)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
+	if req.Network.Private() {
+		sb.TrafficAccessToken = randomHex(32)
 	}
 	if err := m.attachNetwork(ctx, st.sbx, st.route, egress, ""); err != nil {
 		return nil, err
@@ -227,21 +240,28 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (_ *store.Sandb
 			m.net.Detach(context.Background(), st.sbx.ID())
 		}
 	}()
-	if err := m.initEnvd(ctx, st.route, rec, tpl.DefaultUser); err != nil {
+	if err := m.initEnvd(ctx, st.route, sb, tpl.DefaultUser); err != nil {
 		return nil, err
 	}
 	info, _ := json.Marshal(runtimeInfo{Socket: st.route.api, Control: st.route.control})
-	rec.Runtime = string(info)
 	// Live before recorded: from the moment the API can list it, a kill
 	// finds it (and gives back its slot), never a record whose sandbox
 	// the manager does not know yet.
-	m.adopt(st.sbx, st.route, rec)
+	m.adopt(st.sbx, st.route, sb)
 	adopted = true
-	if err := m.store.CreateSandbox(ctx, rec); err != nil {
-		m.unadopt(rec.ID)
+	if err := m.store.CreateSandbox(ctx, toRecord(sb, string(info))); err != nil {
+		m.unadopt(sb.ID)
 		return nil, err
 	}
-	return rec, nil
+	return sb, nil
+}
+
+// orEmpty is m, or an empty map for nil: a sandbox's maps are never nil.
+func orEmpty(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
 }
 
 // unadopt undoes adopt for a create that failed after it: the sandbox is
@@ -338,14 +358,11 @@ func (m *Manager) resourcesOf(tpl *template.Template) runtime.Resources {
 
 // adopt makes a running sandbox routable, starts sampling it and arms its
 // expiry.
-func (m *Manager) adopt(sbx runtime.Sandbox, rt *route, rec *store.Sandbox) {
-	end := rec.EndAt
-	rt.setToken(rec.EnvdAccessToken)
-	l := &live{keyID: rec.KeyID, route: rt, metrics: newSeries(sbx, m.resources), trafficToken: rec.TrafficAccessToken}
-	var n netRecord
-	if json.Unmarshal([]byte(rec.Network), &n) == nil && n.MaskRequestHost != nil {
-		l.maskHost = *n.MaskRequestHost
-	}
+func (m *Manager) adopt(sbx runtime.Sandbox, rt *route, sb *Sandbox) {
+	end := sb.EndAt
+	rt.setToken(sb.EnvdAccessToken)
+	l := &live{keyID: sb.KeyID, route: rt, metrics: newSeries(sbx, m.resources),
+		trafficToken: sb.TrafficAccessToken, maskHost: sb.Network.MaskRequestHost}
 	m.mu.Lock()
 	m.live[sbx.ID()] = l
 	m.mu.Unlock()
@@ -382,8 +399,8 @@ func (m *Manager) watch(sbx runtime.Sandbox) {
 
 // initEnvd waits for the sandbox's envd and gives it the sandbox-wide
 // settings: access token, environment, default user.
-func (m *Manager) initEnvd(ctx context.Context, rt *route, rec *store.Sandbox, user string) error {
-	req := envdapi.InitRequest{AccessToken: &rec.EnvdAccessToken, EnvVars: rec.EnvVars, DefaultUser: user}
+func (m *Manager) initEnvd(ctx context.Context, rt *route, sb *Sandbox, user string) error {
+	req := envdapi.InitRequest{AccessToken: &sb.EnvdAccessToken, EnvVars: sb.Envs, DefaultUser: user}
 	client := envdapi.NewClient(rt.host)
 	for {
 		err := client.Init(ctx, req)
@@ -421,13 +438,14 @@ func (m *Manager) Template(name string) (*template.Template, error) {
 	return t, err
 }
 
-// Get returns a sandbox the key may see.
-func (m *Manager) Get(ctx context.Context, keyID, id string) (*store.Sandbox, error) {
+// Get returns a sandbox the key may see; errdefs.ErrNotFound for one it
+// may not, or none.
+func (m *Manager) Get(ctx context.Context, keyID, id string) (*Sandbox, error) {
 	rec, err := m.store.GetSandbox(ctx, keyID, id)
 	if err != nil {
 		return nil, err
 	}
-	return &rec, nil
+	return fromRecord(&rec), nil
 }
 
 // VerifyKey returns the id of the API key whose plaintext is key;
@@ -440,9 +458,18 @@ func (m *Manager) VerifyKey(ctx context.Context, key string) (keyID string, err 
 	return k.ID, nil
 }
 
-// List is a page of the sandboxes f selects (f.KeyID's own).
-func (m *Manager) List(ctx context.Context, f store.ListFilter) (page []store.Sandbox, next string, err error) {
-	return m.store.ListSandboxes(ctx, f)
+// List is a page of the sandboxes f selects, and the token of the next
+// page ("" after the last).
+func (m *Manager) List(ctx context.Context, f ListFilter) (page []*Sandbox, next string, err error) {
+	recs, next, err := m.store.ListSandboxes(ctx, storeFilter(f))
+	if err != nil {
+		return nil, "", err
+	}
+	page = make([]*Sandbox, len(recs))
+	for i := range recs {
+		page[i] = fromRecord(&recs[i])
+	}
+	return page, next, nil
 }
 
 // FindByEnvdToken returns the sandbox, of any key, whose envd access token
@@ -526,7 +553,7 @@ func (m *Manager) SetTimeout(ctx context.Context, keyID, id string, d time.Durat
 
 // Connect extends a running sandbox's life to at least d from now (never
 // shortens it) and returns it.
-func (m *Manager) Connect(ctx context.Context, keyID, id string, d time.Duration) (*store.Sandbox, error) {
+func (m *Manager) Connect(ctx context.Context, keyID, id string, d time.Duration) (*Sandbox, error) {
 	if _, err := m.store.GetSandbox(ctx, keyID, id); err != nil {
 		return nil, err
 	}
@@ -587,7 +614,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 	type adoption struct {
 		sbx  runtime.Sandbox
 		info runtimeInfo
-		rec  store.Sandbox
+		sb   *Sandbox
 	}
 	var alive []adoption
 	for _, rec := range all {
@@ -613,8 +640,9 @@ func (m *Manager) Recover(ctx context.Context) error {
 		if info.Control == "" {
 			info.Control = info.Socket // made before the control socket
 		}
-		alive = append(alive, adoption{sbx, info, rec})
-		if p, err := egressOf(&rec); err == nil && p.Internet {
+		sb := fromRecord(&rec)
+		alive = append(alive, adoption{sbx, info, sb})
+		if p, err := parseEgress(sb.Network); err == nil && p.Internet {
 			nets = append(nets, network.Live{ID: rec.ID, Policy: p})
 		}
 	}
@@ -629,8 +657,8 @@ func (m *Manager) Recover(ctx context.Context) error {
 		}
 	}
 	for _, a := range alive {
-		m.hold(a.rec.KeyID)
-		m.adopt(a.sbx, newRoute(a.info.Socket, a.info.Control), &a.rec)
+		m.hold(a.sb.KeyID)
+		m.adopt(a.sbx, newRoute(a.info.Socket, a.info.Control), a.sb)
 	}
 	statuses, err := m.rt.List(ctx)
 	if err != nil {

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"github.com/google/go-cmp/cmp"
 	"io"
 	"net/http"
 	"os"
@@ -112,12 +113,20 @@ func TestCreateSecureWithEnvs(t *testing.T) {
 	e := newEnv(t)
 	m := e.manager(t)
 	ctx := context.Background()
-	rec, err := m.Create(ctx, CreateRequest{Secure: true, EnvVars: map[string]string{"FOO": "bar"}, Metadata: map[string]string{"k": "v"}})
+	net := Network{AllowOut: []string{"192.0.2.1"}, DenyOut: []string{"0.0.0.0/0"}, PublicTraffic: new(false), MaskRequestHost: "${PORT}.test"}
+	rec, err := m.Create(ctx, CreateRequest{Secure: true, Envs: map[string]string{"FOO": "bar"}, Metadata: map[string]string{"k": "v"}, Network: net})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rec.EnvdAccessToken == "" || rec.TemplateID != "base" || rec.ClientID == "" || rec.EnvdVersion == "" {
+	if rec.EnvdAccessToken == "" || rec.TrafficAccessToken == "" || rec.TemplateID != "base" || rec.EnvdVersion == "" ||
+		rec.State != StateRunning || rec.Lifecycle.OnTimeout != OnTimeoutKill || rec.Limits.CPUs < 1 {
 		t.Errorf("record = %+v", rec)
+	}
+	// What Create answered is what a later Get reads back from the store.
+	if got, err := m.Get(ctx, "", rec.ID); err != nil {
+		t.Error(err)
+	} else if diff := cmp.Diff(rec, got); diff != "" {
+		t.Errorf("Get after Create (-created +got):\n%s", diff)
 	}
 	if !strings.HasPrefix(rec.ID, "i") || len(rec.ID) != 21 {
 		t.Errorf("id %q is not in E2B's shape", rec.ID)
@@ -259,9 +268,17 @@ func TestCreateRefusesBadInput(t *testing.T) {
 		t.Errorf("negative timeout: %v, want invalid argument", err)
 	}
 	// Closed to public traffic, its envd must want a token (review E1).
-	private := Network{AllowPublicTraffic: new(false)}
+	private := Network{PublicTraffic: new(false)}
 	if _, err := m.Create(ctx, CreateRequest{Network: private}); !errors.Is(err, ErrPrivateInsecure) || !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("private without secure: %v, want ErrPrivateInsecure", err)
+	}
+	bad := Network{AllowOut: []string{"10.0.0.0/99"}}
+	if _, err := m.Create(ctx, CreateRequest{Network: bad}); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.HasPrefix(err.Error(), "network: ") {
+		t.Errorf("a rule that does not parse: %v, want an invalid argument starting \"network: \"", err)
+	}
+	pause := Lifecycle{OnTimeout: OnTimeoutPause}
+	if _, err := m.Create(ctx, CreateRequest{Lifecycle: pause}); !errors.Is(err, ErrPauseUnsupported) || !errors.Is(err, errdefs.ErrNotImplemented) {
+		t.Errorf("pause at the timeout: %v, want ErrPauseUnsupported", err)
 	}
 	if all, _ := e.st.AllSandboxes(ctx); len(all) != 0 {
 		t.Errorf("refused creates left %d records", len(all))
@@ -526,7 +543,7 @@ func TestWarmPool(t *testing.T) {
 
 	var made []string
 	for i, envs := range []map[string]string{{"N": "one"}, {"N": "two"}, {"N": "three"}} {
-		rec, err := m.Create(ctx, CreateRequest{Secure: true, EnvVars: envs})
+		rec, err := m.Create(ctx, CreateRequest{Secure: true, Envs: envs})
 		if err != nil {
 			t.Fatal(err)
 		}

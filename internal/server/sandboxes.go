@@ -12,7 +12,6 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/e2bapi"
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
-	"github.com/hutch-sandbox/hutch/internal/store"
 )
 
 func (s *Server) routes() {
@@ -130,72 +129,112 @@ func (s *Server) createV1(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) create(w http.ResponseWriter, r *http.Request, req e2bapi.NewSandboxV2, secure bool) {
-	// No pause yet: a sandbox made to be paused at its timeout would be
-	// killed then instead, losing what its creator meant to keep.
-	if req.AutoPause != nil && *req.AutoPause {
-		e2bapi.Write(w, s.logger, notSupported("pausing sandboxes at their timeout (autoPause, the SDKs' lifecycle onTimeout 'pause')",
-			"sandboxes are killed at their timeout; create without it"))
-		return
-	}
 	if len(req.VolumeMounts) > 0 {
 		e2bapi.Write(w, s.logger, e2bapi.NotSupported("volumes"))
 		return
 	}
-	var netReq sandbox.Network
-	if n := req.Network; n != nil {
-		if n.EgressProxy != nil {
-			e2bapi.Write(w, s.logger, e2bapi.NotSupported("egress proxies"))
-			return
-		}
-		if err := sandbox.ValidateNetwork(n.AllowOut, n.DenyOut); err != nil {
-			e2bapi.Write(w, s.logger, e2bapi.BadRequest("network: "+err.Error()))
-			return
-		}
-		b, _ := json.Marshal(n)
-		netReq = sandbox.Network{AllowOut: n.AllowOut, DenyOut: n.DenyOut, AllowPublicTraffic: n.AllowPublicTraffic, JSON: string(b)}
-	}
-	rec, err := s.mgr.Create(r.Context(), sandbox.CreateRequest{
+	cr := sandbox.CreateRequest{
 		KeyID: keyID(r), Template: req.TemplateID, Timeout: time.Duration(*req.Timeout) * time.Second,
-		Metadata: req.Metadata, EnvVars: req.EnvVars, Secure: secure, AllowInternetAccess: req.AllowInternetAccess,
-		Network: netReq,
-	})
+		Metadata: req.Metadata, Envs: req.EnvVars, Secure: secure,
+		Network: sandbox.Network{Internet: req.AllowInternetAccess},
+	}
+	if req.AutoPause != nil && *req.AutoPause {
+		cr.Lifecycle.OnTimeout = sandbox.OnTimeoutPause
+	}
+	if req.AutoResume != nil {
+		cr.Lifecycle.AutoResume = req.AutoResume.Enabled
+	}
+	if n := req.Network; n != nil {
+		if err := unapplied(n.EgressProxy, n.Rules, n.HTTPSPorts); err != nil {
+			e2bapi.Write(w, s.logger, err)
+			return
+		}
+		cr.Network.AllowOut, cr.Network.DenyOut, cr.Network.PublicTraffic = n.AllowOut, n.DenyOut, n.AllowPublicTraffic
+		if n.MaskRequestHost != nil {
+			cr.Network.MaskRequestHost = *n.MaskRequestHost
+		}
+	}
+	sb, err := s.mgr.Create(r.Context(), cr)
 	if err != nil {
 		switch {
-		case errors.Is(err, errdefs.ErrNotFound):
-			err = e2bapi.NotFound(err.Error())
 		case errors.Is(err, sandbox.ErrPrivateInsecure):
 			// Only v1 bodies get here: v2 sandboxes are always secure.
 			err = e2bapi.BadRequest(e2bapi.MsgPrivateNeedsSecure)
+		case errors.Is(err, sandbox.ErrPauseUnsupported):
+			// No pause yet: a sandbox made to be paused at its timeout
+			// would be killed then instead, losing what its creator meant
+			// to keep.
+			err = notSupported("pausing sandboxes at their timeout (autoPause, the SDKs' lifecycle onTimeout 'pause')",
+				"sandboxes are killed at their timeout; create without it")
 		}
 		e2bapi.Write(w, s.logger, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, s.sandboxJSON(rec))
+	writeJSON(w, http.StatusCreated, s.sandboxJSON(sb))
 }
 
-func (s *Server) sandboxJSON(rec *store.Sandbox) e2bapi.Sandbox {
+// unapplied refuses, with a 501, the network settings E2B has and Hutch
+// does not apply, rather than accept them and do nothing: an egress proxy,
+// per-host request rules and ports served over TLS.
+func unapplied(egressProxy, rules json.RawMessage, httpsPorts []int) error {
+	set := func(raw json.RawMessage) bool {
+		v := strings.TrimSpace(string(raw))
+		return v != "" && v != "null" && v != "{}" && v != "[]"
+	}
+	switch {
+	case set(egressProxy):
+		return e2bapi.NotSupported("egress proxies (network.egressProxy)")
+	case set(rules):
+		return e2bapi.NotSupported("per-host request rules (network.rules)")
+	case len(httpsPorts) > 0:
+		return e2bapi.NotSupported("ports served over TLS (network.httpsPorts)")
+	}
+	return nil
+}
+
+func (s *Server) sandboxJSON(sb *sandbox.Sandbox) e2bapi.Sandbox {
 	out := e2bapi.Sandbox{
-		SandboxID: rec.ID, TemplateID: rec.TemplateID, ClientID: rec.ClientID,
-		EnvdVersion: rec.EnvdVersion, EnvdAccessToken: rec.EnvdAccessToken, Alias: rec.Alias,
+		SandboxID: sb.ID, TemplateID: sb.TemplateID, ClientID: e2bapi.ClientID,
+		EnvdVersion: sb.EnvdVersion, EnvdAccessToken: sb.EnvdAccessToken, Alias: sb.Alias,
 	}
 	if s.domain != "" {
 		d := s.domain
 		out.Domain = &d
 	}
-	if rec.TrafficAccessToken != "" {
-		t := rec.TrafficAccessToken
+	if sb.TrafficAccessToken != "" {
+		t := sb.TrafficAccessToken
 		out.TrafficAccessToken = &t
 	}
 	return out
 }
 
-func listed(rec *store.Sandbox) e2bapi.ListedSandbox {
+func listed(sb *sandbox.Sandbox) e2bapi.ListedSandbox {
 	return e2bapi.ListedSandbox{
-		TemplateID: rec.TemplateID, Alias: rec.Alias, SandboxID: rec.ID, ClientID: rec.ClientID,
-		StartedAt: e2bapi.Time(rec.StartedAt), EndAt: e2bapi.Time(rec.EndAt),
-		CPUCount: int32(rec.CPUCount), MemoryMB: int32(rec.MemoryMB), DiskSizeMB: int32(rec.DiskSizeMB),
-		Metadata: rec.Metadata, State: rec.State, EnvdVersion: rec.EnvdVersion,
+		TemplateID: sb.TemplateID, Alias: sb.Alias, SandboxID: sb.ID, ClientID: e2bapi.ClientID,
+		StartedAt: e2bapi.Time(sb.StartedAt), EndAt: e2bapi.Time(sb.EndAt),
+		CPUCount: int32(sb.Limits.CPUs), MemoryMB: int32(sb.Limits.MemoryMB), DiskSizeMB: int32(sb.Limits.DiskMB),
+		Metadata: sb.Metadata, State: string(sb.State), EnvdVersion: sb.EnvdVersion,
 	}
+}
+
+// networkJSON is getInfo's network object: the policy in force, or nil for
+// a sandbox created without one and never updated.
+func networkJSON(n sandbox.Network) *e2bapi.NetworkConfig {
+	out := &e2bapi.NetworkConfig{AllowPublicTraffic: n.PublicTraffic}
+	if len(n.AllowOut) > 0 {
+		out.AllowOut = n.AllowOut
+	}
+	if len(n.DenyOut) > 0 {
+		out.DenyOut = n.DenyOut
+	}
+	if n.MaskRequestHost != "" {
+		h := n.MaskRequestHost
+		out.MaskRequestHost = &h
+	}
+	if out.AllowOut == nil && out.DenyOut == nil && out.AllowPublicTraffic == nil && out.MaskRequestHost == nil {
+		return nil
+	}
+	return out
 }
 
 // notFound turns a missing sandbox into the spec's 404 with code 404.
@@ -213,18 +252,13 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 		s.notFound(w, id, err)
 		return
 	}
-	detail := e2bapi.SandboxDetail{ListedSandbox: listed(rec), EnvdAccessToken: rec.EnvdAccessToken, AllowInternetAccess: rec.AllowInternetAccess}
+	detail := e2bapi.SandboxDetail{ListedSandbox: listed(rec), EnvdAccessToken: rec.EnvdAccessToken,
+		AllowInternetAccess: rec.Network.Internet, Network: networkJSON(rec.Network)}
 	if s.domain != "" {
 		d := s.domain
 		detail.Domain = &d
 	}
-	detail.Lifecycle = &e2bapi.Lifecycle{OnTimeout: "kill", AutoResume: false}
-	if rec.Network != "" {
-		var n e2bapi.NetworkConfig
-		if json.Unmarshal([]byte(rec.Network), &n) == nil {
-			detail.Network = n.Redacted()
-		}
-	}
+	detail.Lifecycle = &e2bapi.Lifecycle{OnTimeout: string(rec.Lifecycle.OnTimeout), AutoResume: rec.Lifecycle.AutoResume}
 	writeJSON(w, http.StatusOK, detail)
 }
 
@@ -283,10 +317,14 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 		e2bapi.Write(w, s.logger, err)
 		return
 	}
-	items, next, err := s.mgr.List(r.Context(), store.ListFilter{
-		KeyID: keyID(r), Metadata: q.Metadata, States: q.States, StartedAfter: q.StartedAfter,
-		Template: q.Template, Order: q.Order, Limit: q.Limit, NextToken: q.NextToken,
-	})
+	f := sandbox.ListFilter{
+		KeyID: keyID(r), Metadata: q.Metadata, StartedAfter: q.StartedAfter,
+		Template: q.Template, Ascending: q.Order == e2bapi.OrderAsc, Limit: q.Limit, NextToken: q.NextToken,
+	}
+	for _, st := range q.States {
+		f.States = append(f.States, sandbox.State(st))
+	}
+	items, next, err := s.mgr.List(r.Context(), f)
 	if err != nil {
 		if errors.Is(err, errdefs.ErrInvalidArgument) {
 			err = e2bapi.BadRequest("Invalid next token")
@@ -295,8 +333,8 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := make([]e2bapi.ListedSandbox, 0, len(items))
-	for i := range items {
-		out = append(out, listed(&items[i]))
+	for _, sb := range items {
+		out = append(out, listed(sb))
 	}
 	if next != "" {
 		w.Header().Set("X-Next-Token", next)
@@ -313,13 +351,13 @@ func (s *Server) listLegacy(w http.ResponseWriter, r *http.Request) {
 	out := []e2bapi.ListedSandbox{}
 	next := ""
 	for {
-		items, tok, err := s.mgr.List(r.Context(), store.ListFilter{KeyID: keyID(r), Metadata: q.Metadata, States: []string{store.StateRunning}, NextToken: next})
+		items, tok, err := s.mgr.List(r.Context(), sandbox.ListFilter{KeyID: keyID(r), Metadata: q.Metadata, States: []sandbox.State{sandbox.StateRunning}, NextToken: next})
 		if err != nil {
 			e2bapi.Write(w, s.logger, err)
 			return
 		}
-		for i := range items {
-			out = append(out, listed(&items[i]))
+		for _, sb := range items {
+			out = append(out, listed(sb))
 		}
 		if tok == "" {
 			break
@@ -402,30 +440,16 @@ func metricJSON(m sandbox.Metric) e2bapi.SandboxMetric {
 // networkUpdate is PUT /sandboxes/{id}/network's body. It replaces the
 // egress configuration: absent fields are cleared (E2B's semantics).
 type networkUpdate struct {
-	AllowOut            *[]string       `json:"allowOut"`
-	DenyOut             *[]string       `json:"denyOut"`
+	AllowOut            []string        `json:"allowOut"`
+	DenyOut             []string        `json:"denyOut"`
 	AllowInternetAccess *bool           `json:"allow_internet_access"`
 	EgressProxy         json.RawMessage `json:"egressProxy"`
 	Rules               json.RawMessage `json:"rules"`
 }
 
-// Validate checks the egress rules.
-func (u *networkUpdate) Validate() error {
-	if len(u.EgressProxy) > 0 && string(u.EgressProxy) != "null" {
-		return e2bapi.NotSupported("egress proxies")
-	}
-	var allow, deny []string
-	if u.AllowOut != nil {
-		allow = *u.AllowOut
-	}
-	if u.DenyOut != nil {
-		deny = *u.DenyOut
-	}
-	if err := sandbox.ValidateNetwork(allow, deny); err != nil {
-		return e2bapi.BadRequest("network: " + err.Error())
-	}
-	return nil
-}
+// Validate refuses what Hutch does not apply; the rules themselves are the
+// manager's to check.
+func (u *networkUpdate) Validate() error { return unapplied(u.EgressProxy, u.Rules, nil) }
 
 // updateNetwork replaces a running sandbox's egress rules at once (spec
 // §2.4 updateNetwork; omitted fields are cleared, as E2B documents): 204,
@@ -436,18 +460,8 @@ func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request) {
 	if !s.decode(w, r, &req, false) {
 		return
 	}
-	upd := sandbox.NetworkUpdate{AllowInternet: req.AllowInternetAccess}
-	if req.AllowOut != nil {
-		upd.AllowOut = *req.AllowOut
-	}
-	if req.DenyOut != nil {
-		upd.DenyOut = *req.DenyOut
-	}
-	_, err := s.mgr.UpdateNetwork(r.Context(), keyID(r), id, upd)
-	if err != nil {
-		if errors.Is(err, errdefs.ErrInvalidArgument) {
-			err = e2bapi.BadRequest(err.Error())
-		}
+	upd := sandbox.EgressUpdate{Internet: req.AllowInternetAccess, AllowOut: req.AllowOut, DenyOut: req.DenyOut}
+	if _, err := s.mgr.UpdateEgress(r.Context(), keyID(r), id, upd); err != nil {
 		s.notFound(w, id, err)
 		return
 	}

@@ -13,14 +13,14 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
 )
 
-// Sandbox states, as E2B's API names them.
+// Sandbox states.
 const (
 	StateRunning = "running"
 	StatePaused  = "paused"
 )
 
 // Sandbox is the control plane's durable record of one sandbox: everything it
-// must still know after a restart to answer the E2B API and re-adopt the
+// must still know after a restart to answer its clients and re-adopt the
 // sandbox. The zero value is not storable (it has no ID).
 type Sandbox struct {
 	// ID is the sandbox ID: 1 to 128 characters of [A-Za-z0-9-], starting
@@ -30,8 +30,6 @@ type Sandbox struct {
 	// for by; ListFilter.Template matches either.
 	TemplateID string
 	Alias      string
-	// ClientID is returned verbatim in API responses (deprecated by E2B).
-	ClientID string
 	// EnvdVersion and EnvdAccessToken must be repeated unchanged on connect.
 	EnvdVersion     string
 	EnvdAccessToken string
@@ -46,9 +44,14 @@ type Sandbox struct {
 	AutoPause bool
 	// AutoResume: a paused sandbox resumes on traffic.
 	AutoResume bool
-	// Network is the create request's "network" object as opaque JSON
-	// ("" = none); the store does not interpret it.
-	Network string
+	// AllowOut and DenyOut are the egress rules (never nil when read back).
+	AllowOut, DenyOut []string
+	// AllowPublicTraffic false requires TrafficAccessToken on requests to
+	// the sandbox's ports; nil when it was not given.
+	AllowPublicTraffic *bool
+	// MaskRequestHost replaces the Host header of requests to the
+	// sandbox's ports ("" = none).
+	MaskRequestHost string
 	// Metadata and EnvVars are the create request's maps. They are never nil
 	// when read back from the store.
 	Metadata map[string]string
@@ -91,8 +94,9 @@ func validSandboxID(id string) bool {
 
 func validState(s string) bool { return s == StateRunning || s == StatePaused }
 
-const sandboxColumns = `id, template_id, alias, client_id, envd_version, envd_access_token,
-	traffic_access_token, secure, allow_internet_access, auto_pause, auto_resume, network,
+const sandboxColumns = `id, template_id, alias, envd_version, envd_access_token,
+	traffic_access_token, secure, allow_internet_access, auto_pause, auto_resume,
+	allow_out, deny_out, allow_public_traffic, mask_request_host,
 	metadata, env_vars, started_at, end_at, cpu_count, memory_mb, disk_size_mb, state,
 	key_id, runtime`
 
@@ -106,26 +110,56 @@ func encodeMap(m map[string]string) (string, error) {
 	return string(b), err
 }
 
+func encodeList(l []string) (string, error) {
+	if l == nil {
+		return "[]", nil
+	}
+	b, err := json.Marshal(l)
+	return string(b), err
+}
+
+// nullBool is b as a nullable column.
+func nullBool(b *bool) sql.NullBool {
+	if b == nil {
+		return sql.NullBool{}
+	}
+	return sql.NullBool{Bool: *b, Valid: true}
+}
+
+// boolPtr is a nullable column as *bool.
+func boolPtr(b sql.NullBool) *bool {
+	if !b.Valid {
+		return nil
+	}
+	v := b.Bool
+	return &v
+}
+
 func scanSandbox(r rowScanner) (Sandbox, error) {
 	var (
 		sb                 Sandbox
-		allowNet           sql.NullBool
+		allowNet, public   sql.NullBool
+		allow, deny        string
 		meta, envs         string
 		startedAt, endAt   int64
 		keyID              sql.NullString
 		secure, ap, ar     bool
 		cpu, mem, diskSize int64
 	)
-	if err := r.Scan(&sb.ID, &sb.TemplateID, &sb.Alias, &sb.ClientID, &sb.EnvdVersion,
-		&sb.EnvdAccessToken, &sb.TrafficAccessToken, &secure, &allowNet, &ap, &ar, &sb.Network,
-		&meta, &envs, &startedAt, &endAt, &cpu, &mem, &diskSize, &sb.State,
+	if err := r.Scan(&sb.ID, &sb.TemplateID, &sb.Alias, &sb.EnvdVersion,
+		&sb.EnvdAccessToken, &sb.TrafficAccessToken, &secure, &allowNet, &ap, &ar,
+		&allow, &deny, &public, &sb.MaskRequestHost, &meta, &envs, &startedAt, &endAt, &cpu, &mem, &diskSize, &sb.State,
 		&keyID, &sb.Runtime); err != nil {
 		return Sandbox{}, err
 	}
 	sb.Secure, sb.AutoPause, sb.AutoResume = secure, ap, ar
-	if allowNet.Valid {
-		v := allowNet.Bool
-		sb.AllowInternetAccess = &v
+	sb.AllowInternetAccess, sb.AllowPublicTraffic = boolPtr(allowNet), boolPtr(public)
+	sb.AllowOut, sb.DenyOut = []string{}, []string{}
+	if err := json.Unmarshal([]byte(allow), &sb.AllowOut); err != nil {
+		return Sandbox{}, fmt.Errorf("sandbox %s: allowOut: %w", sb.ID, err)
+	}
+	if err := json.Unmarshal([]byte(deny), &sb.DenyOut); err != nil {
+		return Sandbox{}, fmt.Errorf("sandbox %s: denyOut: %w", sb.ID, err)
 	}
 	sb.Metadata = map[string]string{}
 	if err := json.Unmarshal([]byte(meta), &sb.Metadata); err != nil {
@@ -183,14 +217,19 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox) error {
 	if err != nil {
 		return fmt.Errorf("store: create sandbox %s: envVars: %w", sb.ID, err)
 	}
-	var allowNet sql.NullBool
-	if sb.AllowInternetAccess != nil {
-		allowNet = sql.NullBool{Bool: *sb.AllowInternetAccess, Valid: true}
+	allow, err := encodeList(sb.AllowOut)
+	if err != nil {
+		return fmt.Errorf("store: create sandbox %s: allowOut: %w", sb.ID, err)
+	}
+	deny, err := encodeList(sb.DenyOut)
+	if err != nil {
+		return fmt.Errorf("store: create sandbox %s: denyOut: %w", sb.ID, err)
 	}
 	_, err = s.db.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		sb.ID, sb.TemplateID, sb.Alias, sb.ClientID, sb.EnvdVersion, sb.EnvdAccessToken,
-		sb.TrafficAccessToken, sb.Secure, allowNet, sb.AutoPause, sb.AutoResume, sb.Network,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		sb.ID, sb.TemplateID, sb.Alias, sb.EnvdVersion, sb.EnvdAccessToken,
+		sb.TrafficAccessToken, sb.Secure, nullBool(sb.AllowInternetAccess), sb.AutoPause, sb.AutoResume,
+		allow, deny, nullBool(sb.AllowPublicTraffic), sb.MaskRequestHost,
 		meta, envs, toNanos(sb.StartedAt), toNanos(sb.EndAt), sb.CPUCount, sb.MemoryMB, sb.DiskSizeMB,
 		sb.State, nullString(sb.KeyID), sb.Runtime)
 	switch {
@@ -282,16 +321,21 @@ func (s *Store) SetRuntime(ctx context.Context, id, runtime string) error {
 	return s.updateOne(ctx, "set runtime of", id, `UPDATE sandboxes SET runtime = ? WHERE id = ?`, runtime, id)
 }
 
-// SetNetwork replaces the sandbox's network object and internet access
-// (after PUT /sandboxes/{id}/network). A missing sandbox gives
+// SetEgress replaces the sandbox's egress rules and internet access (a
+// policy update); its inbound settings stay. A missing sandbox gives
 // errdefs.ErrNotFound.
-func (s *Store) SetNetwork(ctx context.Context, id, network string, allowInternet *bool) error {
-	var internet sql.NullBool
-	if allowInternet != nil {
-		internet = sql.NullBool{Bool: *allowInternet, Valid: true}
+func (s *Store) SetEgress(ctx context.Context, id string, allowInternet *bool, allowOut, denyOut []string) error {
+	allow, err := encodeList(allowOut)
+	if err != nil {
+		return fmt.Errorf("store: set egress of %s: %w", id, err)
 	}
-	return s.updateOne(ctx, "set network of", id,
-		`UPDATE sandboxes SET network = ?, allow_internet_access = ? WHERE id = ?`, network, internet, id)
+	deny, err := encodeList(denyOut)
+	if err != nil {
+		return fmt.Errorf("store: set egress of %s: %w", id, err)
+	}
+	return s.updateOne(ctx, "set egress of", id,
+		`UPDATE sandboxes SET allow_internet_access = ?, allow_out = ?, deny_out = ? WHERE id = ?`,
+		nullBool(allowInternet), allow, deny, id)
 }
 
 // DeleteSandbox removes the sandbox's record. A missing sandbox gives
@@ -337,7 +381,7 @@ const (
 )
 
 // ListFilter selects and pages sandboxes for ListSandboxes, with the
-// semantics of GET /v2/sandboxes. The zero value lists every running and
+// semantics of a paged API listing. The zero value lists every running and
 // paused sandbox of every key, newest first, 100 per page.
 type ListFilter struct {
 	// KeyID restricts the list to sandboxes this key created ("" = all).

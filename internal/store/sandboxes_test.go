@@ -30,10 +30,11 @@ func TestSandboxRoundTrip(t *testing.T) {
 	k := mustKey(t, s, "a")
 	no := false
 	in := Sandbox{
-		ID: "abc123", TemplateID: "tpl1", Alias: "base", ClientID: "6532622b",
+		ID: "abc123", TemplateID: "tpl1", Alias: "base",
 		EnvdVersion: "0.2.0", EnvdAccessToken: "tok", TrafficAccessToken: "traffic",
 		Secure: true, AllowInternetAccess: &no, AutoPause: true, AutoResume: true,
-		Network:   `{"allowOut":["1.1.1.1"]}`,
+		AllowOut: []string{"1.1.1.1", "example.com"}, DenyOut: []string{"0.0.0.0/0"},
+		AllowPublicTraffic: &no, MaskRequestHost: "${PORT}.example",
 		Metadata:  map[string]string{"k y": "v&=1", "suite": "probe"},
 		EnvVars:   map[string]string{"FOO": "bar"},
 		StartedAt: t0, EndAt: t0.Add(5 * time.Minute),
@@ -70,7 +71,8 @@ func TestSandboxRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got.State != StateRunning || got.StartedAt.Before(before.Add(-time.Second)) ||
-		got.Metadata == nil || got.EnvVars == nil || got.AllowInternetAccess != nil || got.KeyID != "" {
+		got.Metadata == nil || got.EnvVars == nil || got.AllowInternetAccess != nil || got.KeyID != "" ||
+		got.AllowOut == nil || got.DenyOut == nil || got.AllowPublicTraffic != nil || got.MaskRequestHost != "" {
 		t.Fatalf("defaults: %+v", got)
 	}
 }
@@ -459,22 +461,28 @@ func TestListBadInput(t *testing.T) {
 	}
 }
 
-func TestSetNetwork(t *testing.T) {
+func TestSetEgress(t *testing.T) {
 	s, _ := openTest(t)
 	ctx := context.Background()
-	sb := &Sandbox{ID: "inet", TemplateID: "base", ClientID: "c", EnvdVersion: "0.6.4", StartedAt: t0, EndAt: t0.Add(time.Minute), Network: `{"allowOut":["1.1.1.1"]}`}
+	no := false
+	sb := &Sandbox{ID: "inet", TemplateID: "base", EnvdVersion: "0.6.4", StartedAt: t0, EndAt: t0.Add(time.Minute),
+		AllowOut: []string{"1.1.1.1"}, AllowPublicTraffic: &no, MaskRequestHost: "h"}
 	if err := s.CreateSandbox(ctx, sb); err != nil {
 		t.Fatal(err)
 	}
-	no := false
-	if err := s.SetNetwork(ctx, "inet", `{"denyOut":["0.0.0.0/0"]}`, &no); err != nil {
+	if err := s.SetEgress(ctx, "inet", &no, nil, []string{"0.0.0.0/0"}); err != nil {
 		t.Fatal(err)
 	}
 	got, err := s.GetSandbox(ctx, "", "inet")
-	if err != nil || got.Network != `{"denyOut":["0.0.0.0/0"]}` || got.AllowInternetAccess == nil || *got.AllowInternetAccess {
-		t.Errorf("after SetNetwork: %+v, %v", got, err)
+	if err != nil || len(got.AllowOut) != 0 || !slices.Equal(got.DenyOut, []string{"0.0.0.0/0"}) ||
+		got.AllowInternetAccess == nil || *got.AllowInternetAccess {
+		t.Errorf("after SetEgress: %+v, %v", got, err)
 	}
-	if err := s.SetNetwork(ctx, "inope", "", nil); !errors.Is(err, errdefs.ErrNotFound) {
-		t.Errorf("SetNetwork of a missing sandbox: %v", err)
+	// The inbound settings are not egress: they stay.
+	if got.AllowPublicTraffic == nil || *got.AllowPublicTraffic || got.MaskRequestHost != "h" {
+		t.Errorf("SetEgress changed the inbound settings: %+v", got)
+	}
+	if err := s.SetEgress(ctx, "inope", nil, nil, nil); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("SetEgress of a missing sandbox: %v", err)
 	}
 }

@@ -172,6 +172,26 @@ CREATE INDEX sandboxes_key_started ON sandboxes (key_id, started_at, id);
 CREATE INDEX sandboxes_started ON sandboxes (started_at, id);
 CREATE INDEX sandboxes_end_at ON sandboxes (state, end_at);
 `,
+	// 3: the network policy in columns of its own, in Hutch's terms. Up to
+	// version 2 the column network held the create request's E2B network
+	// object verbatim (allowOut, denyOut, allowPublicTraffic,
+	// maskRequestHost, and fields Hutch never applied); its four enforced
+	// fields move to typed columns, the rest is dropped, and so is
+	// client_id (a constant of E2B's API, answered by its adapter).
+	`
+ALTER TABLE sandboxes ADD COLUMN allow_out TEXT NOT NULL DEFAULT '[]' CHECK (json_valid(allow_out));
+ALTER TABLE sandboxes ADD COLUMN deny_out TEXT NOT NULL DEFAULT '[]' CHECK (json_valid(deny_out));
+ALTER TABLE sandboxes ADD COLUMN allow_public_traffic INTEGER;
+ALTER TABLE sandboxes ADD COLUMN mask_request_host TEXT NOT NULL DEFAULT '';
+UPDATE sandboxes SET
+	allow_out = coalesce(json_extract(network, '$.allowOut'), '[]'),
+	deny_out = coalesce(json_extract(network, '$.denyOut'), '[]'),
+	allow_public_traffic = json_extract(network, '$.allowPublicTraffic'),
+	mask_request_host = coalesce(json_extract(network, '$.maskRequestHost'), '')
+WHERE network != '' AND json_valid(network);
+ALTER TABLE sandboxes DROP COLUMN network;
+ALTER TABLE sandboxes DROP COLUMN client_id;
+`,
 }
 
 // migrateRetrying runs migrate, retrying while it fails with SQLITE_BUSY for

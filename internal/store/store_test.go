@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/google/go-cmp/cmp"
 	"os"
 	"path/filepath"
 	"sync"
@@ -132,7 +133,17 @@ func TestMigrateFromOlderSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := old.CreateSandbox(ctx, &Sandbox{ID: "old1", TemplateID: "base", KeyID: k.ID, EndAt: time.Now().Add(time.Hour)}); err != nil {
+	// A row as Hutch wrote it before migration 3: the E2B network object
+	// verbatim, with a field Hutch never applied.
+	if _, err := old.db.ExecContext(ctx, `INSERT INTO sandboxes (id, template_id, client_id, network,
+		allow_internet_access, started_at, end_at, state, key_id) VALUES (?, 'base', '6532622b', ?, 1, ?, ?, 'running', ?)`,
+		"old1", `{"allowOut":["1.1.1.1","example.com"],"denyOut":["0.0.0.0/0"],"allowPublicTraffic":false,`+
+			`"maskRequestHost":"${PORT}.example","httpsPorts":[8443]}`,
+		toNanos(time.Now()), toNanos(time.Now().Add(time.Hour)), k.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.db.ExecContext(ctx, `INSERT INTO sandboxes (id, template_id, started_at, end_at, state)
+		VALUES ('old2', 'base', 1, 2, 'running')`); err != nil {
 		t.Fatal(err)
 	}
 	old.Close()
@@ -149,8 +160,22 @@ func TestMigrateFromOlderSchema(t *testing.T) {
 	if err := s.db.QueryRow(`SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = 'sandboxes_key_started'`).Scan(&n); err != nil || n != 1 {
 		t.Errorf("index from migration 2 missing: %d, %v", n, err)
 	}
-	if _, err := s.GetSandbox(ctx, k.ID, "old1"); err != nil {
-		t.Errorf("data lost by migration: %v", err)
+	got, err := s.GetSandbox(ctx, k.ID, "old1")
+	if err != nil {
+		t.Fatalf("data lost by migration: %v", err)
+	}
+	no, yes := false, true
+	want := Sandbox{ID: "old1", TemplateID: "base", AllowInternetAccess: &yes,
+		AllowOut: []string{"1.1.1.1", "example.com"}, DenyOut: []string{"0.0.0.0/0"},
+		AllowPublicTraffic: &no, MaskRequestHost: "${PORT}.example",
+		Metadata: map[string]string{}, EnvVars: map[string]string{},
+		StartedAt: got.StartedAt, EndAt: got.EndAt, State: StateRunning, KeyID: k.ID}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("the network object became (-want +got):\n%s", diff)
+	}
+	got, err = s.GetSandbox(ctx, "", "old2")
+	if err != nil || got.AllowOut == nil || got.DenyOut == nil || got.AllowPublicTraffic != nil || got.MaskRequestHost != "" {
+		t.Errorf("a row without a network object: %+v, %v", got, err)
 	}
 }
 
