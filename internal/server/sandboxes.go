@@ -14,25 +14,27 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
 )
 
+// routes registers the API's patterns, each through handle: the OpenAPI
+// document (api/openapi) must describe every one (openapi_test.go).
 func (s *Server) routes() {
-	m := s.api
-	m.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
-	m.HandleFunc("POST /v2/sandboxes", s.authed(s.createV2))
-	m.HandleFunc("POST /sandboxes", s.authed(s.createV1))
-	m.HandleFunc("GET /v2/sandboxes", s.authed(s.list))
-	m.HandleFunc("GET /sandboxes", s.authed(s.listLegacy))
-	m.HandleFunc("GET /sandboxes/{id}", s.authed(s.get))
-	m.HandleFunc("DELETE /sandboxes/{id}", s.authed(s.kill))
-	m.HandleFunc("POST /sandboxes/{id}/timeout", s.authed(s.setTimeout))
-	m.HandleFunc("POST /sandboxes/{id}/refreshes", s.authed(s.refresh))
-	m.HandleFunc("POST /v2/sandboxes/{id}/connect", s.authed(s.connect))
-	m.HandleFunc("POST /sandboxes/{id}/connect", s.authed(s.connect))
-	m.HandleFunc("GET /sandboxes/{id}/metrics", s.authed(s.metrics))
-	m.HandleFunc("GET /sandboxes/metrics", s.authed(s.batchMetrics))
-	m.HandleFunc("PUT /sandboxes/{id}/network", s.authed(s.updateNetwork))
-	m.HandleFunc("GET /v2/sandboxes/{id}/logs", s.authed(s.logs))
-	m.HandleFunc("GET /sandboxes/{id}/logs", s.authed(s.legacyLogs))
-	m.HandleFunc("GET /templates/aliases/{alias}", s.authed(s.templateAlias))
+	s.handle("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
+	s.handle("GET /openapi.json", s.openAPI)
+	s.handle("POST /v2/sandboxes", s.authed(s.createV2))
+	s.handle("POST /sandboxes", s.authed(s.createV1))
+	s.handle("GET /v2/sandboxes", s.authed(s.list))
+	s.handle("GET /sandboxes", s.authed(s.listLegacy))
+	s.handle("GET /sandboxes/{id}", s.authed(s.get))
+	s.handle("DELETE /sandboxes/{id}", s.authed(s.kill))
+	s.handle("POST /sandboxes/{id}/timeout", s.authed(s.setTimeout))
+	s.handle("POST /sandboxes/{id}/refreshes", s.authed(s.refresh))
+	s.handle("POST /v2/sandboxes/{id}/connect", s.authed(s.connect))
+	s.handle("POST /sandboxes/{id}/connect", s.authed(s.connect))
+	s.handle("GET /sandboxes/{id}/metrics", s.authed(s.metrics))
+	s.handle("GET /sandboxes/metrics", s.authed(s.batchMetrics))
+	s.handle("PUT /sandboxes/{id}/network", s.authed(s.updateNetwork))
+	s.handle("GET /v2/sandboxes/{id}/logs", s.authed(s.logs))
+	s.handle("GET /sandboxes/{id}/logs", s.authed(s.legacyLogs))
+	s.handle("GET /templates/aliases/{alias}", s.authed(s.templateAlias))
 	// Known to the SDKs, not in Hutch yet: a clear 501 in E2B's error body,
 	// never a silent success, nor a 404 that reads like a mistyped URL.
 	// The template, secret and volume APIs go whole, by path prefix and
@@ -56,12 +58,12 @@ func (s *Server) routes() {
 		"/volumes":                       s.notYet("volumes", ""),
 		"/volumes/":                      s.notYet("volumes", ""),
 	} {
-		m.HandleFunc(pattern, s.authed(answer))
+		s.handle(pattern, s.authed(answer))
 	}
 	// The volume content API takes a volume's own bearer token, not an API
 	// key, and no volume here can have issued one.
-	m.HandleFunc("/volumecontent/", s.notYet("volumes", ""))
-	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+	s.handle("/volumecontent/", s.notYet("volumes", ""))
+	s.handle("/", func(w http.ResponseWriter, r *http.Request) {
 		e2bapi.Write(w, s.logger, e2bapi.NotFound("no such endpoint: "+r.Method+" "+r.URL.Path))
 	})
 }

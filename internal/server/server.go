@@ -45,6 +45,7 @@ type Server struct {
 	domain      string
 	logger      *slog.Logger
 	api         *http.ServeMux
+	patterns    []string // the api mux's, in the order registered (handle)
 	bodyGrace   time.Duration
 	bodyMinRate int64
 }

@@ -1,0 +1,158 @@
+package server_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/pb33f/libopenapi"
+	validator "github.com/pb33f/libopenapi-validator"
+
+	"github.com/hutch-sandbox/hutch/internal/envdtest"
+	"github.com/hutch-sandbox/hutch/internal/server/servertest"
+)
+
+// The test binary is also the envd of the sandboxes TestResponsesMatchDocument
+// makes.
+func TestMain(m *testing.M) { envdtest.Main(m) }
+
+// TestResponsesMatchDocument drives a real hutch serve (servertest: a
+// real sandbox, as root) through every route of its API, the way the SDKs
+// do, and checks each request and answer against the OpenAPI document
+// the server itself serves: status documented, body valid against its
+// schema (response schemas are closed, so a field the handlers send and
+// the document lacks fails too), request valid against the document (a
+// document stricter than the SDKs fails).
+func TestResponsesMatchDocument(t *testing.T) {
+	cp := servertest.Start(t, 1)
+	key := cp.Keys[0]
+
+	resp, err := http.Get(cp.URL + "/openapi.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	doc, err := libopenapi.NewDocument(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, errs := validator.NewValidator(doc)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+
+	// call sends a request and checks it and its answer against the
+	// document; it returns the answer's body. A request sent without a
+	// key, or made to be refused, is not itself checked.
+	call := func(method, path, body string, how request, want int) []byte {
+		t.Helper()
+		req, _ := http.NewRequest(method, cp.URL+path, strings.NewReader(body))
+		if body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		if how != noKey {
+			req.Header.Set("X-API-KEY", key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("%s %s: %d %s, want %d", method, path, resp.StatusCode, got, want)
+		}
+		// The request again, its body readable, for the validator.
+		req, _ = http.NewRequest(method, cp.URL+path, strings.NewReader(body))
+		req.Header = resp.Request.Header.Clone()
+		resp.Body = io.NopCloser(bytes.NewReader(got))
+		validate := v.ValidateHttpRequestResponse
+		if how != valid {
+			validate = v.ValidateHttpResponse
+		}
+		if _, errs := validate(req, resp); len(errs) > 0 {
+			t.Errorf("%s %s (%d %s) does not match the document:", method, path, resp.StatusCode, bytes.TrimSpace(got))
+			for _, e := range errs {
+				t.Errorf("  %v", describe(e.Message, e.Reason, e.SchemaValidationErrors))
+			}
+		}
+		return got
+	}
+	idOf := func(created []byte) string {
+		t.Helper()
+		var sbx struct {
+			SandboxID string `json:"sandboxID"`
+		}
+		if err := json.Unmarshal(created, &sbx); err != nil || sbx.SandboxID == "" {
+			t.Fatalf("create answered %s", created)
+		}
+		return sbx.SandboxID
+	}
+
+	call("GET", "/health", "", noKey, 200)
+	call("GET", "/openapi.json", "", noKey, 200)
+	call("GET", "/v2/sandboxes", "", noKey, 401)
+
+	// A v2 sandbox closed to public traffic (a trafficAccessToken, no
+	// internet), and a v1 one as the Python SDK makes it.
+	id := idOf(call("POST", "/v2/sandboxes", `{"templateID":"base","timeout":120,"metadata":{"suite":"openapi"},"envVars":{"GREETING":"hi"},"allow_internet_access":false,"network":{"allowPublicTraffic":false}}`, valid, 201))
+	id1 := idOf(call("POST", "/sandboxes", `{"templateID":"base","timeout":60,"metadata":{},"envVars":{},"secure":true,"allow_internet_access":true}`, valid, 201))
+	defer call("DELETE", "/sandboxes/"+id1, "", valid, 204)
+
+	call("GET", "/sandboxes/"+id, "", valid, 200)
+	call("GET", "/v2/sandboxes?state=running&limit=1&metadata="+"suite%3Dopenapi", "", valid, 200)
+	call("GET", "/v2/sandboxes?state=running,paused&order=asc", "", valid, 200)
+	call("GET", "/sandboxes", "", valid, 200)
+	call("POST", "/v2/sandboxes/"+id+"/connect", `{"timeout":300}`, valid, 200)
+	call("POST", "/sandboxes/"+id+"/connect", `{"timeout":300}`, valid, 200)
+	call("POST", "/sandboxes/"+id+"/timeout", `{"timeout":200}`, valid, 204)
+	call("POST", "/sandboxes/"+id+"/refreshes", `{"duration":60}`, valid, 204)
+	call("GET", "/sandboxes/"+id+"/metrics", "", valid, 200)
+	call("GET", "/sandboxes/metrics?sandbox_ids="+id+",nope", "", valid, 200)
+	call("PUT", "/sandboxes/"+id+"/network", `{"allowOut":["1.1.1.1"],"denyOut":["0.0.0.0/0"]}`, valid, 204)
+	call("GET", "/sandboxes/"+id, "", valid, 200)
+	call("GET", "/v2/sandboxes/"+id+"/logs?limit=10&direction=backward", "", valid, 200)
+	call("GET", "/sandboxes/"+id+"/logs?start=0", "", valid, 200)
+	call("GET", "/templates/aliases/base", "", valid, 200)
+	call("GET", "/templates/aliases/no-such-template", "", valid, 404)
+
+	call("POST", "/v2/sandboxes", `{"templateID":"no-such-template"}`, valid, 404)
+	call("POST", "/v2/sandboxes", `{"templateID":"base","autoPause":true}`, valid, 501)
+	call("POST", "/sandboxes/"+id+"/timeout", `{"timeout":-1}`, invalid, 400)
+	call("GET", "/sandboxes/nope", "", valid, 404)
+	call("POST", "/sandboxes/"+id+"/pause", `{}`, valid, 501)
+	call("GET", "/snapshots", "", valid, 501)
+	call("POST", "/v3/templates", `{"name":"mine"}`, valid, 501)
+	call("GET", "/templates/mine", "", valid, 501)
+	// A subtree's {path} is one segment to OpenAPI: deeper paths come
+	// with their slashes encoded, and answer the same.
+	call("GET", "/templates/mine%2Fbuilds%2Fb1%2Fstatus", "", valid, 501)
+	call("DELETE", "/volumes/v1", "", valid, 501)
+	call("GET", "/volumecontent/v1%2Fdir", "", noKey, 501)
+
+	call("DELETE", "/sandboxes/"+id, "", valid, 204)
+	call("DELETE", "/sandboxes/"+id, "", valid, 404)
+}
+
+// request says how call sends a request and what it checks of it.
+type request int
+
+const (
+	valid   request = iota // with the key; the request is checked too
+	noKey                  // without a key; only the answer is checked
+	invalid                // with the key, made to be refused; only the answer is checked
+)
+
+// describe makes one error of a validation error and its schema failures.
+func describe(message, reason string, failures any) error {
+	b, _ := json.Marshal(failures)
+	if string(b) == "null" {
+		return fmt.Errorf("%s: %s", message, reason)
+	}
+	return fmt.Errorf("%s: %s %s", message, reason, b)
+}
