@@ -25,9 +25,9 @@ if ! command -v node >/dev/null; then
 	echo "bench: node is required (the Hutch side runs the official E2B JS SDK)" >&2
 	exit 1
 fi
-if ! [ -d test/e2b-js/node_modules/e2b ]; then
-	echo "==> installing the E2B JS SDK (test/e2b-js, npm ci)"
-	(cd test/e2b-js && npm ci --no-audit --no-fund)
+if ! [ -d test/e2bjs/js/node_modules/e2b ]; then
+	echo "==> installing the E2B JS SDK (test/e2bjs/js, npm ci)"
+	(cd test/e2bjs/js && npm ci --no-audit --no-fund)
 fi
 install_peers runc crun podman
 setup_hutch

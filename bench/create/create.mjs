@@ -16,14 +16,14 @@
 // bench/README.md. Progress goes to stderr; the result is one JSON object
 // on stdout (times in ms).
 //
-// The SDK is the one test/e2b-js installs (its package-lock.json): 'e2b' is
+// The SDK is the one test/e2bjs/js installs (its package-lock.json): 'e2b' is
 // resolved from there exactly as `import 'e2b'` in those tests resolves it.
 import { readFileSync } from 'node:fs'
 import { createRequire } from 'node:module'
 import { performance } from 'node:perf_hooks'
 import { fileURLToPath, pathToFileURL } from 'node:url'
 
-const sdkDir = fileURLToPath(new URL('../../test/e2b-js/', import.meta.url))
+const sdkDir = fileURLToPath(new URL('../../test/e2bjs/js/', import.meta.url))
 const require = createRequire(sdkDir + 'package.json')
 let e2bPath
 try {

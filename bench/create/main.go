@@ -181,7 +181,7 @@ func printHeader(cfg *config) {
 	if out, err := exec.Command(cfg.node, "--version").Output(); err == nil {
 		node = "node " + strings.TrimSpace(string(out))
 	}
-	fmt.Printf("client: official E2B JS SDK (%s, %s), from test/e2b-js; Go SDK rows: package sdk of this checkout (%s), in the harness's process\n",
+	fmt.Printf("client: official E2B JS SDK (%s, %s), from test/e2bjs/js; Go SDK rows: package sdk of this checkout (%s), in the harness's process\n",
 		sdkVersion(cfg.script), node, runtime.Version())
 	fmt.Printf("peers: %s\n", harness.PeerVersions("runc", "crun", "podman", "conmon"))
 	conc := "no concurrent series"

@@ -124,11 +124,11 @@ func printProgressResult(cfg *config, r *row) {
 	fmt.Println()
 }
 
-// sdkVersion is the version of the SDK create.mjs uses (test/e2b-js's).
+// sdkVersion is the version of the SDK create.mjs uses (test/e2bjs/js's).
 func sdkVersion(script string) string {
-	data, err := os.ReadFile(filepath.Join(filepath.Dir(script), "..", "..", "test", "e2b-js", "node_modules", "e2b", "package.json"))
+	data, err := os.ReadFile(filepath.Join(filepath.Dir(script), "..", "..", "test", "e2bjs", "js", "node_modules", "e2b", "package.json"))
 	if err != nil {
-		return "e2b not installed in test/e2b-js"
+		return "e2b not installed in test/e2bjs/js"
 	}
 	var pkg struct{ Version string }
 	if json.Unmarshal(data, &pkg) != nil {

@@ -81,10 +81,7 @@ var sectionKeys = []string{"exec", "envd-true", "envd-bash", "envd-list", "runc"
 
 func realMain() int {
 	cfg := &config{}
-	cfg.templates = os.Getenv("HUTCH_TEMPLATES")
-	if cfg.templates == "" {
-		cfg.templates = "/var/lib/hutch/templates"
-	}
+	cfg.templates = harness.TemplatesDir()
 	var only, sizes string
 	flag.IntVar(&cfg.n, "n", 200, "measured round trips per row, and transfers per 1 MiB /files row")
 	flag.IntVar(&cfg.nLarge, "n-large", 10, "transfers per /files row of files of 64 MiB and more")

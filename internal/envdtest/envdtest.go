@@ -20,6 +20,7 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/runtime/native"
 	"github.com/hutch-sandbox/hutch/internal/syncbuf"
 	"github.com/hutch-sandbox/hutch/internal/template"
+	"github.com/hutch-sandbox/hutch/internal/testenv"
 )
 
 // Main is the TestMain of a package using Start: the test binary is also
@@ -62,17 +63,13 @@ type Sandbox struct {
 // Log returns what envd has written so far.
 func (s *Sandbox) Log() string { return s.log.String() }
 
-// Start makes a sandbox running envd, removed when the test ends. It skips
-// the test when not root and fails it when the base template is missing.
+// Start makes a sandbox running envd, removed when the test ends. It
+// needs root (testenv.RequireRoot) and fails the test when the base
+// template is missing.
 func Start(t testing.TB) *Sandbox {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: namespaces, cgroups and mounts")
-	}
-	templates := os.Getenv("HUTCH_TEMPLATES")
-	if templates == "" {
-		templates = template.DefaultDir
-	}
+	testenv.RequireRoot(t, "namespaces, cgroups and mounts")
+	templates := testenv.TemplatesDir()
 	data := t.TempDir()
 	os.Chmod(filepath.Dir(data), 0o711)
 	rt, err := native.New(native.Options{DataDir: data, Templates: template.Open(templates)})

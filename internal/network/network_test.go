@@ -28,6 +28,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hutch-sandbox/hutch/internal/network/policy"
+	"github.com/hutch-sandbox/hutch/internal/testenv"
 )
 
 // The tests build their own world out of network namespaces, and never
@@ -74,9 +75,7 @@ func newWorld(t *testing.T) *world { t.Helper(); return newWorldWith(t, Options{
 // newWorldWith builds the world with a manager made from opts.
 func newWorldWith(t *testing.T, opts Options) *world {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: network namespaces")
-	}
+	testenv.RequireRoot(t, "network namespaces")
 	w := &world{t: t}
 	var err error
 	done := make(chan struct{})

@@ -23,6 +23,7 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/runtime/native"
 	"github.com/hutch-sandbox/hutch/internal/store"
 	"github.com/hutch-sandbox/hutch/internal/template"
+	"github.com/hutch-sandbox/hutch/internal/testenv"
 )
 
 // The test binary is also each sandbox's init and envd.
@@ -37,16 +38,10 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: namespaces, cgroups and mounts")
-	}
+	testenv.RequireRoot(t, "namespaces, cgroups and mounts")
 	dir := t.TempDir()
 	os.Chmod(filepath.Dir(dir), 0o711)
-	templates := os.Getenv("HUTCH_TEMPLATES")
-	if templates == "" {
-		templates = template.DefaultDir
-	}
-	e := &env{tpl: template.Open(templates), dataDir: dir}
+	e := &env{tpl: template.Open(testenv.TemplatesDir()), dataDir: dir}
 	var err error
 	if e.rt, err = native.New(native.Options{DataDir: dir, Templates: e.tpl}); err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
+	"github.com/hutch-sandbox/hutch/internal/testenv"
 )
 
 func TestMirrorIn(t *testing.T) {
@@ -263,13 +264,8 @@ var mcpServers = []struct{ pkg, cmd string }{
 // /usr/local/bin/hutch) byte for byte, and its four MCP servers answering
 // initialize without a network in a read-only view of the root.
 func TestMCPGatewayTemplate(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the template is root-owned and the servers run in a chroot")
-	}
-	dir := os.Getenv("HUTCH_TEMPLATES")
-	if dir == "" {
-		dir = DefaultDir
-	}
+	testenv.RequireRoot(t, "the template is root-owned and the servers run in a chroot")
+	dir := testenv.TemplatesDir()
 	store := Open(dir)
 	tpl, err := store.Get("mcp-gateway")
 	if errors.Is(err, errdefs.ErrNotFound) {

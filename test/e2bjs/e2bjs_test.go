@@ -1,7 +1,8 @@
-// Package e2bjs runs the official E2B JavaScript SDK (test/e2b-js) against
-// a real envd in a real sandbox: the SDK in debug mode (no control plane)
-// with E2B_SANDBOX_URL pointing at a local TCP proxy to the sandbox's host
-// socket.
+// Package e2bjs runs the official E2B JavaScript SDK's tests (the JS
+// package in js/, pinned) against a real envd in a real sandbox: the SDK
+// in debug mode (no control plane) with E2B_SANDBOX_URL pointing at a
+// local TCP proxy to the sandbox's host socket; and against a real
+// `hutch serve`, as a user points the SDK at it.
 package e2bjs
 
 import (
@@ -11,7 +12,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,13 +19,11 @@ import (
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/envdtest"
+	"github.com/hutch-sandbox/hutch/internal/testenv"
 	"github.com/hutch-sandbox/hutch/test/internal/hutchtest"
 )
 
 func TestMain(m *testing.M) { envdtest.Main(m) }
-
-// jsDir holds package.json, package-lock.json and the *.test.mjs files.
-const jsDir = "../e2b-js"
 
 // nodeTimeout bounds the whole `node --test` run.
 const nodeTimeout = 5 * time.Minute
@@ -50,15 +48,13 @@ func TestE2BJSSDKThroughServe(t *testing.T) {
 	}
 }
 
-// jsPackage returns test/e2b-js with its packages installed.
+// jsPackage returns test/e2bjs/js (package.json, package-lock.json and
+// the *.test.mjs files) with its packages installed. Every test here
+// starts with it and runs sandboxes, so it checks for root first.
 func jsPackage(t *testing.T) string {
 	t.Helper()
-	dir, err := filepath.Abs(jsDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hutchtest.NPMCI(t, dir)
-	return dir
+	testenv.RequireRoot(t, "sandboxes: namespaces, cgroups and mounts")
+	return hutchtest.JSPackage(t, hutchtest.E2BJS)
 }
 
 // runNode runs node's test runner in dir with env added.
@@ -71,7 +67,7 @@ func runNode(t *testing.T, dir string, env ...string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), nodeTimeout)
 	defer cancel()
 	args := []string{"--test", "--test-reporter=spec"}
-	// E2BJS_FILES (space-separated, relative to test/e2b-js) runs only those
+	// E2BJS_FILES (space-separated, relative to test/e2bjs/js) runs only those
 	// test files.
 	args = append(args, strings.Fields(os.Getenv("E2BJS_FILES"))...)
 	cmd := exec.CommandContext(ctx, node, args...)

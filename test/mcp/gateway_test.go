@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/hutch-sandbox/hutch/internal/testenv"
 	"github.com/hutch-sandbox/hutch/test/internal/hutchtest"
 )
 
@@ -16,18 +17,11 @@ import (
 // server-filesystem, sees each secret only in its own server, and gets 401
 // without the token; a refused config fails the create.
 func TestE2BGateway(t *testing.T) {
-	templates := os.Getenv("HUTCH_TEMPLATES")
-	if templates == "" {
-		templates = "/var/lib/hutch/templates"
-	}
+	templates := testenv.TemplatesDir()
 	if _, err := os.Stat(filepath.Join(templates, "mcp-gateway", "template.json")); err != nil {
 		t.Fatalf("the mcp-gateway template is not built (scripts/setup.sh builds it): %v", err)
 	}
 	f := newFixture(t)
-	e2b, err := filepath.Abs("../e2b-js")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hutchtest.NPMCI(t, e2b)
+	e2b := hutchtest.JSPackage(t, hutchtest.E2BJS)
 	f.script(t, f.srv.SDKEnv(), "gateway.mjs", e2b)
 }

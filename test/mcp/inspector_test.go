@@ -77,7 +77,7 @@ func checkToolList(t *testing.T, via string, result json.RawMessage) {
 	}
 }
 
-// allTools are the 23 tools of `hutch mcp` (as test/mcp-js/lib.mjs TOOLS).
+// allTools are the 23 tools of `hutch mcp` (as test/mcp/js/lib.mjs TOOLS).
 var allTools = []string{
 	"sandbox_create", "sandbox_connect", "sandbox_kill", "sandbox_get_info", "sandbox_list",
 	"sandbox_renew", "sandbox_healthcheck", "sandbox_get_metrics", "sandbox_get_endpoint",

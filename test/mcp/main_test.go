@@ -1,7 +1,7 @@
 // Package mcp tests `hutch mcp`, Hutch's MCP server, with real clients:
 // the official TypeScript MCP SDK client (over stdio and streamable HTTP),
 // the MCP Inspector CLI and the official conformance suite, all installed
-// from test/mcp-js (pinned, with its package-lock.json) and run against
+// from test/mcp/js (pinned, with its package-lock.json) and run against
 // the hutch binary built from this checkout and a real `hutch serve`.
 // Everything listens on and talks to loopback only.
 package mcp
@@ -11,7 +11,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -23,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hutch-sandbox/hutch/internal/testenv"
 	"github.com/hutch-sandbox/hutch/test/internal/hutchtest"
 )
 
@@ -35,8 +35,9 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// jsDir holds package.json, package-lock.json and the client scripts.
-const jsDir = "../mcp-js"
+// jsDir holds package.json, package-lock.json and the client scripts
+// (under test/).
+const jsDir = "mcp/js"
 
 // nodeTimeout bounds one node run (a client scenario, the Inspector CLI,
 // the conformance suite).
@@ -46,7 +47,7 @@ const nodeTimeout = 90 * time.Second
 type fixture struct {
 	bin string
 	srv *hutchtest.Server
-	// js is test/mcp-js (absolute), its packages installed.
+	// js is test/mcp/js (absolute), its packages installed.
 	js string
 	// env is this process's environment without HUTCH_* and E2B_*
 	// variables: what `hutch mcp` and the clients run with, so that only
@@ -56,28 +57,11 @@ type fixture struct {
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("hutch serve needs root")
-	}
-	js, err := filepath.Abs(jsDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hutchtest.NPMCI(t, js)
+	// Before the packages are installed: the server needs root.
+	testenv.RequireRoot(t, "hutch serve runs sandboxes: namespaces, cgroups and mounts")
+	js := hutchtest.JSPackage(t, jsDir)
 	b := bin.Path(t)
-	return &fixture{bin: b, srv: hutchtest.StartServe(t, b), js: js, env: cleanEnv()}
-}
-
-// cleanEnv is this process's environment without HUTCH_* and E2B_*
-// variables, plus extra.
-func cleanEnv(extra ...string) []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "HUTCH_") && !strings.HasPrefix(kv, "E2B_") {
-			env = append(env, kv)
-		}
-	}
-	return append(env, extra...)
+	return &fixture{bin: b, srv: hutchtest.StartServe(t, b), js: js, env: hutchtest.CleanEnv()}
 }
 
 // stdioCommand is the `hutch mcp` command line a stdio client spawns,
@@ -126,7 +110,7 @@ type mcpHTTP struct {
 // stopped when the test ends.
 func (f *fixture) startHTTP(t *testing.T, args ...string) *mcpHTTP {
 	t.Helper()
-	addr := freeAddr(t)
+	addr := hutchtest.FreeAddr(t)
 	argv := append([]string{"mcp", "--transport", "http", "--listen", addr, "--api-url", f.srv.URL()}, args...)
 	cmd := exec.Command(f.bin, argv...)
 	cmd.Env = f.env
@@ -173,17 +157,6 @@ func (f *fixture) startHTTP(t *testing.T, args ...string) *mcpHTTP {
 			t.Fatalf("hutch mcp never listened on %s: %v", addr, err)
 		}
 	}
-}
-
-// freeAddr returns a loopback address with a port free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // nodeRun is one finished run of a node program.
@@ -240,7 +213,7 @@ func (f *fixture) node(t *testing.T, nodeBin string, env []string, args ...strin
 	return r
 }
 
-// script runs one of test/mcp-js's scripts and fails the test (with its
+// script runs one of test/mcp/js's scripts and fails the test (with its
 // output) unless it exits 0; its output is logged either way.
 func (f *fixture) script(t *testing.T, env []string, args ...string) nodeRun {
 	t.Helper()

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hutch-sandbox/hutch/test/internal/hutchtest"
 )
 
 // TestStdioHygiene: `hutch mcp --transport stdio` writes nothing but
@@ -108,7 +110,7 @@ func TestInsecureNoAuthLoopbackOnly(t *testing.T) {
 	// wrongly accepted the flag could not listen there.
 	for _, addr := range []string{"192.0.2.1:3001", ":3001"} {
 		cmd := exec.Command(b, "mcp", "--transport", "http", "--listen", addr, "--insecure-no-auth", "--api-key", "e2b_"+strings.Repeat("0", 40), "--api-url", "http://127.0.0.1:9")
-		cmd.Env = cleanEnv()
+		cmd.Env = hutchtest.CleanEnv()
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Start(); err != nil {

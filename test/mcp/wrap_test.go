@@ -26,10 +26,10 @@ import (
 
 // `hutch mcp wrap -- CMD` is a local stdio MCP server whose real server,
 // CMD, runs in a fresh sandbox; these tests drive it with the TypeScript
-// SDK client (test/mcp-js/wrap.mjs) and the MCP Inspector CLI.
+// SDK client (test/mcp/js/wrap.mjs) and the MCP Inspector CLI.
 //
 // The wrapped server is @modelcontextprotocol/server-memory, pinned in
-// test/mcp-js/package.json. The sandboxes of the test servers have no
+// test/mcp/js/package.json. The sandboxes of the test servers have no
 // network (and wrap runs them with --no-internet too), so it cannot be
 // installed there with npm: memoryPrefix lays it out here as an npm
 // global prefix, holding exactly the packages it needs, and wrap uploads
@@ -40,7 +40,7 @@ import (
 // memoryPrefix lays out server-memory as `npm install -g --prefix P`
 // would: P/lib/node_modules holds the package and its dependency closure,
 // each at the path package-lock.json resolves it to under
-// test/mcp-js/node_modules, so node resolves them the same way;
+// test/mcp/js/node_modules, so node resolves them the same way;
 // P/bin/mcp-server-memory links to its bin. It returns P.
 func (f *fixture) memoryPrefix(t *testing.T) string {
 	t.Helper()
@@ -128,7 +128,7 @@ func lockClosure(t *testing.T, lockFile, root string) []string {
 		}
 	}
 	if !hasPackage(lock.Packages, root) {
-		t.Fatalf("package-lock.json has no %s: run npm install in test/mcp-js", root)
+		t.Fatalf("package-lock.json has no %s: run npm install in test/mcp/js", root)
 	}
 	walk(root)
 	out := make([]string, 0, len(seen))

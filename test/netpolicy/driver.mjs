@@ -8,7 +8,7 @@
 // Answer:   {"id": 1, "ok": true, "result": ...} or {"id": 1, "ok": false, "error": "..."}
 //
 // E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY point the SDK at the server;
-// NETPOLICY_E2B_DIR is test/e2b-js, where the e2b package is installed.
+// NETPOLICY_E2B_DIR is test/e2bjs/js, where the e2b package is installed.
 import { createRequire } from 'node:module'
 import path from 'node:path'
 import readline from 'node:readline'

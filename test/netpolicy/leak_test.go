@@ -114,7 +114,7 @@ func TestCreateKillCyclesLeaveNothing(t *testing.T) {
 	if ids := w.list(t); len(ids) != 0 {
 		t.Errorf("Sandbox.list after the cycles: %v", ids)
 	}
-	if rs := w.runtimeSandboxes(); len(rs) != 0 {
+	if rs := w.srv.RuntimeSandboxes(); len(rs) != 0 {
 		t.Errorf("runtime sandboxes after the cycles: %v", rs)
 	}
 	// Links go off the kill path, and a namespace's teardown is the
@@ -241,7 +241,7 @@ while s.recv(4096):
 // range, but those in TIME_WAIT (no process holds them).
 func (w *world) rangeSockets(t *testing.T) []string {
 	t.Helper()
-	pid := w.servePid()
+	pid := w.srv.Pid()
 	if pid == 0 {
 		t.Fatal("hutch serve is not running")
 	}
@@ -321,10 +321,10 @@ func TestServeKilledAndRestarted(t *testing.T) {
 		})
 	}
 	waitFor(t, "creates under way", 60*time.Second, func() (bool, string) {
-		n := len(w.runtimeSandboxes())
+		n := len(w.srv.RuntimeSandboxes())
 		return n >= 5+6, fmt.Sprintf("%d runtime sandboxes", n)
 	})
-	w.stopServe(syscall.SIGKILL)
+	w.srv.Stop(syscall.SIGKILL)
 	close(stop)
 	wg.Wait()
 
@@ -336,14 +336,14 @@ func TestServeKilledAndRestarted(t *testing.T) {
 		}
 	}
 	// Two sandboxes die while no server runs.
-	for _, st := range w.runtimeSandboxes() {
+	for _, st := range w.srv.RuntimeSandboxes() {
 		if st.ID == dies || st.ID == diesDomain {
 			if err := syscall.Kill(st.Pid, syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	w.startServe()
+	w.srv.Start()
 
 	api := w.list(t)
 	sort.Strings(api)
@@ -362,7 +362,7 @@ func TestServeKilledAndRestarted(t *testing.T) {
 	// serve answers: the two agree once it has.
 	waitFor(t, "the API and the runtime to list the same sandboxes", 10*time.Second, func() (bool, string) {
 		var runtimeIDs []string
-		for _, st := range w.runtimeSandboxes() {
+		for _, st := range w.srv.RuntimeSandboxes() {
 			runtimeIDs = append(runtimeIDs, st.ID)
 		}
 		sort.Strings(runtimeIDs)

@@ -52,7 +52,7 @@ func TestEgressProxyDescriptors(t *testing.T) {
 		w.spawn(t, id, "", "python3 /tmp/hold.py 300 40 > /tmp/hold.out")
 	}
 	serveFDs := func() int {
-		ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", w.serve.Process.Pid))
+		ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", w.srv.Pid()))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -20,9 +20,6 @@ import (
 	"github.com/hutch-sandbox/hutch/test/internal/hutchtest"
 )
 
-// jsDir is where the e2b package is installed (package.json, lock file).
-const jsDir = "../e2b-js"
-
 // callTimeout bounds one request to the SDK driver.
 const callTimeout = 2 * time.Minute
 
@@ -50,11 +47,7 @@ type reply struct {
 // startDriver starts the SDK driver; it stops when the test ends.
 func startDriver(t *testing.T, w *world) *driver {
 	t.Helper()
-	dir, err := filepath.Abs(jsDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hutchtest.NPMCI(t, dir)
+	dir := hutchtest.JSPackage(t, hutchtest.E2BJS)
 	script, err := filepath.Abs("driver.mjs")
 	if err != nil {
 		t.Fatal(err)
@@ -62,7 +55,7 @@ func startDriver(t *testing.T, w *world) *driver {
 	cmd := exec.Command("nsenter", fmt.Sprintf("--net=/proc/%d/fd/%d", os.Getpid(), int(w.host)), "--", "node", script)
 	cmd.Dir = dir
 	api := fmt.Sprintf("http://127.0.0.1:%d", apiPort)
-	cmd.Env = append(os.Environ(), "NO_COLOR=1", "E2B_API_URL="+api, "E2B_SANDBOX_URL="+api, "E2B_API_KEY="+testKey, "NETPOLICY_E2B_DIR="+dir)
+	cmd.Env = append(os.Environ(), "NO_COLOR=1", "E2B_API_URL="+api, "E2B_SANDBOX_URL="+api, "E2B_API_KEY="+hutchtest.TestKey, "NETPOLICY_E2B_DIR="+dir)
 	d := &driver{t: t, cmd: cmd, stderr: &tailBuffer{max: 200}, pending: map[int]chan reply{}, dead: make(chan struct{})}
 	cmd.Stderr = d.stderr
 	if d.stdin, err = cmd.StdinPipe(); err != nil {

@@ -50,7 +50,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -59,6 +58,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
+	"github.com/hutch-sandbox/hutch/internal/testenv"
 	"github.com/hutch-sandbox/hutch/test/internal/hutchtest"
 )
 
@@ -79,7 +79,6 @@ const (
 
 	sandboxRange = "10.200.0.0/16" // hutch serve's default --network-cidr
 
-	testKey = "e2b_0123456789012345678901234567890123456789"
 )
 
 // zone is what the test DNS server answers (A records); every other name
@@ -108,29 +107,18 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// hutchBinary builds cmd/hutch once per test binary.
-func hutchBinary(t *testing.T) string { return hutchBin.Path(t) }
-
 // world is one host namespace with its internet, a hutch serve in the host
 // and an SDK driver talking to it.
 type world struct {
 	t        *testing.T
 	host     netns.NsHandle
 	internet netns.NsHandle
-	bin      string
-	env      []string // hutch's environment (data dir, templates, key)
-	dataDir  string
+	// srv is hutch serve, run in host with nsenter.
+	srv *hutchtest.Server
 
 	dns     *dnsServer
 	streams *streams
 	closers []io.Closer
-
-	serveArgs []string // more flags of hutch serve
-	nofile    int      // hutch serve's RLIMIT_NOFILE, when not 0
-	serveMu   sync.Mutex
-	serve     *exec.Cmd
-	serveDone chan struct{}
-	serveLog  *tailBuffer
 
 	sdk *driver
 }
@@ -165,15 +153,14 @@ func newWorld(t *testing.T, serveArgs ...string) *world {
 // limit (soft and hard) of nofile, when not 0.
 func newWorldFiles(t *testing.T, nofile int, serveArgs ...string) *world {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: network namespaces, sandboxes")
-	}
+	testenv.RequireRoot(t, "network namespaces, sandboxes")
 	for _, tool := range []string{"nsenter", "node"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("needs %s: %v", tool, err)
 		}
 	}
-	w := &world{t: t, bin: hutchBinary(t), dns: &dnsServer{}, streams: newStreams(), serveArgs: serveArgs, nofile: nofile}
+	bin := hutchBin.Path(t)
+	w := &world{t: t, dns: &dnsServer{}, streams: newStreams()}
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // the thread ends up in a new namespace: never unlocked
@@ -281,13 +268,22 @@ func newWorldFiles(t *testing.T, nofile int, serveArgs ...string) *world {
 	tmp := t.TempDir()
 	os.Chmod(filepath.Dir(tmp), 0o711)
 	os.Chmod(tmp, 0o711)
-	w.dataDir = filepath.Join(tmp, "data")
-	templates := os.Getenv("HUTCH_TEMPLATES")
-	if templates == "" {
-		templates = "/var/lib/hutch/templates"
+	serveLog := &tailBuffer{max: 150}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("hutch serve's last log lines:\n%s", serveLog.String())
+		}
+	})
+	w.srv = hutchtest.NewServer(t, bin, filepath.Join(tmp, "data"))
+	w.srv.Addr = fmt.Sprintf("127.0.0.1:%d", apiPort)
+	w.srv.Listen = fmt.Sprintf(":%d", apiPort) // every address, IPv6 too
+	w.srv.Wrap = []string{"nsenter", fmt.Sprintf("--net=/proc/%d/fd/%d", os.Getpid(), int(w.host)), "--"}
+	if nofile > 0 {
+		w.srv.Wrap = append(w.srv.Wrap, "prlimit", fmt.Sprintf("--nofile=%d:%d", nofile, nofile), "--")
 	}
-	w.env = append(os.Environ(), "HUTCH_DATA_DIR="+w.dataDir, "HUTCH_TEMPLATES="+templates, "HUTCH_API_KEY="+testKey)
-	t.Cleanup(w.cleanupSandboxes)
+	w.srv.Args = append([]string{"--dns-upstream", dnsAddr + ":53", "--warm", "0"}, serveArgs...)
+	w.srv.Client = w.hostClient()
+	w.srv.Log = serveLog
 
 	// The world itself works: from the host, every server answers, so a
 	// refusal seen from a sandbox is the policy's doing.
@@ -305,8 +301,7 @@ func newWorldFiles(t *testing.T, nofile int, serveArgs ...string) *world {
 		t.Fatalf("the test world is broken: allowed.test from the host: %q, %v", a, err)
 	}
 
-	w.startServe()
-	t.Cleanup(func() { w.stopServe(syscall.SIGTERM) })
+	w.srv.Start()
 	w.sdk = startDriver(t, w)
 	return w
 }
@@ -633,106 +628,6 @@ func (w *world) hostLookup(name string) (string, error) {
 		return nil
 	})
 	return addr, err
-}
-
-// startServe runs hutch serve in the host namespace and waits until it
-// answers.
-func (w *world) startServe() {
-	w.t.Helper()
-	args := []string{fmt.Sprintf("--net=/proc/%d/fd/%d", os.Getpid(), int(w.host)), "--"}
-	if w.nofile > 0 {
-		args = append(args, "prlimit", fmt.Sprintf("--nofile=%d:%d", w.nofile, w.nofile), "--")
-	}
-	args = append(args,
-		w.bin, "serve", "--listen", fmt.Sprintf(":%d", apiPort), // every address, IPv6 too
-		"--dns-upstream", dnsAddr+":53", "--warm", "0",
-	)
-	args = append(args, w.serveArgs...)
-	cmd := exec.Command("nsenter", args...)
-	cmd.Env = w.env
-	if w.serveLog == nil {
-		w.serveLog = &tailBuffer{max: 150}
-		w.t.Cleanup(func() {
-			if w.t.Failed() {
-				w.t.Logf("hutch serve's last log lines:\n%s", w.serveLog.String())
-			}
-		})
-	}
-	cmd.Stdout, cmd.Stderr = w.serveLog, w.serveLog
-	if err := cmd.Start(); err != nil {
-		w.t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
-	w.serveMu.Lock()
-	w.serve, w.serveDone = cmd, done
-	w.serveMu.Unlock()
-	client := w.hostClient()
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d/health", apiPort))
-		if err == nil {
-			resp.Body.Close()
-			return
-		}
-		select {
-		case <-done:
-			w.t.Fatalf("hutch serve exited: %s\n%s", cmd.ProcessState, w.serveLog.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			w.t.Fatalf("hutch serve never answered: %v", err)
-		}
-	}
-}
-
-// stopServe signals hutch serve and waits for it to exit.
-func (w *world) stopServe(sig syscall.Signal) {
-	w.serveMu.Lock()
-	cmd, done := w.serve, w.serveDone
-	w.serve = nil
-	w.serveMu.Unlock()
-	if cmd == nil {
-		return
-	}
-	cmd.Process.Signal(sig)
-	select {
-	case <-done:
-	case <-time.After(20 * time.Second):
-		cmd.Process.Kill()
-		<-done
-	}
-}
-
-// servePid is the pid of the running hutch serve (nsenter execs it).
-func (w *world) servePid() int {
-	w.serveMu.Lock()
-	defer w.serveMu.Unlock()
-	if w.serve == nil {
-		return 0
-	}
-	return w.serve.Process.Pid
-}
-
-// runtimeSandboxes lists the runtime's sandboxes in the data dir.
-func (w *world) runtimeSandboxes() []hutchtest.RuntimeStatus {
-	return hutchtest.RuntimeSandboxes(w.t, w.bin, w.env)
-}
-
-// cleanupSandboxes removes every sandbox left in the data dir (sandboxes
-// outlive servers by design).
-func (w *world) cleanupSandboxes() {
-	ps := exec.Command(w.bin, "ps", "-q")
-	ps.Env = w.env
-	out, _ := ps.Output()
-	ids := strings.Fields(string(out))
-	if len(ids) == 0 {
-		return
-	}
-	rm := exec.Command(w.bin, append([]string{"rm"}, ids...)...)
-	rm.Env = w.env
-	if out, err := rm.CombinedOutput(); err != nil {
-		w.t.Logf("hutch rm %v: %v\n%s", ids, err, out)
-	}
 }
 
 // hostState is what the kernel of the host namespace holds for sandboxes.

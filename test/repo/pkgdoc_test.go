@@ -1,5 +1,5 @@
 // Package repo tests the repository itself rather than a program: what
-// every package must have.
+// every package must have, and what only tests may import.
 package repo
 
 import (

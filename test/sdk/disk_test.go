@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hutch-sandbox/hutch/internal/testenv"
 	"github.com/hutch-sandbox/hutch/sdk"
 )
 
@@ -85,10 +86,7 @@ except OSError as e:
 		// template.json of its own.
 		store := t.TempDir()
 		os.Chmod(store, 0o755)
-		src := os.Getenv("HUTCH_TEMPLATES")
-		if src == "" {
-			src = "/var/lib/hutch/templates"
-		}
+		src := testenv.TemplatesDir()
 		dir := filepath.Join(store, "small")
 		must(t, os.Mkdir(dir, 0o755), "mkdir")
 		if out, err := exec.Command("cp", "-al", filepath.Join(src, "base", "rootfs"), filepath.Join(dir, "rootfs")).CombinedOutput(); err != nil {

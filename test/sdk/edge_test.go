@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hutch-sandbox/hutch/internal/testenv"
 	"github.com/hutch-sandbox/hutch/sdk"
 	"github.com/hutch-sandbox/hutch/test/internal/hutchtest"
 )
@@ -188,11 +189,7 @@ func TestNoHostPathsInside(t *testing.T) {
 for f in /proc/[0-9]*/fd/* /proc/[0-9]*/cwd /proc/[0-9]*/exe; do readlink "$f"; done 2>/dev/null
 cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null | tr '\0' '\n'`, &sdk.RunOptions{User: "root"}).Stdout
 	all := strings.Join(msgs, "\n") + "\n" + out
-	templates := os.Getenv("HUTCH_TEMPLATES")
-	if templates == "" {
-		templates = "/var/lib/hutch/templates"
-	}
-	for _, host := range []string{e.srv.DataDir, filepath.Dir(e.srv.DataDir), "/var/lib/hutch", templates} {
+	for _, host := range []string{e.srv.DataDir, filepath.Dir(e.srv.DataDir), "/var/lib/hutch", testenv.TemplatesDir()} {
 		if strings.Contains(all, host) {
 			t.Errorf("the host path %s is visible inside:\n%s", host, all)
 		}

@@ -1,6 +1,6 @@
 // Package sdk_test tests Hutch's Go SDK (package sdk) against a real
 // `hutch serve` built from this checkout: no mocks. It covers the same
-// behaviours as the official JS SDK's suite in test/e2b-js — lifecycle,
+// behaviours as the official JS SDK's suite in test/e2bjs — lifecycle,
 // commands, terminals, files, watches, signed URLs and ports — written the
 // way a Go user of the SDK would check them.
 //
@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hutch-sandbox/hutch/internal/testenv"
 	"github.com/hutch-sandbox/hutch/sdk"
 	"github.com/hutch-sandbox/hutch/test/internal/hutchtest"
 )
@@ -28,6 +29,8 @@ import (
 var hutchBin = &hutchtest.Binary{ModuleRoot: "../.."}
 
 func TestMain(m *testing.M) {
+	// Every test runs hutch serve, some change the host before it starts.
+	testenv.RequireRootMain("hutch serve runs sandboxes: namespaces, cgroups and mounts")
 	code := m.Run()
 	hutchBin.Remove()
 	os.Exit(code)

@@ -5,6 +5,8 @@ import (
 	"os"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/hutch-sandbox/hutch/internal/template"
 )
 
 // Main runs realMain as root inside the harness's private mount namespace
@@ -27,7 +29,7 @@ func TemplatesDir() string {
 	if d := os.Getenv("HUTCH_TEMPLATES"); d != "" {
 		return d
 	}
-	return "/var/lib/hutch/templates"
+	return template.DefaultDir
 }
 
 // ParseOnly parses an -only flag (comma-separated row keys); nil means all

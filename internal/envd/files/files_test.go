@@ -17,6 +17,7 @@ import (
 
 	"github.com/hutch-sandbox/hutch/internal/envd/config"
 	"github.com/hutch-sandbox/hutch/internal/envdapi"
+	"github.com/hutch-sandbox/hutch/internal/testenv"
 )
 
 // testEnv is an in-process envd /files endpoint over a temporary root that
@@ -28,12 +29,10 @@ type testEnv struct {
 	st     *config.State
 }
 
-// requireRoot skips tests that chown files or read other users' files.
+// requireRoot gates tests that chown files or read other users' files.
 func requireRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: envd chowns uploads to the requesting user")
-	}
+	testenv.RequireRoot(t, "envd chowns uploads to the requesting user")
 }
 
 func newEnv(t *testing.T, token string, opts Options) *testEnv {

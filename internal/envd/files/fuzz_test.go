@@ -16,6 +16,7 @@ import (
 
 	"github.com/hutch-sandbox/hutch/internal/envd/config"
 	"github.com/hutch-sandbox/hutch/internal/envd/permissions"
+	"github.com/hutch-sandbox/hutch/internal/testenv"
 )
 
 // fuzzBoundary is the multipart boundary FuzzMultipart's bodies use.
@@ -25,9 +26,7 @@ const fuzzBoundary = "fuzzboundary"
 // workdir), called directly rather than over a socket: faster, and a panic
 // reaches the fuzzer instead of net/http's recovery.
 func fuzzHandler(f *testing.F) (http.Handler, string, *permissions.User) {
-	if os.Geteuid() != 0 {
-		f.Skip("needs root: envd chowns uploads to the requesting user")
-	}
+	testenv.RequireRoot(f, "envd chowns uploads to the requesting user")
 	root := f.TempDir()
 	if err := os.WriteFile(filepath.Join(root, "existing.txt"), []byte("existing"), 0o644); err != nil {
 		f.Fatal(err)

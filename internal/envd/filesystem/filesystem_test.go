@@ -23,6 +23,7 @@ import (
 	pb "github.com/hutch-sandbox/hutch/api/gen/filesystem"
 	"github.com/hutch-sandbox/hutch/api/gen/filesystem/filesystemconnect"
 	"github.com/hutch-sandbox/hutch/internal/envd/config"
+	"github.com/hutch-sandbox/hutch/internal/testenv"
 )
 
 // env is one in-process envd filesystem service behind a real HTTP server.
@@ -34,9 +35,7 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the service chowns what it creates")
-	}
+	testenv.RequireRoot(t, "the service chowns what it creates")
 	st := config.New("0.6.13", "root")
 	svc := NewService(st, nil)
 	mux := http.NewServeMux()

@@ -12,15 +12,15 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
+
+	"github.com/hutch-sandbox/hutch/internal/testenv"
 )
 
 // TestWriteLayer writes upper directories made by hand, with every mark
 // overlayfs leaves, and checks the OCI layer made of each. The conformance
 // suite checks a layer a real overlay wrote.
 func TestWriteLayer(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: whiteouts are device nodes, files belong to a sandbox's uids")
-	}
+	testenv.RequireRoot(t, "whiteouts are device nodes, files belong to a sandbox's uids")
 	const host = uidBase + 3*uidRange // the sandbox's root on the host
 	type entry struct {
 		Type     byte

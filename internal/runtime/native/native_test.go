@@ -14,6 +14,7 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/runtime/native/seccomp"
 	"github.com/hutch-sandbox/hutch/internal/runtime/runtimetest"
 	"github.com/hutch-sandbox/hutch/internal/template"
+	"github.com/hutch-sandbox/hutch/internal/testenv"
 )
 
 // The test binary is also the sandboxes' init: it is what /proc/self/exe is.
@@ -24,26 +25,17 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-func templatesDir() string {
-	if d := os.Getenv("HUTCH_TEMPLATES"); d != "" {
-		return d
-	}
-	return template.DefaultDir
-}
-
 func TestConformance(t *testing.T) {
 	requireBase(t)
 	runtimetest.Run(t, func(t *testing.T) runtime.Runtime { return testRuntime(t) }, "base")
 }
 
-// requireBase skips a test that is not run as root, and fails one on a
-// host without the base template.
+// requireBase gates a test on root (testenv.RequireRoot), and fails one
+// on a host without the base template.
 func requireBase(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: namespaces, cgroups and mounts")
-	}
-	if _, err := template.Open(templatesDir()).Get("base"); err != nil {
+	testenv.RequireRoot(t, "namespaces, cgroups and mounts")
+	if _, err := template.Open(testenv.TemplatesDir()).Get("base"); err != nil {
 		t.Fatalf("base template: %v (run ./scripts/setup.sh)", err)
 	}
 }
@@ -52,7 +44,7 @@ func requireBase(t *testing.T) {
 // templates.
 func testRuntime(t *testing.T) *Runtime {
 	t.Helper()
-	rt, err := New(Options{DataDir: t.TempDir(), Templates: template.Open(templatesDir())})
+	rt, err := New(Options{DataDir: t.TempDir(), Templates: template.Open(testenv.TemplatesDir())})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,7 @@ import (
 
 	"github.com/hutch-sandbox/hutch/internal/runtime"
 	"github.com/hutch-sandbox/hutch/internal/serve"
-	"github.com/hutch-sandbox/hutch/internal/template"
+	"github.com/hutch-sandbox/hutch/internal/testenv"
 )
 
 // ControlPlane is a running control plane.
@@ -28,21 +28,16 @@ type ControlPlane struct {
 }
 
 // Start starts a control plane with keys API keys (at least one) and
-// stops it, killing its sandboxes, when the test ends. It skips the test
-// unless it runs as root.
+// stops it, killing its sandboxes, when the test ends. It needs root
+// (testenv.RequireRoot).
 func Start(t *testing.T, keys int) *ControlPlane {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: namespaces, cgroups and mounts")
-	}
+	testenv.RequireRoot(t, "namespaces, cgroups and mounts")
 	dir := t.TempDir()
 	// Sandboxes' uids must traverse to their layers.
 	os.Chmod(filepath.Dir(dir), 0o711)
 	os.Chmod(dir, 0o711)
-	templates := os.Getenv("HUTCH_TEMPLATES")
-	if templates == "" {
-		templates = template.DefaultDir
-	}
+	templates := testenv.TemplatesDir()
 	ctx := context.Background()
 	s, err := serve.Open(ctx, serve.Config{DataDir: dir, Templates: templates,
 		Resources: runtime.Resources{MemoryBytes: 256 << 20, CPUs: 1, Pids: 256}})

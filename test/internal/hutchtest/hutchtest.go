@@ -1,11 +1,16 @@
-// Package hutchtest holds what the end-to-end test packages share: the
-// hutch binary built from this checkout, the official JS SDK's packages,
-// and the runtime's view of sandboxes (`hutch ps --json`).
+// Package hutchtest is the toolbox of the end-to-end suites under test/:
+// the hutch binary built from this checkout (Binary), a real `hutch
+// serve` (Server), running a command and reading what it did (Run), the
+// suites' JS packages (JSPackage) and the runtime's view of sandboxes
+// (`hutch ps --json`). What every test package shares, the suites and
+// internal/... alike (the rule for root, the template store), is package
+// internal/testenv.
 package hutchtest
 
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,9 +33,19 @@ type Binary struct {
 	err  error
 }
 
-// Path returns the built binary, building it the first time.
+// Path returns the built binary, building it the first time; it fails
+// the test when the build fails.
 func (b *Binary) Path(t *testing.T) string {
 	t.Helper()
+	path, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// Build is Path for a TestMain, which has no test to fail.
+func (b *Binary) Build() (string, error) {
 	b.once.Do(func() {
 		if b.dir, b.err = os.MkdirTemp("", "hutch-test-bin-"); b.err != nil {
 			return
@@ -43,9 +58,9 @@ func (b *Binary) Path(t *testing.T) string {
 		b.out, b.err = build.CombinedOutput()
 	})
 	if b.err != nil {
-		t.Fatalf("build hutch: %v\n%s", b.err, b.out)
+		return "", fmt.Errorf("build hutch: %v\n%s", b.err, b.out)
 	}
-	return b.path
+	return b.path, nil
 }
 
 // Remove deletes the build, if there is one.
@@ -55,8 +70,26 @@ func (b *Binary) Remove() {
 	}
 }
 
-// NPMCI installs the JS packages of dir (test/e2b-js) when node_modules is
-// missing or older than package-lock.json.
+// JSPackage returns the JS package (package.json, package-lock.json)
+// at rel, a path under test/ such as E2BJS, made absolute, with its
+// packages installed (NPMCI). Test packages are test/<name>, their
+// working directory when they run, so test/ is "..".
+func JSPackage(t *testing.T, rel string) string {
+	t.Helper()
+	dir, err := filepath.Abs(filepath.Join("..", rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	NPMCI(t, dir)
+	return dir
+}
+
+// E2BJS is the JS package holding the official E2B JS SDK (pinned): the
+// e2bjs suite's, which the netpolicy and mcp suites use too.
+const E2BJS = "e2bjs/js"
+
+// NPMCI installs the JS packages of dir when node_modules is missing or
+// older than package-lock.json.
 func NPMCI(t *testing.T, dir string) {
 	t.Helper()
 	lock, err := os.Stat(filepath.Join(dir, "package-lock.json"))

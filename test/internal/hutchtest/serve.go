@@ -4,15 +4,17 @@ import (
 	"bufio"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/hutch-sandbox/hutch/internal/testenv"
 )
 
 // TestKey is the API key every test server accepts (HUTCH_API_KEY).
@@ -22,11 +24,12 @@ const TestKey = "e2b_0123456789012345678901234567890123456789"
 // "<port>-<id>.hutch.test" are routed to sandboxes.
 const TestDomain = "hutch.test"
 
-// Server is a real `hutch serve` on a loopback port, run from the binary
-// built from this checkout; it can be killed and started again on the same
-// data dir and address.
+// Server is a real `hutch serve` run from the binary built from this
+// checkout; it can be stopped and started again on the same data dir and
+// address. StartServe makes and starts one as most tests want it;
+// NewServer makes one whose fields the caller sets before Start.
 type Server struct {
-	// Addr is host:port of the listener.
+	// Addr is host:port of the listener, as clients reach it.
 	Addr string
 	// Bin is the hutch binary.
 	Bin string
@@ -35,9 +38,22 @@ type Server struct {
 	Env []string
 	// DataDir is the server's data directory.
 	DataDir string
+	// Args are hutch serve's flags after --listen.
+	Args []string
+	// Listen is hutch serve's --listen; Addr when empty.
+	Listen string
+	// Wrap, when not empty, is the command hutch serve runs under, up to
+	// where serve's own argv starts: nsenter into a network namespace,
+	// prlimit.
+	Wrap []string
+	// Client reaches the server (its transport may dial from another
+	// network namespace); http.DefaultClient when nil.
+	Client *http.Client
+	// Log receives the server's output; when nil each line is logged to
+	// the test.
+	Log io.Writer
 
-	t    *testing.T
-	args []string // extra flags of hutch serve
+	t *testing.T
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -64,55 +80,76 @@ func StartServe(t *testing.T, bin string, args ...string) *Server {
 // ends.
 func StartServeIn(t *testing.T, bin, data string, args ...string) *Server {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	templates := os.Getenv("HUTCH_TEMPLATES")
-	if templates == "" {
-		templates = "/var/lib/hutch/templates"
-	}
+	s := NewServer(t, bin, data)
+	s.Args = append([]string{"--domain", TestDomain, "--network=false"}, args...)
+	s.Start()
+	return s
+}
+
+// NewServer is a Server, not started, of bin on data dir data (which
+// need not exist), at a free loopback port, with the machine's templates
+// and TestKey. When the test ends it is stopped and every sandbox of its
+// data dir removed (sandboxes outlive servers by design). It needs root
+// (testenv.RequireRoot).
+func NewServer(t *testing.T, bin, data string) *Server {
+	t.Helper()
+	testenv.RequireRoot(t, "hutch serve runs sandboxes: namespaces, cgroups and mounts")
 	s := &Server{
-		t: t, Bin: bin, Addr: addr, DataDir: data, args: append([]string{"--network=false"}, args...),
-		Env: append(os.Environ(), "HUTCH_DATA_DIR="+data, "HUTCH_TEMPLATES="+templates, "HUTCH_API_KEY="+TestKey),
+		t: t, Bin: bin, Addr: FreeAddr(t), DataDir: data,
+		Env: append(os.Environ(), "HUTCH_DATA_DIR="+data, "HUTCH_TEMPLATES="+testenv.TemplatesDir(), "HUTCH_API_KEY="+TestKey),
 	}
 	t.Cleanup(func() {
 		s.Stop(syscall.SIGTERM)
-		for _, st := range s.RuntimeSandboxes() {
-			rm := exec.Command(s.Bin, "rm", st.ID)
-			rm.Env = s.Env
-			rm.Run()
-		}
+		s.RemoveSandboxes()
 	})
-	s.Start()
 	return s
 }
 
 // URL is the server's base URL.
 func (s *Server) URL() string { return "http://" + s.Addr }
 
-// Start runs the server and waits until it answers.
+func (s *Server) client() *http.Client {
+	if s.Client != nil {
+		return s.Client
+	}
+	return http.DefaultClient
+}
+
+// Start runs the server and waits until it answers; it fails the test if
+// the server exits first or does not answer within a minute.
 func (s *Server) Start() {
 	s.t.Helper()
-	cmd := exec.Command(s.Bin, append([]string{"serve", "--listen", s.Addr, "--domain", TestDomain}, s.args...)...)
+	listen := s.Listen
+	if listen == "" {
+		listen = s.Addr
+	}
+	argv := append(append(append([]string{}, s.Wrap...), s.Bin, "serve", "--listen", listen), s.Args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = s.Env
-	log := LogWriter(s.t, "serve: ")
-	cmd.Stdout, cmd.Stderr = log, log
+	out, closeOut := s.Log, func() {}
+	if out == nil {
+		log := LogWriter(s.t, "serve: ")
+		out, closeOut = log, func() { log.Close() }
+	}
+	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		s.t.Fatal(err)
 	}
 	done := make(chan struct{})
-	go func() { cmd.Wait(); log.Close(); close(done) }()
+	go func() { cmd.Wait(); closeOut(); close(done) }()
 	s.mu.Lock()
 	s.cmd, s.done = cmd, done
 	s.mu.Unlock()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		resp, err := http.Get(s.URL() + "/health")
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		resp, err := s.client().Get(s.URL() + "/health")
 		if err == nil {
 			resp.Body.Close()
 			return
+		}
+		select {
+		case <-done:
+			s.t.Fatalf("hutch serve exited before it answered: %s", cmd.ProcessState)
+		default:
 		}
 		if time.Now().After(deadline) {
 			s.t.Fatalf("hutch serve never answered: %v", err)
@@ -130,7 +167,8 @@ func (s *Server) Pid() int {
 	return s.cmd.Process.Pid
 }
 
-// Stop sends sig to the server and waits for it to exit.
+// Stop sends sig to the server and waits for it to exit, killing it if it
+// has not within 20 seconds.
 func (s *Server) Stop(sig syscall.Signal) {
 	s.mu.Lock()
 	cmd, done := s.cmd, s.done
@@ -140,7 +178,30 @@ func (s *Server) Stop(sig syscall.Signal) {
 		return
 	}
 	cmd.Process.Signal(sig)
-	<-done
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		s.t.Logf("hutch serve did not exit within 20s of %v; killing it", sig)
+		cmd.Process.Kill()
+		<-done
+	}
+}
+
+// RemoveSandboxes removes every sandbox of the server's data dir with
+// `hutch rm` (what a test left behind), logging a failure.
+func (s *Server) RemoveSandboxes() {
+	ps := exec.Command(s.Bin, "ps", "-q")
+	ps.Env = s.Env
+	out, _ := ps.Output()
+	ids := strings.Fields(string(out))
+	if len(ids) == 0 {
+		return
+	}
+	rm := exec.Command(s.Bin, append([]string{"rm"}, ids...)...)
+	rm.Env = s.Env
+	if out, err := rm.CombinedOutput(); err != nil {
+		s.t.Logf("hutch rm %v: %v\n%s", ids, err, out)
+	}
 }
 
 // SDKEnv is what points an E2B SDK (or Hutch's) at the server.
@@ -158,7 +219,7 @@ func (s *Server) RuntimeSandboxes() []RuntimeStatus {
 func (s *Server) APISandboxes() []string {
 	req, _ := http.NewRequest("GET", s.URL()+"/v2/sandboxes?limit=100", nil)
 	req.Header.Set("X-API-KEY", TestKey)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := s.client().Do(req)
 	if err != nil {
 		s.t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package e2e
+package localcli
 
 // Helpers shared by the escape and limit tests: running commands in
 // sandboxes, finding a sandbox's processes and cgroup files from the host.
@@ -16,6 +16,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hutch-sandbox/hutch/test/internal/hutchtest"
 )
 
 // runSandbox runs argv in a fresh `hutch run --rm` sandbox with the given flags.
@@ -39,7 +41,7 @@ func runInheriting(t testing.TB, f *os.File, fd int, flags []string, argv ...str
 	// ExtraFiles[i] becomes descriptor 3+i; nil entries are closed.
 	cmd.ExtraFiles = make([]*os.File, fd-3+1)
 	cmd.ExtraFiles[fd-3] = f
-	return runCmd(t, cmd)
+	return hutchtest.Run(t, cmd)
 }
 
 // pyArgv returns the argv that runs code with the sandbox's python3.

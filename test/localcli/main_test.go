@@ -1,12 +1,12 @@
-// Package e2e drives the real hutch binary end to end: it builds
-// cmd/hutch once, points it at a private data directory and the machine's
-// template store, and checks what a user would see.
-package e2e
+// Package localcli tests the hutch CLI's local commands end to end, with
+// no server: `hutch run`, `exec`, `ps`, `rm`, `keys` and `template` on a
+// private data directory and the machine's template store, as a user runs
+// them, and the sandboxes they make against escapes and past their
+// limits. The binary is cmd/hutch built from this checkout.
+package localcli
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,12 +14,16 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hutch-sandbox/hutch/internal/testenv"
+	"github.com/hutch-sandbox/hutch/test/internal/hutchtest"
 )
 
 var (
-	hutchBin  string // the built binary
-	dataDir   string // HUTCH_DATA_DIR for every command
-	templates string // HUTCH_TEMPLATES
+	bin       = &hutchtest.Binary{ModuleRoot: "../.."}
+	hutchBin  string                   // the built binary
+	dataDir   string                   // HUTCH_DATA_DIR for every command
+	templates = testenv.TemplatesDir() // HUTCH_TEMPLATES
 )
 
 func TestMain(m *testing.M) {
@@ -27,11 +31,18 @@ func TestMain(m *testing.M) {
 }
 
 func testMain(m *testing.M) int {
-	if os.Geteuid() != 0 {
-		fmt.Fprintln(os.Stderr, "e2e: these tests need root (namespaces, cgroups, mounts)")
+	// Every test runs sandboxes.
+	testenv.RequireRootMain("namespaces, cgroups and mounts")
+	defer bin.Remove()
+	var err error
+	if hutchBin, err = bin.Build(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	tmp, err := os.MkdirTemp("", "hutch-e2e-")
+	// The binary is not beside the data dir: the runtime executes
+	// sandboxes' init through a read-only overlay of the binary's
+	// directory, whose layers must not nest.
+	tmp, err := os.MkdirTemp("", "hutch-localcli-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -41,22 +52,9 @@ func testMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	// Not beside the data dir: the runtime executes sandboxes' init through a
-	// read-only overlay of the binary's directory, whose layers must not nest.
-	hutchBin = filepath.Join(tmp, "bin", "hutch")
-	build := exec.Command("go", "build", "-o", hutchBin, "../../cmd/hutch")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build hutch: %v\n%s", err, out)
-		return 1
-	}
 	dataDir = filepath.Join(tmp, "data")
-	templates = os.Getenv("HUTCH_TEMPLATES")
-	if templates == "" {
-		templates = "/var/lib/hutch/templates"
-	}
 	if _, err := os.Stat(filepath.Join(templates, "base", "template.json")); err != nil {
-		fmt.Fprintf(os.Stderr, "e2e: the base template is missing in %s: run ./scripts/setup.sh\n", templates)
+		fmt.Fprintf(os.Stderr, "localcli: the base template is missing in %s: run ./scripts/setup.sh\n", templates)
 		return 1
 	}
 	code := m.Run()
@@ -70,14 +68,7 @@ func testMain(m *testing.M) int {
 }
 
 // result is what a hutch command did.
-type result struct {
-	Stdout, Stderr string
-	Code           int
-}
-
-func (r result) String() string {
-	return fmt.Sprintf("exit %d\nstdout: %s\nstderr: %s", r.Code, r.Stdout, r.Stderr)
-}
+type result = hutchtest.Result
 
 // hutchCmd returns an unstarted hutch command using the test's data dir.
 func hutchCmd(ctx context.Context, args ...string) *exec.Cmd {
@@ -95,25 +86,7 @@ func hutch(t testing.TB, stdin string, args ...string) result {
 	if stdin != "" {
 		cmd.Stdin = strings.NewReader(stdin)
 	}
-	return runCmd(t, cmd)
-}
-
-// runCmd runs a prepared hutch command and collects what it did.
-func runCmd(t testing.TB, cmd *exec.Cmd) result {
-	t.Helper()
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	r := result{Stdout: out.String(), Stderr: errb.String()}
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &ee):
-		r.Code = ee.ExitCode()
-	default:
-		t.Fatalf("hutch %v: %v", cmd.Args[1:], err)
-	}
-	return r
+	return hutchtest.Run(t, cmd)
 }
 
 // sh runs script with /bin/sh in a fresh sandbox that is removed afterwards,

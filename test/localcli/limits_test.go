@@ -1,4 +1,4 @@
-package e2e
+package localcli
 
 // TestLimit* check a sandbox's resource limits from both sides: what the
 // process inside runs into (the OOM kill and hutch's report of it, fork

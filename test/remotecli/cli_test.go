@@ -1,4 +1,4 @@
-package cli
+package remotecli
 
 import (
 	"encoding/json"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hutch-sandbox/hutch/internal/testenv"
 	"github.com/hutch-sandbox/hutch/test/internal/hutchtest"
 )
 
@@ -245,11 +246,7 @@ func testCompletion(t *testing.T, f *fixture, id string) {
 }
 
 func testTemplateLs(t *testing.T, f *fixture) {
-	templates := "/var/lib/hutch/templates"
-	if v := os.Getenv("HUTCH_TEMPLATES"); v != "" {
-		templates = v
-	}
-	r := f.hutchEnv(t, f.env, "", "--templates", templates, "template", "ls", "--json")
+	r := f.hutchEnv(t, f.env, "", "--templates", testenv.TemplatesDir(), "template", "ls", "--json")
 	type tmpl struct {
 		Name        string `json:"name"`
 		DefaultUser string `json:"defaultUser"`

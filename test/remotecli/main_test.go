@@ -1,14 +1,14 @@
-// Package cli tests the hutch CLI's remote commands end to end: it builds
-// cmd/hutch, starts a real `hutch serve`, and runs the built binary
+// Package remotecli tests the hutch CLI's remote commands end to end: it
+// builds cmd/hutch, starts a real `hutch serve`, and runs the built binary
 // against it as a user would (sandbox, exec, shell through a real
 // terminal, cp, logs, completion), checking output, files and exit
-// statuses.
-package cli
+// statuses. The local commands (run, exec on the runtime) are
+// test/localcli's.
+package remotecli
 
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -43,36 +43,14 @@ type fixture struct {
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("hutch serve needs root")
-	}
 	b := bin.Path(t)
 	f := &fixture{bin: b, srv: hutchtest.StartServe(t, b), dataDir: t.TempDir()}
-	f.env = cleanEnv("HUTCH_DATA_DIR=" + f.dataDir)
+	f.env = hutchtest.CleanEnv("HUTCH_DATA_DIR=" + f.dataDir)
 	return f
 }
 
-// cleanEnv is this process's environment without HUTCH_* and E2B_*
-// variables, plus extra.
-func cleanEnv(extra ...string) []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "HUTCH_") && !strings.HasPrefix(kv, "E2B_") {
-			env = append(env, kv)
-		}
-	}
-	return append(env, extra...)
-}
-
 // result is what a hutch command did.
-type result struct {
-	Stdout, Stderr string
-	Code           int
-}
-
-func (r result) String() string {
-	return fmt.Sprintf("exit %d\nstdout: %q\nstderr: %q", r.Code, r.Stdout, r.Stderr)
-}
+type result = hutchtest.Result
 
 // flags point the CLI at the fixture's server.
 func (f *fixture) flags() []string {
@@ -94,19 +72,7 @@ func (f *fixture) hutchEnv(t *testing.T, env []string, stdin string, args ...str
 	cmd := exec.CommandContext(ctx, f.bin, args...)
 	cmd.Env = env
 	cmd.Stdin = strings.NewReader(stdin)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	r := result{Stdout: out.String(), Stderr: errb.String()}
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &ee):
-		r.Code = ee.ExitCode()
-	default:
-		t.Fatalf("hutch %v: %v", args, err)
-	}
-	return r
+	return hutchtest.Run(t, cmd)
 }
 
 // hutchBounded runs the CLI as hutch does, but kills it and fails the
@@ -138,15 +104,7 @@ func (f *fixture) hutchBounded(t *testing.T, maxRSS int64, args ...string) resul
 			}
 		}
 	}
-	r := result{Stdout: out.String(), Stderr: errb.String()}
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &ee):
-		r.Code = ee.ExitCode()
-	default:
-		t.Fatalf("hutch %v: %v", args, err)
-	}
+	r := hutchtest.Finished(t, cmd, err, out.String(), errb.String())
 	if rss := int64(cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss) << 10; rss > maxRSS {
 		t.Fatalf("hutch %v: peak resident memory %d MiB, past %d MiB", args, rss>>20, maxRSS>>20)
 	}

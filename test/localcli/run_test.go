@@ -1,4 +1,4 @@
-package e2e
+package localcli
 
 // Lifecycle of `hutch run`, `hutch ps` and `hutch rm` as a user sees it:
 // streams, exit statuses, users and environment, terminals, detached
@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+
+	"github.com/hutch-sandbox/hutch/test/internal/hutchtest"
 )
 
 func TestRunCommand(t *testing.T) {
@@ -411,15 +413,15 @@ func TestUIDRangesAcrossDataDirs(t *testing.T) {
 	os.Chmod(filepath.Dir(filepath.Dir(other)), 0o711)
 	detach := func(dir string) (string, string) {
 		cmd := hutchCmd(t.Context(), "--data-dir", dir, "run", "-d", "--", "sleep", "1000")
-		r := runCmd(t, cmd)
+		r := hutchtest.Run(t, cmd)
 		if r.Code != 0 {
 			t.Fatalf("run -d in %s: %s", dir, r)
 		}
 		id := strings.TrimSpace(r.Stdout)
-		t.Cleanup(func() { runCmd(t, hutchCmd(context.Background(), "--data-dir", dir, "rm", id)) })
+		t.Cleanup(func() { hutchtest.Run(t, hutchCmd(context.Background(), "--data-dir", dir, "rm", id)) })
 		cmd = hutchCmd(t.Context(), "--data-dir", dir, "ps", "--json")
 		var rows []psRow
-		if err := json.Unmarshal([]byte(runCmd(t, cmd).Stdout), &rows); err != nil {
+		if err := json.Unmarshal([]byte(hutchtest.Run(t, cmd).Stdout), &rows); err != nil {
 			t.Fatal(err)
 		}
 		for _, row := range rows {
@@ -458,7 +460,7 @@ func TestUnderIPNetnsExec(t *testing.T) {
 	run := func(argv ...string) result {
 		cmd := exec.CommandContext(t.Context(), "ip", append([]string{"netns", "exec", ns, hutchBin, "run", "--rm", "--memory", "64M", "--"}, argv...)...)
 		cmd.Env = append(os.Environ(), "HUTCH_DATA_DIR="+dataDir, "HUTCH_TEMPLATES="+templates)
-		return runCmd(t, cmd)
+		return hutchtest.Run(t, cmd)
 	}
 	if r := run("echo", "running"); r.Code != 0 || !hasLine(r.Stdout, "running") {
 		t.Fatalf("hutch run under ip netns exec: %s", r)

@@ -1,4 +1,4 @@
-package e2e
+package localcli
 
 // TestEscape makes escape attempts from inside a sandbox, one subtest each,
 // and checks the evidence a security reviewer would look for: the exact

@@ -1,4 +1,4 @@
-package e2e
+package localcli
 
 // hutch keys: API keys for the control plane, shown once, stored hashed.
 
