@@ -3,6 +3,7 @@ package remotecli
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -191,6 +192,19 @@ func testCpUntrusted(t *testing.T, f *fixture, id string) {
 		// of a process in /proc.
 		pid := strings.TrimSpace(f.ok(t, "exec", id, "--", `A=$(head -c 100000 /dev/zero | tr '\0' a); set --; for i in $(seq 15); do set -- "$@" "$A"; done; nohup bash -c 'sleep 600; :' _ "$@" >/dev/null 2>&1 & echo $!`))
 		t.Cleanup(func() { f.hutch(t, "", "exec", id, "--", "kill "+pid) })
+		// Until its exec is done the process's command line is its
+		// parent's, or reads empty (a race seen under load): wait for the
+		// long one.
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			n, _ := strconv.Atoi(strings.TrimSpace(f.ok(t, "exec", id, "--", "wc -c < /proc/"+pid+"/cmdline")))
+			if n >= 1500000 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("/proc/%s/cmdline is %d bytes after 10 s, want the 1.5 MB of its arguments", pid, n)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
 		dst := t.TempDir()
 		r = f.hutch(t, "", "cp", id+":/proc/"+pid+"/cmdline", dst+"/")
 		wantFailure(t, r, 1, id+":/proc/"+pid+"/cmdline: the sandbox sent more than the 0 bytes it reported")
