@@ -3,6 +3,8 @@ package e2bapi
 import (
 	"strings"
 	"unicode/utf8"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // Size limits of the maps and strings in requests. The spec sets none; these
@@ -103,22 +105,14 @@ func ValidateEnvVars(m map[string]string) error {
 	return nil
 }
 
-// Validate checks the shape of a network configuration: list lengths,
-// non-empty allowOut/denyOut entries and httpsPorts in 1..65535. Whether an
-// entry is a valid address or host is left to the network layer.
+// Validate checks the shape of a network configuration: the egress rules
+// (see [ValidateEgressRules]), httpsPorts in 1..65535, and a
+// maskRequestHost that is a valid Host header once "${PORT}" is replaced.
+// Whether an entry is a valid address or host is left to the network
+// layer.
 func (n *NetworkConfig) Validate() error {
-	for _, l := range []struct {
-		name string
-		list []string
-	}{{"network.allowOut", n.AllowOut}, {"network.denyOut", n.DenyOut}} {
-		if len(l.list) > MaxNetworkEntries {
-			return BadRequestf("%s: more than %d entries", l.name, MaxNetworkEntries)
-		}
-		for i, e := range l.list {
-			if strings.TrimSpace(e) == "" {
-				return BadRequestf("%s[%d]: must not be empty", l.name, i)
-			}
-		}
+	if err := ValidateEgressRules("network.", n.AllowOut, n.DenyOut); err != nil {
+		return err
 	}
 	if len(n.HTTPSPorts) > MaxNetworkEntries {
 		return BadRequestf("network.httpsPorts: more than %d entries", MaxNetworkEntries)
@@ -126,6 +120,36 @@ func (n *NetworkConfig) Validate() error {
 	for i, p := range n.HTTPSPorts {
 		if p < 1 || p > 65535 {
 			return BadRequestf("network.httpsPorts[%d]: %d is not a port (1-65535)", i, p)
+		}
+	}
+	if h := n.MaskRequestHost; h != nil {
+		if *h == "" || len(*h) > MaxHostLen || !httpguts.ValidHostHeader(strings.ReplaceAll(*h, "${PORT}", "1")) {
+			return BadRequestf("network.maskRequestHost: %.64q is not a host[:port] (\"${PORT}\" stands for the port)", *h)
+		}
+	}
+	return nil
+}
+
+// MaxHostLen is the longest maskRequestHost, in bytes (a DNS name's 253
+// and a port).
+const MaxHostLen = 260
+
+// ValidateEgressRules checks allowOut and denyOut, in a create's network
+// object (prefix "network.") or an update's body (prefix ""): at most
+// [MaxNetworkEntries] entries each, none empty. Each entry costs the host
+// firewall rules, so an update is held to the create's bound.
+func ValidateEgressRules(prefix string, allowOut, denyOut []string) error {
+	for _, l := range []struct {
+		name string
+		list []string
+	}{{prefix + "allowOut", allowOut}, {prefix + "denyOut", denyOut}} {
+		if len(l.list) > MaxNetworkEntries {
+			return BadRequestf("%s: more than %d entries", l.name, MaxNetworkEntries)
+		}
+		for i, e := range l.list {
+			if strings.TrimSpace(e) == "" {
+				return BadRequestf("%s[%d]: must not be empty", l.name, i)
+			}
 		}
 	}
 	return nil

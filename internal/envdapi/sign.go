@@ -3,7 +3,11 @@ package envdapi
 import (
 	"crypto/sha256"
 	"encoding/base64"
+	"fmt"
+	"net/url"
 	"strconv"
+
+	"github.com/hutch-sandbox/hutch/internal/errdefs"
 )
 
 // The operations a /files signature names: a signed download URL cannot be
@@ -38,4 +42,21 @@ func SignExpiration(path, operation, username, token, expiration string) string 
 	}
 	sum := sha256.Sum256([]byte(s))
 	return "v1_" + base64.RawStdEncoding.EncodeToString(sum[:])
+}
+
+// Expiration reads a signed URL's signature_expiration as envd checks it:
+// text is what the signature hashes (the number as the reference envd
+// formats it, so "+5" hashes as "5" and "0" as "0"), "" when the URL has
+// none; unix is its value. A value that is not a number is an
+// errdefs.ErrInvalidArgument. envd and the edge router, which finds a
+// signed URL's sandbox by its signature, must agree on it to the byte.
+func Expiration(q url.Values) (text string, unix int64, err error) {
+	if !q.Has("signature_expiration") {
+		return "", 0, nil
+	}
+	unix, err = strconv.ParseInt(q.Get("signature_expiration"), 10, 64)
+	if err != nil {
+		return "", 0, fmt.Errorf("invalid signature_expiration %q: %w", q.Get("signature_expiration"), errdefs.ErrInvalidArgument)
+	}
+	return strconv.FormatInt(unix, 10), unix, nil
 }

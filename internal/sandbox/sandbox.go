@@ -472,20 +472,28 @@ func (m *Manager) List(ctx context.Context, f ListFilter) (page []*Sandbox, next
 	return page, next, nil
 }
 
-// FindByEnvdToken returns the sandbox, of any key, whose envd access token
-// match accepts: how a signed /files URL, which names no key, finds its
-// sandbox. Sandboxes without a token are not offered.
-func (m *Manager) FindByEnvdToken(ctx context.Context, match func(token string) bool) (id string, ok bool, err error) {
-	all, err := m.store.AllSandboxes(ctx)
-	if err != nil {
-		return "", false, err
-	}
-	for _, sb := range all {
-		if sb.EnvdAccessToken != "" && match(sb.EnvdAccessToken) {
-			return sb.ID, true, nil
+// FindByEnvdToken returns the running sandbox, of any key, whose envd
+// access token match accepts: how a signed /files URL, which names no key,
+// finds its sandbox. Sandboxes without a token are not offered. It reads
+// no record: anyone may send a signed URL, so the cost of one must not
+// grow with what tenants store (only the tokens of the sandboxes this
+// manager routes to are tried).
+func (m *Manager) FindByEnvdToken(match func(token string) bool) (id string, ok bool) {
+	type cand struct{ id, token string }
+	m.mu.Lock()
+	all := make([]cand, 0, len(m.live))
+	for id, l := range m.live {
+		if t := l.route.accessToken(); t != "" {
+			all = append(all, cand{id, t})
 		}
 	}
-	return "", false, nil
+	m.mu.Unlock()
+	for _, c := range all {
+		if match(c.token) {
+			return c.id, true
+		}
+	}
+	return "", false
 }
 
 // Kill kills a sandbox and forgets it; errdefs.ErrNotFound if the key has

@@ -449,9 +449,15 @@ type networkUpdate struct {
 	Rules               json.RawMessage `json:"rules"`
 }
 
-// Validate refuses what Hutch does not apply; the rules themselves are the
-// manager's to check.
-func (u *networkUpdate) Validate() error { return unapplied(u.EgressProxy, u.Rules, nil) }
+// Validate refuses what Hutch does not apply and lists past the create's
+// bound (each entry costs firewall rules); the rules themselves are the
+// manager's to parse.
+func (u *networkUpdate) Validate() error {
+	if err := unapplied(u.EgressProxy, u.Rules, nil); err != nil {
+		return err
+	}
+	return e2bapi.ValidateEgressRules("", u.AllowOut, u.DenyOut)
+}
 
 // updateNetwork replaces a running sandbox's egress rules at once (spec
 // §2.4 updateNetwork; omitted fields are cleared, as E2B documents): 204,

@@ -116,20 +116,16 @@ func (s *Server) signedBy(r *http.Request) (string, bool) {
 	if r.Method == http.MethodPost {
 		op = "write"
 	}
-	var exp int64
-	if v := q.Get("signature_expiration"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			return "", false
-		}
-		exp = n
+	exp, _, err := envdapi.Expiration(q)
+	if err != nil {
+		return "", false
 	}
 	want := []byte(q.Get("signature"))
-	id, ok, err := s.mgr.FindByEnvdToken(r.Context(), func(token string) bool {
-		got := envdapi.Sign(q.Get("path"), op, q.Get("username"), token, exp)
+	id, ok := s.mgr.FindByEnvdToken(func(token string) bool {
+		got := envdapi.SignExpiration(q.Get("path"), op, q.Get("username"), token, exp)
 		return subtle.ConstantTimeCompare([]byte(got), want) == 1
 	})
-	return id, ok && err == nil
+	return id, ok
 }
 
 // sandboxTarget finds the sandbox a request is for, if any. A port that

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hutch-sandbox/hutch/internal/envdapi"
 	"github.com/hutch-sandbox/hutch/sdk"
 )
 
@@ -544,6 +545,15 @@ func TestFiles(t *testing.T) {
 		}
 		if code, _ := get(tamper(long, "signature_expiration", fmt.Sprint(time.Now().Add(time.Hour).Unix()))); code != http.StatusUnauthorized {
 			t.Errorf("a URL with a pushed-back expiration answered %d, want 401", code)
+		}
+		// signature_expiration=0 takes part in the hash (envd hashes "0")
+		// and has long passed: the router, which finds the sandbox by the
+		// signature alone, reads it as envd does (review 6 found it
+		// answering "invalid signature" where envd says expired).
+		zero := tamper(tamper(dl, "signature_expiration", "0"), "signature",
+			envdapi.SignExpiration(path, envdapi.OpRead, "", sbx.EnvdAccessToken, "0"))
+		if code, body := get(zero); code != http.StatusUnauthorized || !strings.Contains(body, "signature is already expired") {
+			t.Errorf("a URL signed to expire at 0: %d %q, want 401 \"signature is already expired\"", code, body)
 		}
 		short, err := sbx.DownloadURL(path, &sdk.URLOptions{Expires: time.Second})
 		must(t, err, "DownloadURL expiring in a second")

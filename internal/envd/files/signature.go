@@ -4,10 +4,8 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
-	"fmt"
 	"net/http"
 	"net/url"
-	"strconv"
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/envd/envderr"
@@ -49,16 +47,9 @@ func authorize(r *http.Request, q url.Values, token, operation string, now time.
 	if sig == "" {
 		return unauthenticated(tokenMessage + ": missing signature query parameter")
 	}
-	exp := ""
-	var expires int64
-	if q.Has("signature_expiration") {
-		var err error
-		expires, err = strconv.ParseInt(q.Get("signature_expiration"), 10, 64)
-		if err != nil {
-			return fmt.Errorf("invalid signature_expiration %q: %w", q.Get("signature_expiration"), errdefs.ErrInvalidArgument)
-		}
-		// Hash the number as the reference does, not the raw text.
-		exp = strconv.FormatInt(expires, 10)
+	exp, expires, err := envdapi.Expiration(q)
+	if err != nil {
+		return err
 	}
 	if !equal(sig, envdapi.SignExpiration(q.Get("path"), operation, q.Get("username"), token, exp)) {
 		return unauthenticated(msgInvalidSignature)

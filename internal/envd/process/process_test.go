@@ -481,6 +481,16 @@ func TestErrorCodesAndMessages(t *testing.T) {
 			connect.CodeInvalidArgument, `exec: "/no/such/command": no such executable file`, false},
 		{"missing cwd", startErr(&pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "true", Cwd: ptr("/nope")}}, nil),
 			connect.CodeInvalidArgument, "cwd '/nope' does not exist", false},
+		// What execve cannot carry is the client's mistake (review 6: a NUL
+		// in an env answered internal).
+		{"NUL in an env value", startErr(&pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "true", Envs: map[string]string{"A": "b\x00c"}}}, nil),
+			connect.CodeInvalidArgument, `process.envs: value of "A" contains NUL`, false},
+		{"NUL in an env name", startErr(&pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "true", Envs: map[string]string{"A\x00": "b"}}}, nil),
+			connect.CodeInvalidArgument, `process.envs: name "A\x00" must be non-empty, without '=' or NUL`, false},
+		{"= in an env name", startErr(&pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "true", Envs: map[string]string{"A=B": "c"}}}, nil),
+			connect.CodeInvalidArgument, `process.envs: name "A=B" must be non-empty, without '=' or NUL`, false},
+		{"NUL in an argument", startErr(&pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "true", Args: []string{"ok", "x\x00"}}}, nil),
+			connect.CodeInvalidArgument, "process.args[1] contains NUL", false},
 		{"bad ~ in cwd", startErr(&pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "true", Cwd: ptr("~other")}}, nil),
 			connect.CodeInvalidArgument, `path "~other": only ~ and ~/ are expanded: invalid argument`, false},
 		{"unknown user", startErr(&pb.StartRequest{Process: bash("true")}, map[string]string{"Authorization": basicUser("nobody-here")}),

@@ -46,6 +46,9 @@ func (s *Service) start(ctx context.Context, req *connect.Request[pb.StartReques
 	if cfg.GetCmd() == "" {
 		return nil, nil, errdefs.Mark(errors.New("process.cmd is empty"), errdefs.ErrInvalidArgument)
 	}
+	if err := checkExecStrings(cfg); err != nil {
+		return nil, nil, err
+	}
 	dir, err := s.cwd(cfg.Cwd, u)
 	if err != nil {
 		return nil, nil, err
@@ -396,4 +399,31 @@ func preferForOOM(pid int) {
 	}
 	adj := min(own+oomScoreStep, 1000)
 	os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte(strconv.Itoa(adj)), 0)
+}
+
+// checkExecStrings refuses, as the client's mistake, what execve cannot
+// carry: a NUL in the command, an argument or the environment, and an
+// '=' in a variable's name (exec.Cmd would fail the start as an internal
+// error, or split the name).
+func checkExecStrings(cfg *pb.ProcessConfig) error {
+	bad := func(format string, args ...any) error {
+		return errdefs.Mark(fmt.Errorf(format, args...), errdefs.ErrInvalidArgument)
+	}
+	if strings.IndexByte(cfg.GetCmd(), 0) >= 0 {
+		return bad("process.cmd contains NUL")
+	}
+	for i, a := range cfg.GetArgs() {
+		if strings.IndexByte(a, 0) >= 0 {
+			return bad("process.args[%d] contains NUL", i)
+		}
+	}
+	for k, v := range cfg.GetEnvs() {
+		switch {
+		case k == "" || strings.ContainsAny(k, "=\x00"):
+			return bad("process.envs: name %q must be non-empty, without '=' or NUL", k)
+		case strings.IndexByte(v, 0) >= 0:
+			return bad("process.envs: value of %q contains NUL", k)
+		}
+	}
+	return nil
 }
