@@ -17,13 +17,16 @@
 package network
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -201,20 +204,104 @@ func (m *Manager) Start(ctx context.Context, live []Live) error {
 	}
 	// Delete and re-create in one batch: atomic. Deleting a table that is
 	// not there fails the batch, so only when there is one.
-	if tbl, err := c.ListTableOfFamily(tableName, nftables.TableFamilyINet); err == nil && tbl != nil {
-		c.DelTable(tbl)
+	replace := func() *tables {
+		if tbl, err := c.ListTableOfFamily(tableName, nftables.TableFamilyINet); err == nil && tbl != nil {
+			c.DelTable(tbl)
+		}
+		return m.addBase(c)
 	}
-	tb := m.addBase(c)
-	for _, sb := range m.nets {
+	nets := slices.SortedFunc(maps.Values(m.nets), func(a, b *sandboxNet) int { return cmp.Compare(a.id, b.id) })
+	// One batch when it fits, so that the previous server's firewall is
+	// replaced at once; past maxBatchRules the sandboxes follow in batches
+	// of their own, since the kernel refuses a batch of ~100,000 rules
+	// (ENOBUFS, EMSGSIZE: review 6 made a restart fail for good with rule
+	// sets the API had accepted). Until its batch lands a sandbox's link
+	// is cut off, not open: the base chains drop what no sandbox chain
+	// takes.
+	tb := replace()
+	var batch []*sandboxNet
+	cost, first := 0, true
+	for _, sb := range nets {
+		n := batchCost(sb.policy)
+		if cost > 0 && cost+n > maxBatchRules {
+			if err := m.flushStart(c, tb, batch, first); err != nil {
+				return err
+			}
+			batch, cost, first = nil, 0, false
+		}
 		if err := m.addSandbox(c, tb, sb, true); err != nil {
 			return err
 		}
+		batch, cost = append(batch, sb), cost+n
+	}
+	return m.flushStart(c, tb, batch, first)
+}
+
+// maxBatchRules is about the most firewall rules Start writes in one
+// netlink batch: well under what the kernel refuses, a few thousand
+// sandboxes of usual policies.
+const maxBatchRules = 20000
+
+// batchCost is about the rules a sandbox of policy p adds to a batch:
+// its chains' fixed ones and one per rule of its policy.
+func batchCost(p *policy.Egress) int { return 16 + len(p.Allow) + len(p.Deny) }
+
+// flushStart writes one of Start's batches, batch's sandboxes queued on c
+// (with the table's replacement when first). When it fails, the batch's
+// sandboxes are written one at a time and any whose own firewall cannot
+// be written loses its link (it keeps running, with loopback only) and
+// is logged: one sandbox's rules must not keep the server from starting
+// for every other. Only a failure of the base table is Start's error.
+// Its caller holds m.mu.
+func (m *Manager) flushStart(c *nftables.Conn, tb *tables, batch []*sandboxNet, first bool) error {
+	err := c.Flush()
+	if err != nil && first {
+		// The table alone, then each sandbox.
+		if tbl, lerr := c.ListTableOfFamily(tableName, nftables.TableFamilyINet); lerr == nil && tbl != nil {
+			c.DelTable(tbl)
+		}
+		*tb = *m.addBase(c)
+		if err := c.Flush(); err != nil {
+			return fmt.Errorf("write the firewall: %w", err)
+		}
+	}
+	if err != nil {
+		m.logger.Warn("writing the firewall of sandboxes in one batch failed; writing each alone", "sandboxes", len(batch), "err", err)
+		ok := batch[:0:0]
+		for _, sb := range batch {
+			// A connection of its own: a sandbox that fails before its
+			// flush must leave nothing queued for the next.
+			one, err := m.nft()
+			if err == nil {
+				err = m.addSandbox(one, tb, sb, true)
+			}
+			if err == nil {
+				err = one.Flush()
+			}
+			if err != nil {
+				m.logger.Error("a sandbox's firewall could not be written: it loses its network", "sandbox", sb.id, "err", err)
+				m.dropLocked(sb)
+				continue
+			}
+			ok = append(ok, sb)
+		}
+		batch = ok
+	}
+	for _, sb := range batch {
 		sb.proxied = sb.policy.Internet && sb.policy.HasDomains()
 	}
-	if err := c.Flush(); err != nil {
-		return fmt.Errorf("write the firewall: %w", err)
-	}
 	return nil
+}
+
+// dropLocked removes a sandbox's link and forgets its network; m.mu is
+// held.
+func (m *Manager) dropLocked(sb *sandboxNet) {
+	if l, err := m.h.LinkByName(sb.link); err == nil {
+		m.h.LinkDel(l)
+	}
+	delete(m.nets, sb.id)
+	delete(m.addrs, sb.addr)
+	delete(m.slots, sb.slot)
 }
 
 // newNet numbers a sandbox's link from its slot.

@@ -444,33 +444,75 @@ func TestDetachAndRestart(t *testing.T) {
 	})
 }
 
-// TestRestartWithManySandboxes: a restarted manager writes the whole
-// firewall of the running sandboxes in one batch; the kernel's
-// acknowledgements of its messages must fit the connection's buffer (with
-// the default one, ten sandboxes were too many: ENOBUFS).
+// TestRestartWithManySandboxes: a restarted manager writes the firewall
+// of every running sandbox, whatever the API accepted. Each batch's
+// acknowledgements must fit the connection's buffer (with the default one,
+// ten sandboxes were too many: ENOBUFS), and sandboxes at the API's bounds
+// (1,000 allowOut and 1,000 denyOut entries each) need more than one batch:
+// written in one, 70 of them fail with ENOBUFS here (45 did in review 6's
+// run), and every restart after that failed too.
 func TestRestartWithManySandboxes(t *testing.T) {
-	const n = 60
-	w := newWorld(t)
-	var live []Live
-	for i := range n {
-		id := fmt.Sprintf("imany%d", i)
-		// Rules of every kind, for messages of every kind.
-		p := mustPolicy(t, true, []string{"203.0.113.10", "allowed.test"}, []string{"198.51.100.0/24"})
-		w.sandbox(id, p)
-		live = append(live, Live{ID: id, Policy: p})
-	}
-	var err error
-	inNS(t, w.host, func() {
-		w.m.Close()
-		var m2 *Manager
-		if m2, err = New(Options{}); err != nil {
-			return
+	cidrs := func(first, n int) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = fmt.Sprintf("%d.%d.%d.0/24", first, i/256, i%256)
 		}
-		w.m = m2
-		err = m2.Start(context.Background(), live)
-	})
-	if err != nil {
-		t.Fatalf("restart with %d sandboxes: %v", n, err)
+		return out
+	}
+	for _, tc := range []struct {
+		name string
+		n    int
+		p    func(t *testing.T) *policy.Egress
+	}{
+		// Rules of every kind, for messages of every kind.
+		{"small policies", 60, func(t *testing.T) *policy.Egress {
+			return mustPolicy(t, true, []string{"203.0.113.10", "allowed.test"}, []string{"198.51.100.0/24"})
+		}},
+		{"policies at the API's bounds", 70, func(t *testing.T) *policy.Egress {
+			return mustPolicy(t, true, cidrs(20, 1000), cidrs(40, 1000))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t)
+			var live []Live
+			for i := range tc.n {
+				id := fmt.Sprintf("imany%d", i)
+				p := tc.p(t)
+				w.sandbox(id, p)
+				live = append(live, Live{ID: id, Policy: p})
+			}
+			var err error
+			var rules int
+			inNS(t, w.host, func() {
+				w.m.Close()
+				var m2 *Manager
+				if m2, err = New(Options{}); err != nil {
+					return
+				}
+				w.m = m2
+				if err = m2.Start(context.Background(), live); err != nil {
+					return
+				}
+				// The last sandbox (in the last batch) has all its rules.
+				c, cerr := m2.nft()
+				if cerr != nil {
+					err = cerr
+					return
+				}
+				tbl := &nftables.Table{Name: tableName, Family: nftables.TableFamilyINet}
+				got, gerr := c.GetRules(tbl, &nftables.Chain{Name: chainName(live[len(live)-1].ID), Table: tbl})
+				rules, err = len(got), gerr
+			})
+			if err != nil {
+				t.Fatalf("restart with %d sandboxes: %v", tc.n, err)
+			}
+			if want := len(live[0].Policy.Allow) + len(live[0].Policy.Deny); rules < want {
+				t.Errorf("the last sandbox's chain has %d rules, want at least %d", rules, want)
+			}
+			if n := len(w.m.nets); n != tc.n {
+				t.Errorf("%d sandboxes have a network after the restart, want %d", n, tc.n)
+			}
+		})
 	}
 }
 
