@@ -33,8 +33,10 @@ const (
 )
 
 // ValidateTimeout checks a lifetime in seconds: 0..[MaxTimeout]. field names
-// the JSON field in the error. 0 is accepted (the spec's minimum): the
-// sandbox expires at once. The error is a 400 [*StatusError].
+// the JSON field in the error. 0 is accepted (the spec's minimum); what it
+// means is the endpoint's: a create takes it as the default lifetime, POST
+// /sandboxes/{id}/timeout expires the sandbox at once, and connect leaves
+// a later expiry as it is. The error is a 400 [*StatusError].
 func ValidateTimeout(field string, seconds int32) error {
 	if seconds < 0 {
 		return BadRequestf("%s: must not be negative, got %d", field, seconds)
