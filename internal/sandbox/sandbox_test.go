@@ -627,3 +627,43 @@ func TestSandboxThatKillsItsEnvd(t *testing.T) {
 }
 
 func controlSocket(m *Manager, id string) string { _, c := m.socketPaths(id); return c }
+
+// TestFindByEnvdTokenReadsNoRecord: a signed /files URL finds its sandbox
+// among the running ones by their tokens in memory. Anyone may send one,
+// so it must not read records (review 6: each request read every
+// tenant's, envs and rules included, 2.5 GB for 40 requests).
+func TestFindByEnvdTokenReadsNoRecord(t *testing.T) {
+	e := newEnv(t)
+	m := e.manager(t)
+	ctx := context.Background()
+	secure, err := m.Create(ctx, CreateRequest{Secure: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Create(ctx, CreateRequest{}); err != nil { // no token
+		t.Fatal(err)
+	}
+	is := func(token string) func(string) bool { return func(t string) bool { return t == token } }
+	if id, ok := m.FindByEnvdToken(is(secure.EnvdAccessToken)); !ok || id != secure.ID {
+		t.Errorf("by its token: %q, %v; want %s", id, ok, secure.ID)
+	}
+	var offered int
+	m.FindByEnvdToken(func(string) bool { offered++; return false })
+	if offered != 1 {
+		t.Errorf("%d tokens offered, want 1 (a sandbox without a token has none to sign with)", offered)
+	}
+	// With its record gone the sandbox is still found: what answers is
+	// the manager's memory of what it routes to, not the store.
+	if err := e.st.DeleteSandbox(ctx, secure.ID); err != nil {
+		t.Fatal(err)
+	}
+	if id, ok := m.FindByEnvdToken(is(secure.EnvdAccessToken)); !ok || id != secure.ID {
+		t.Errorf("without its record: %q, %v; want %s", id, ok, secure.ID)
+	}
+	if err := m.remove(ctx, secure.ID); err != nil {
+		t.Fatal(err)
+	}
+	if id, ok := m.FindByEnvdToken(is(secure.EnvdAccessToken)); ok {
+		t.Errorf("a removed sandbox is still found: %s", id)
+	}
+}
