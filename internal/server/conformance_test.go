@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 
 	"github.com/pb33f/libopenapi"
 	validator "github.com/pb33f/libopenapi-validator"
 
+	"github.com/hutch-sandbox/hutch/internal/envdapi"
 	"github.com/hutch-sandbox/hutch/internal/envdtest"
 	"github.com/hutch-sandbox/hutch/internal/server/servertest"
 )
@@ -155,4 +157,44 @@ func describe(message, reason string, failures any) error {
 		return fmt.Errorf("%s: %s", message, reason)
 	}
 	return fmt.Errorf("%s: %s %s", message, reason, b)
+}
+
+// TestSignedURLBounds: a signed /files URL names no sandbox, so the router
+// tries the token of every running one; what it hashes for each must stay
+// small whatever the client sends (review 7: a 1 MB path cost 0.3 s of
+// CPU with 78 sandboxes). A path longer than PATH_MAX is refused before
+// any token is tried, even when it is signed right.
+func TestSignedURLBounds(t *testing.T) {
+	cp := servertest.Start(t, 1)
+	req, _ := http.NewRequest("POST", cp.URL+"/v2/sandboxes", strings.NewReader(`{"templateID":"base"}`))
+	req.Header.Set("X-API-KEY", cp.Keys[0])
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sb struct{ SandboxID, EnvdAccessToken string }
+	json.NewDecoder(resp.Body).Decode(&sb)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated || sb.EnvdAccessToken == "" {
+		t.Fatalf("create: %d %+v", resp.StatusCode, sb)
+	}
+	get := func(path string) (int, string) {
+		t.Helper()
+		q := url.Values{"path": {path}, "signature": {envdapi.SignExpiration(path, envdapi.OpRead, "", sb.EnvdAccessToken, "")}}
+		resp, err := http.Get(cp.URL + "/files?" + q.Encode())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	// Signed right and short: it reaches the sandbox's envd.
+	if code, body := get("/etc/hostname"); code != http.StatusOK {
+		t.Errorf("a signed URL: %d %s, want 200", code, body)
+	}
+	if code, body := get("/" + strings.Repeat("a", 5000)); code != http.StatusUnauthorized || !strings.Contains(body, "invalid signature") {
+		t.Errorf("a signed URL with a 5,000-byte path: %d %s, want 401 invalid signature", code, body)
+	}
 }

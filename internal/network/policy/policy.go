@@ -52,20 +52,20 @@ func ParseRule(s string) (Rule, error) {
 	}
 	if p, err := netip.ParsePrefix(s); err == nil {
 		if !p.Addr().Is4() {
-			return Rule{}, fmt.Errorf("rule %q: only IPv4 ranges (sandboxes have IPv4 only)", s)
+			return Rule{}, fmt.Errorf("rule %.80q: only IPv4 ranges (sandboxes have IPv4 only)", s)
 		}
 		return Rule{Prefix: p.Masked()}, nil
 	}
 	if a, err := netip.ParseAddr(s); err == nil {
 		if !a.Is4() {
-			return Rule{}, fmt.Errorf("rule %q: only IPv4 addresses (sandboxes have IPv4 only)", s)
+			return Rule{}, fmt.Errorf("rule %.80q: only IPv4 addresses (sandboxes have IPv4 only)", s)
 		}
 		return Rule{Prefix: netip.PrefixFrom(a, 32)}, nil
 	}
 	d := strings.TrimSuffix(strings.ToLower(s), ".")
 	name := strings.TrimPrefix(d, "*.")
 	if !validName(name) || strings.Contains(name, "*") {
-		return Rule{}, fmt.Errorf("rule %q is neither an IPv4 address, a CIDR nor a domain name", s)
+		return Rule{}, fmt.Errorf("rule %.80q is neither an IPv4 address, a CIDR nor a domain name", s)
 	}
 	return Rule{Domain: d}, nil
 }
