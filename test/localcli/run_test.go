@@ -9,13 +9,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -23,6 +23,8 @@ import (
 	"github.com/creack/pty"
 
 	"github.com/hutch-sandbox/hutch/test/internal/hutchtest"
+
+	"github.com/hutch-sandbox/hutch/internal/syncbuf"
 )
 
 func TestRunCommand(t *testing.T) {
@@ -258,32 +260,18 @@ func sandboxStatusOf(t *testing.T, id string) psRow {
 }
 
 // ptyOutput collects what a pty master yields.
-type ptyOutput struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (p *ptyOutput) Write(b []byte) (int, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.buf.Write(b)
-}
+type ptyOutput struct{ syncbuf.Buffer }
 
 func (p *ptyOutput) waitFor(t *testing.T, s string) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
-		p.mu.Lock()
-		ok := strings.Contains(p.buf.String(), s)
-		p.mu.Unlock()
-		if ok {
+		if strings.Contains(p.String(), s) {
 			return
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	t.Fatalf("terminal never showed %q; it showed:\n%s", s, p.buf.String())
+	t.Fatalf("terminal never showed %q; it showed:\n%s", s, p.String())
 }
 
 func TestRunInteractiveTerminal(t *testing.T) {
@@ -296,7 +284,7 @@ func TestRunInteractiveTerminal(t *testing.T) {
 	}
 	defer ptmx.Close()
 	out := &ptyOutput{}
-	go func() { _, _ = bytes.NewBuffer(nil).ReadFrom(teeReader{ptmx, out}) }()
+	go io.Copy(out, ptmx)
 
 	ptmx.WriteString("echo size=$(stty size) tty=$(tty) term=$TERM\n")
 	out.waitFor(t, "size=30 100 tty=/dev/pts/0 term=xterm-256color")
@@ -321,18 +309,6 @@ func TestRunInteractiveTerminal(t *testing.T) {
 	if cmd.ProcessState.ExitCode() != 3 {
 		t.Errorf("hutch run -it exited %v, want 3", err)
 	}
-}
-
-// teeReader copies everything read from r into w.
-type teeReader struct {
-	r interface{ Read([]byte) (int, error) }
-	w *ptyOutput
-}
-
-func (t teeReader) Read(b []byte) (int, error) {
-	n, err := t.r.Read(b)
-	t.w.Write(b[:n])
-	return n, err
 }
 
 func TestTemplateCommands(t *testing.T) {

@@ -6,30 +6,16 @@ import (
 	"io"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/creack/pty"
+
+	"github.com/hutch-sandbox/hutch/internal/syncbuf"
 )
 
 // terminal collects what a pseudo-terminal prints.
-type terminal struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (o *terminal) Write(p []byte) (int, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.buf.Write(p)
-}
-
-func (o *terminal) String() string {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.buf.String()
-}
+type terminal struct{ syncbuf.Buffer }
 
 // waitFor waits until the output after offset from contains want, and
 // returns the offset just past it.

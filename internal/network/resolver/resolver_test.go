@@ -1,7 +1,6 @@
 package resolver
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -24,6 +23,8 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/hutch-sandbox/hutch/internal/network/policy"
+
+	"github.com/hutch-sandbox/hutch/internal/syncbuf"
 )
 
 // Everything here runs on 127.0.0.1: a test upstream serving the zone
@@ -275,38 +276,20 @@ func (l *answerLog) take() []answerCall {
 	return c
 }
 
-// syncBuffer is a log destination shared by the resolver's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // testResolver is a Resolver serving on 127.0.0.1.
 type testResolver struct {
 	*Resolver
 	addr      string
 	sandboxes *sandboxes
 	answers   *answerLog
-	logs      *syncBuffer
+	logs      *syncbuf.Buffer
 }
 
 // startResolver starts a resolver forwarding to upstream; configure, if
 // not nil, changes it before it serves.
 func startResolver(t *testing.T, upstream []string, configure func(*Resolver)) *testResolver {
 	t.Helper()
-	tr := &testResolver{sandboxes: &sandboxes{}, answers: &answerLog{}, logs: &syncBuffer{}}
+	tr := &testResolver{sandboxes: &sandboxes{}, answers: &answerLog{}, logs: &syncbuf.Buffer{}}
 	r, err := New(Options{
 		Upstream: upstream,
 		Policy:   tr.sandboxes.policy,
