@@ -202,14 +202,6 @@ func (m *Manager) Start(ctx context.Context, live []Live) error {
 	if err != nil {
 		return fmt.Errorf("nftables: %w", err)
 	}
-	// Delete and re-create in one batch: atomic. Deleting a table that is
-	// not there fails the batch, so only when there is one.
-	replace := func() *tables {
-		if tbl, err := c.ListTableOfFamily(tableName, nftables.TableFamilyINet); err == nil && tbl != nil {
-			c.DelTable(tbl)
-		}
-		return m.addBase(c)
-	}
 	nets := slices.SortedFunc(maps.Values(m.nets), func(a, b *sandboxNet) int { return cmp.Compare(a.id, b.id) })
 	// One batch when it fits, so that the previous server's firewall is
 	// replaced at once; past maxBatchRules the sandboxes follow in batches
@@ -218,7 +210,7 @@ func (m *Manager) Start(ctx context.Context, live []Live) error {
 	// sets the API had accepted). Until its batch lands a sandbox's link
 	// is cut off, not open: the base chains drop what no sandbox chain
 	// takes.
-	tb := replace()
+	tb := m.replaceTable(c)
 	var batch []*sandboxNet
 	cost, first := 0, true
 	for _, sb := range nets {
@@ -257,10 +249,7 @@ func (m *Manager) flushStart(c *nftables.Conn, tb *tables, batch []*sandboxNet, 
 	err := c.Flush()
 	if err != nil && first {
 		// The table alone, then each sandbox.
-		if tbl, lerr := c.ListTableOfFamily(tableName, nftables.TableFamilyINet); lerr == nil && tbl != nil {
-			c.DelTable(tbl)
-		}
-		*tb = *m.addBase(c)
+		*tb = *m.replaceTable(c)
 		if err := c.Flush(); err != nil {
 			return fmt.Errorf("write the firewall: %w", err)
 		}
@@ -291,6 +280,17 @@ func (m *Manager) flushStart(c *nftables.Conn, tb *tables, batch []*sandboxNet, 
 		sb.proxied = sb.policy.Internet && sb.policy.HasDomains()
 	}
 	return nil
+}
+
+// replaceTable queues the deletion of the previous server's table and the
+// base of a new one on c: flushed together, the replacement is atomic.
+// Deleting a table that is not there fails the batch, so only when there
+// is one.
+func (m *Manager) replaceTable(c *nftables.Conn) *tables {
+	if tbl, err := c.ListTableOfFamily(tableName, nftables.TableFamilyINet); err == nil && tbl != nil {
+		c.DelTable(tbl)
+	}
+	return m.addBase(c)
 }
 
 // dropLocked removes a sandbox's link and forgets its network; m.mu is

@@ -61,15 +61,15 @@ type EgressUpdate struct {
 // connections the new policy denies are cut. Inbound settings (public
 // traffic, the masked Host) are not egress and stay. Rules that do not
 // parse are refused, whatever the sandbox, as Create refuses them.
-func (m *Manager) UpdateEgress(ctx context.Context, keyID, id string, upd EgressUpdate) (*Sandbox, error) {
+func (m *Manager) UpdateEgress(ctx context.Context, keyID, id string, upd EgressUpdate) error {
 	n := Network{Internet: upd.Internet, AllowOut: upd.AllowOut, DenyOut: upd.DenyOut}
 	p, err := parseEgress(n)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	rec, err := m.store.GetSandbox(ctx, keyID, id)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if m.net != nil {
 		err := m.net.Update(ctx, id, p)
@@ -79,30 +79,17 @@ func (m *Manager) UpdateEgress(ctx context.Context, keyID, id string, upd Egress
 			l := m.live[id]
 			m.mu.Unlock()
 			if l == nil {
-				return nil, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+				return fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
 			}
 			err = m.attachNetwork(ctx, l.metrics.sbx, l.route, p, rec.EnvdAccessToken)
 		} else if errors.Is(err, network.ErrNoNetwork) {
 			err = nil // no internet before, none now
 		}
 		if err != nil {
-			return nil, err
+			return err
 		}
 	}
-	if err := m.store.SetEgress(ctx, id, n.Internet, n.AllowOut, n.DenyOut); err != nil {
-		return nil, err
-	}
-	sb := fromRecord(&rec)
-	sb.Network.Internet, sb.Network.AllowOut, sb.Network.DenyOut = n.Internet, orNone(n.AllowOut), orNone(n.DenyOut)
-	return sb, nil
-}
-
-// orNone is l, or an empty list for nil, as the store gives lists back.
-func orNone(l []string) []string {
-	if l == nil {
-		return []string{}
-	}
-	return l
+	return m.store.SetEgress(ctx, id, n.Internet, n.AllowOut, n.DenyOut)
 }
 
 // Egress returns the policy of the sandbox at a source address, for the

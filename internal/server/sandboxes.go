@@ -469,7 +469,7 @@ func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	upd := sandbox.EgressUpdate{Internet: req.AllowInternetAccess, AllowOut: req.AllowOut, DenyOut: req.DenyOut}
-	if _, err := s.mgr.UpdateEgress(r.Context(), keyID(r), id, upd); err != nil {
+	if err := s.mgr.UpdateEgress(r.Context(), keyID(r), id, upd); err != nil {
 		s.notFound(w, id, err)
 		return
 	}
