@@ -28,6 +28,12 @@ const (
 	// readHeaderTimeout is how long a request's headers may take to come,
 	// a new connection's first included.
 	readHeaderTimeout = 10 * time.Second
+	// maxHeaderBytes bounds a request's line and headers. Go's default, 1
+	// MiB, let one client hold ~2.5 MB of the server's memory per
+	// unfinished request, 1.8 GB with a thousand connections (review 8);
+	// the SDKs send a few hundred bytes, and a signed URL's path is
+	// bounded at 4 KiB.
+	maxHeaderBytes = 64 << 10
 	// DefaultConnsPerClient is high: SDKs and agents on the server's own
 	// host all come from 127.0.0.1, and each running command streams on a
 	// connection of its own.
@@ -73,6 +79,7 @@ func Listen(ln net.Listener, h http.Handler, f ConnOptions, logger *slog.Logger)
 	srv := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: readHeaderTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
 		// Zero would fall back to ReadTimeout (none): no idle timeout.
 		IdleTimeout: f.IdleTimeout,
 		ConnState:   capped.ConnState,
