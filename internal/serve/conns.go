@@ -32,7 +32,8 @@ const (
 	// MiB, let one client hold ~2.5 MB of the server's memory per
 	// unfinished request, 1.8 GB with a thousand connections (review 8);
 	// the SDKs send a few hundred bytes, and a signed URL's path is
-	// bounded at 4 KiB.
+	// bounded at 4 KiB. (net/http allows 4 KiB more, and answers past it
+	// with its own plain-text 431 before any handler runs.)
 	maxHeaderBytes = 64 << 10
 	// DefaultConnsPerClient is high: SDKs and agents on the server's own
 	// host all come from 127.0.0.1, and each running command streams on a
