@@ -43,7 +43,8 @@ type Config struct {
 	// only.
 	Network *NetworkConfig
 	// TuneHost raises host-wide tables sandboxes share (kernel.pty.max,
-	// fs.file-max) when they are lower than sandboxes need.
+	// fs.file-max) when they are lower than sandboxes need, and turns on
+	// cgroup2's favordynmods (see native.FavorDynMods).
 	TuneHost bool
 	// Logger gets the server's log; nil discards it.
 	Logger *slog.Logger
@@ -188,5 +189,12 @@ func tuneHost(logger *slog.Logger) {
 		logger.Warn("open files", "err", err)
 	} else if now != old {
 		logger.Info("raised fs.file-max", "from", old, "to", now)
+	}
+	// Moving each new sandbox into its cgroups otherwise waits for an RCU
+	// grace period or more.
+	if on, err := native.FavorDynMods(); err != nil {
+		logger.Warn("cgroup favordynmods (sandbox starts wait on cgroup moves)", "err", err)
+	} else if !on {
+		logger.Info("no cgroup2 mount: cgroup favordynmods left off")
 	}
 }

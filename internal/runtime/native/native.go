@@ -67,6 +67,11 @@ type Runtime struct {
 	criu       string
 	criuMu     sync.Mutex
 	criuReport string
+
+	// disks are the blank file systems sandboxes' disk images are copied
+	// from, by size, opened once (diskMu); see diskLayer.
+	diskMu sync.Mutex
+	disks  map[int64]*os.File
 }
 
 var _ runtime.Runtime = (*Runtime)(nil)
@@ -350,7 +355,7 @@ func (rt *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.San
 	defer unix.Close(tfd)
 	mounts := []int{tfd}
 	if spec.Resources.DiskBytes > 0 {
-		dfd, err := diskLayer(filepath.Join(dir, "disk.img"), spec.Resources.DiskBytes, hostID)
+		dfd, err := rt.diskLayer(filepath.Join(dir, "disk.img"), spec.Resources.DiskBytes, hostID)
 		if err != nil {
 			return nil, err
 		}
