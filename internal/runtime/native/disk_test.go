@@ -144,7 +144,9 @@ func TestFavorDynMods(t *testing.T) {
 		return strings.Split(ms[len(ms)-1].VFSOptions, ",")
 	}
 	// Leave the host as it was.
-	t.Cleanup(func() { reconfigure(slices.DeleteFunc(slices.Clone(before), func(o string) bool { return o == "rw" || o == "ro" })) })
+	t.Cleanup(func() {
+		reconfigure(slices.DeleteFunc(slices.Clone(before), func(o string) bool { return o == "rw" || o == "ro" }))
+	})
 
 	reconfigure(others)
 	if slices.Contains(options(), "favordynmods") {
