@@ -133,7 +133,7 @@ func makeBlankDisk(path string, size int64) error {
 		return fmt.Errorf("disk image: %w", err)
 	}
 	// No journal: a sandbox's layer does not outlive a host crash anyway.
-	mkfs := exec.Command("mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal", "-i", strconv.Itoa(BytesPerInode),
+	mkfs := exec.Command("mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal,^resize_inode", "-i", strconv.Itoa(BytesPerInode),
 		"-E", "lazy_itable_init=1,nodiscard", tmp.Name())
 	if out, err := mkfs.CombinedOutput(); err != nil {
 		return fmt.Errorf("mkfs.ext4 (from e2fsprogs): %v: %s", err, out)
