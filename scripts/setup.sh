@@ -32,8 +32,18 @@ if ! [ -x "$GO" ]; then
 	exit 1
 fi
 
-echo "==> building hutch"
-CGO_ENABLED=0 "$GO" build -trimpath -o /usr/local/bin/hutch.new ./cmd/hutch
+echo "==> building hutch and hutch-sandbox"
+# hutch-sandbox is what runs inside sandboxes (their init and envd); hutch
+# uses it when it sits beside hutch and was built from the same source.
+# Both carry the same build stamp, a hash of the source they are built
+# from: the same source builds the same binaries (so templates that embed
+# hutch are not rebuilt for nothing), and a hutch-sandbox of other source
+# is never paired with this hutch.
+# (A build tag, because Go records -tags in a binary's build information.)
+stamp=hutch_build_$(find cmd internal api go.mod go.sum -type f | LC_ALL=C sort | xargs cat | sha256sum | cut -c1-24)
+CGO_ENABLED=0 "$GO" build -trimpath -tags "$stamp" -o /usr/local/bin/hutch.new ./cmd/hutch
+CGO_ENABLED=0 "$GO" build -trimpath -tags "$stamp" -o /usr/local/bin/hutch-sandbox.new ./cmd/hutch-sandbox
+mv /usr/local/bin/hutch-sandbox.new /usr/local/bin/hutch-sandbox
 mv /usr/local/bin/hutch.new /usr/local/bin/hutch
 
 echo "==> building the base template (cached: quick when the recipe is unchanged)"

@@ -1,36 +1,22 @@
 package main
 
 import (
-	"os"
-	"strconv"
-
 	"github.com/spf13/cobra"
 
 	"github.com/hutch-sandbox/hutch/internal/envd"
-	"github.com/hutch-sandbox/hutch/internal/envdapi"
 )
 
 // newEnvdCmd is the sandbox's daemon. Hutch starts it inside sandboxes; it
-// is not for people to run.
+// is not for people to run. Its flags are envd.Main's (the same in
+// hutch-sandbox), so cobra leaves them alone.
 func newEnvdCmd() *cobra.Command {
-	var (
-		controlFD, apiFD int
-		listen           string
-		user             string
-	)
-	cmd := &cobra.Command{
-		Use:    "envd",
-		Short:  "Run the in-sandbox daemon (started by Hutch inside sandboxes)",
-		Hidden: true,
-		Args:   cobra.NoArgs,
+	return &cobra.Command{
+		Use:                "envd [--control-fd N] [--api-fd N] [--listen ADDR] [--user NAME]",
+		Short:              "Run the in-sandbox daemon (started by Hutch inside sandboxes)",
+		Hidden:             true,
+		DisableFlagParsing: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			logger := envd.NewLogger(os.Stderr)
-			return envd.Run(cmd.Context(), envd.Options{DefaultUser: user, Logger: logger}, controlFD, apiFD, listen)
+			return envd.Main(cmd.Context(), args, cmd.ErrOrStderr())
 		},
 	}
-	cmd.Flags().IntVar(&controlFD, "control-fd", 3, "descriptor of the host's listening control socket (POST /init, tunnels)")
-	cmd.Flags().IntVar(&apiFD, "api-fd", -1, "descriptor of the host's listening API socket (-1: none)")
-	cmd.Flags().StringVar(&listen, "listen", "0.0.0.0:"+strconv.Itoa(envdapi.Port), "TCP address inside the sandbox (empty: none)")
-	cmd.Flags().StringVar(&user, "user", "user", "default user of requests that name none")
-	return cmd
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
@@ -104,5 +105,20 @@ func failureCode(cmd *cobra.Command) int {
 }
 
 func (g *globals) runtime() (*native.Runtime, error) {
-	return native.New(native.Options{DataDir: g.dataDir, Templates: template.Open(g.templates)})
+	return native.New(native.Options{DataDir: g.dataDir, Templates: template.Open(g.templates), SandboxBinary: sandboxBinary(nil)})
+}
+
+// sandboxBinary is the hutch-sandbox beside this binary, or "" (sandboxes
+// run hutch itself) when there is none or it is of another build, which
+// logger, when there is one, is told.
+func sandboxBinary(logger *slog.Logger) string {
+	path, err := native.FindSandboxBinary()
+	if logger != nil {
+		if err != nil {
+			logger.Info("sandboxes run hutch itself", "reason", err)
+		} else {
+			logger.Info("sandboxes run "+native.SandboxBinaryName, "path", path)
+		}
+	}
+	return path
 }

@@ -61,7 +61,7 @@ Stopping the server leaves sandboxes running; a restart adopts them.`,
 			cfg := serve.Config{
 				DataDir: g.dataDir, Templates: g.templates, Domain: domain,
 				Resources: resources, Warm: warm, MaxSandboxes: total, MaxPerKey: perKey,
-				TuneHost: true, Logger: logger,
+				TuneHost: true, Logger: logger, SandboxBinary: sandboxBinary(logger),
 			}
 			if withNet {
 				cfg.Network = &serve.NetworkConfig{CIDR: netCIDR, DNSUpstream: dnsUpstream, MaxConns: maxConns}

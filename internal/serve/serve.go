@@ -48,6 +48,9 @@ type Config struct {
 	TuneHost bool
 	// Logger gets the server's log; nil discards it.
 	Logger *slog.Logger
+	// SandboxBinary is what sandboxes' init and envd run (see
+	// native.Options); empty: hutch itself.
+	SandboxBinary string
 }
 
 // NetworkConfig configures the sandboxes' networks.
@@ -101,7 +104,7 @@ func Open(ctx context.Context, cfg Config) (_ *Server, retErr error) {
 		return nil, err
 	}
 	templates := template.Open(cfg.Templates)
-	rt, err := native.New(native.Options{DataDir: cfg.DataDir, Templates: templates})
+	rt, err := native.New(native.Options{DataDir: cfg.DataDir, Templates: templates, SandboxBinary: cfg.SandboxBinary})
 	if err != nil {
 		return nil, err
 	}

@@ -47,6 +47,11 @@ type Options struct {
 	DataDir string
 	// Templates is the template store sandboxes are made from.
 	Templates *template.Store
+	// SandboxBinary is the binary sandboxes' init and envd run
+	// (FindSandboxBinary finds it); empty means this one. It is checked
+	// again when first used: one not built from this binary's source is
+	// not used.
+	SandboxBinary string
 }
 
 // Runtime is the native backend. It is safe for concurrent use, and several
@@ -58,9 +63,10 @@ type Runtime struct {
 	uidRegistry string
 	subIDFiles  []string
 
-	selfOnce sync.Once
-	self     *os.File // this binary, unreachable and read-only; see selfExe
-	selfErr  error
+	sandboxBin string
+	selfOnce   sync.Once
+	self       *os.File // the binary inits run, unreachable and read-only; see selfExe
+	selfErr    error
 
 	// criu is the CRIU program Capabilities looks for (tests point it
 	// elsewhere); criuReport is what it found, once found (criuMu).
@@ -91,7 +97,7 @@ func New(opts Options) (*Runtime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
-	rt := &Runtime{dataDir: abs, templates: opts.Templates, uidRegistry: UIDRegistry, subIDFiles: subIDFiles, criu: "criu"}
+	rt := &Runtime{dataDir: abs, templates: opts.Templates, sandboxBin: opts.SandboxBinary, uidRegistry: UIDRegistry, subIDFiles: subIDFiles, criu: "criu"}
 	rt.adoptLegacyClaims()
 	// 0711: sandboxes' own uids must traverse to their layers, never list them.
 	for _, d := range []string{rt.dataDir, filepath.Join(rt.dataDir, "sandboxes"), filepath.Join(rt.dataDir, "empty")} {
@@ -117,8 +123,24 @@ func (rt *Runtime) DataDir() string { return rt.dataDir }
 // serve` refuses to start with it.
 func (rt *Runtime) Reachable() error { return reachable(rt.dataDir) }
 
+// selfExe returns the binary sandboxes' inits are executed from: the
+// sandbox binary when it is set and built from this binary's source,
+// this binary otherwise (see sandboxExe).
 func (rt *Runtime) selfExe() (*os.File, error) {
-	rt.selfOnce.Do(func() { rt.self, rt.selfErr = selfExe(filepath.Join(rt.dataDir, "empty")) })
+	rt.selfOnce.Do(func() {
+		empty := filepath.Join(rt.dataDir, "empty")
+		if rt.sandboxBin != "" {
+			f, err := sandboxExe(rt.sandboxBin, empty)
+			if err == nil && sandboxBinaryMatches(f) == nil {
+				rt.self = f
+				return
+			}
+			if f != nil {
+				f.Close()
+			}
+		}
+		rt.self, rt.selfErr = sandboxExe("", empty)
+	})
 	return rt.self, rt.selfErr
 }
 

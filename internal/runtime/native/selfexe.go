@@ -10,36 +10,50 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Sandboxes' init processes run this same binary. Nothing inside a sandbox
-// may ever reach the hutch binary on disk through /proc/<pid>/exe and
-// rewrite it (the CVE-2019-5736 class), so the init is never executed from
-// the binary's own path but from one of:
+// Sandboxes' init processes (and their envd) run either this same binary
+// or hutch-sandbox, the part of hutch that sandboxes need, when it is
+// installed beside it (see FindSandboxBinary). Nothing inside a sandbox
+// may ever reach that binary on disk through /proc/<pid>/exe and rewrite
+// it (the CVE-2019-5736 class), so the init is never executed from the
+// binary's own path but from one of:
 //
-//  1. readonlySelf: the binary seen through a private, read-only overlayfs
+//  1. readonlyBinary: the binary seen through a private, read-only overlayfs
 //     mount that is never attached anywhere (runc 1.2's approach). Writes
 //     through it fail with EROFS whoever tries, no path leads to it, and it
 //     shares the page cache with the binary, so it costs almost nothing.
-//  2. sealedSelf: a sealed memfd copy, where overlayfs cannot be used. It
+//  2. sealedCopy: a sealed memfd copy, where overlayfs cannot be used. It
 //     costs a copy of the binary (a few ms) once per Hutch process.
 
-// selfExe returns a file, opened O_PATH or sealed, that the init is
-// executed from. The caller keeps it open for as long as it starts inits.
-func selfExe(emptyDir string) (*os.File, error) {
-	if f, err := readonlySelf(emptyDir); err == nil {
+// sandboxExe returns a file, read-only or sealed, that the init is executed
+// from: the binary at path, or this one when path is empty. The caller
+// keeps it open for as long as it starts inits.
+func sandboxExe(path, emptyDir string) (*os.File, error) {
+	if path == "" {
+		exe, err := os.Readlink("/proc/self/exe")
+		if err != nil {
+			return nil, err
+		}
+		if strings.HasSuffix(exe, " (deleted)") {
+			return sealedCopy("/proc/self/exe")
+		}
+		if f, err := readonlyBinary(exe, "/proc/self/exe", emptyDir); err == nil {
+			return f, nil
+		}
+		// Through /proc/self/exe, the copy is of the running binary even
+		// when its path was since given to another.
+		return sealedCopy("/proc/self/exe")
+	}
+	if f, err := readonlyBinary(path, path, emptyDir); err == nil {
 		return f, nil
 	}
-	return sealedSelf()
+	return sealedCopy(path)
 }
 
-func readonlySelf(emptyDir string) (*os.File, error) {
-	exe, err := os.Readlink("/proc/self/exe")
-	if err != nil {
-		return nil, err
-	}
-	if strings.HasSuffix(exe, " (deleted)") {
-		return nil, fmt.Errorf("own binary was replaced on disk")
-	}
-	dir, base := filepath.Split(exe)
+// readonlyBinary opens the binary at path through a read-only overlay of
+// its directory, making sure it is still the file at same (the path
+// itself, or /proc/self/exe for the running binary).
+func readonlyBinary(path, same, emptyDir string) (*os.File, error) {
+	dir, base := filepath.Split(path)
 	fsfd, err := unix.Fsopen("overlay", unix.FSOPEN_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("fsopen overlay: %w", err)
@@ -59,26 +73,28 @@ func readonlySelf(emptyDir string) (*os.File, error) {
 		return nil, fmt.Errorf("fsmount: %w", err)
 	}
 	defer unix.Close(mfd)
-	fd, err := unix.Openat(mfd, base, unix.O_PATH|unix.O_CLOEXEC, 0)
+	// Readable (not O_PATH): the runtime checks a hutch-sandbox's build
+	// through it (sandboxBinaryMatches).
+	fd, err := unix.Openat(mfd, base, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("open own binary through overlay: %w", err)
+		return nil, fmt.Errorf("open %s through overlay: %w", base, err)
 	}
-	f := os.NewFile(uintptr(fd), "hutch (read-only)")
-	// Make sure it is the running binary, not a newer one installed since.
+	f := os.NewFile(uintptr(fd), base+" (read-only)")
+	// Make sure it is the binary meant, not a newer one installed since.
 	var a, b unix.Stat_t
-	if unix.Fstat(fd, &a) != nil || unix.Stat("/proc/self/exe", &b) != nil || a.Ino != b.Ino || a.Size != b.Size || a.Mtim != b.Mtim {
+	if unix.Fstat(fd, &a) != nil || unix.Stat(same, &b) != nil || a.Ino != b.Ino || a.Size != b.Size || a.Mtim != b.Mtim {
 		f.Close()
-		return nil, fmt.Errorf("own binary changed on disk")
+		return nil, fmt.Errorf("%s changed on disk", path)
 	}
 	return f, nil
 }
 
-// sealedSelf returns a sealed, read-only in-memory copy of the running
-// binary: it cannot be written, grown or shrunk by anyone.
-func sealedSelf() (*os.File, error) {
-	src, err := os.Open("/proc/self/exe")
+// sealedCopy returns a sealed, read-only in-memory copy of the binary at
+// path: it cannot be written, grown or shrunk by anyone.
+func sealedCopy(path string) (*os.File, error) {
+	src, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("open own binary: %w", err)
+		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	defer src.Close()
 	// MFD_EXEC is needed where vm.memfd_noexec defaults to no-exec memfds
@@ -93,7 +109,7 @@ func sealedSelf() (*os.File, error) {
 	f := os.NewFile(uintptr(fd), "memfd:hutch")
 	if _, err := io.Copy(f, src); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("copy own binary: %w", err)
+		return nil, fmt.Errorf("copy %s: %w", path, err)
 	}
 	const seals = unix.F_SEAL_SEAL | unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_WRITE
 	if _, err := unix.FcntlInt(f.Fd(), unix.F_ADD_SEALS, seals); err != nil {

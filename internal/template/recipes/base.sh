@@ -50,6 +50,11 @@ for f in "$ROOTFS/etc/skel/.bash_logout" "$ROOTFS/home/user/.bash_logout"; do
   printf '%s\n' '# ~/.bash_logout: run when a login shell exits; it must not change the exit status.' ':' > "$f"
 done
 chown 1000:1000 "$ROOTFS/home/user/.bash_logout"
+# Every command the SDKs run is a login bash (bash -l -c CMD), and Debian's
+# /etc/profile forks id(1) to learn the uid: ~1 ms of each command's start.
+# bash knows it already ($EUID); other shells still ask id.
+sed -i 's/"$(id -u)"/"${EUID:-$(id -u)}"/' "$ROOTFS/etc/profile"
+grep -q 'EUID:-' "$ROOTFS/etc/profile"
 # The sandbox runtime writes these per sandbox.
 : > "$ROOTFS/etc/resolv.conf"
 : > "$ROOTFS/etc/hostname"

@@ -53,9 +53,17 @@ func (b *Binary) Build() (string, error) {
 		// Sandboxes' uids must reach the binary their init re-executes.
 		os.Chmod(b.dir, 0o755)
 		b.path = filepath.Join(b.dir, "hutch")
-		build := exec.Command("go", "build", "-o", b.path, filepath.Join(b.ModuleRoot, "cmd", "hutch"))
-		build.Env = append(os.Environ(), "CGO_ENABLED=0")
-		b.out, b.err = build.CombinedOutput()
+		// Both binaries with one build stamp, as scripts/setup.sh
+		// installs them: sandboxes run hutch-sandbox, found beside hutch.
+		// (The stamp need not differ from build to build: the pair is
+		// only ever used from its own directory.)
+		for _, cmd := range []string{"hutch", "hutch-sandbox"} {
+			build := exec.Command("go", "build", "-tags", "hutch_build_hutchtest", "-o", filepath.Join(b.dir, cmd), filepath.Join(b.ModuleRoot, "cmd", cmd))
+			build.Env = append(os.Environ(), "CGO_ENABLED=0")
+			if b.out, b.err = build.CombinedOutput(); b.err != nil {
+				return
+			}
+		}
 	})
 	if b.err != nil {
 		return "", fmt.Errorf("build hutch: %v\n%s", b.err, b.out)
