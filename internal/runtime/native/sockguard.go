@@ -58,6 +58,18 @@ var uncharged = []struct {
 	{"packet", 6, 8, false},
 }
 
+// unchargedProtocols are uncharged's protocols as /proc/self/net/protocols
+// names them. That file counts each protocol's sockets in the reader's
+// network namespace, without listing them, in a few dozen lines; the
+// socket tables are read only when one of these counts is not zero.
+// /proc/self/net/netlink is the reason: the kernel walks every netlink
+// socket of the host to list one namespace's (each namespace has a few of
+// its own), so with a thousand sandboxes each poll of each init cost ~0.4
+// ms and their polls together took both of a 2-core host's CPUs
+// (bench/density.sh, issue 16). In an idle sandbox the counts are zero:
+// the kernel's own netlink sockets are not counted.
+var unchargedProtocols = [][]byte{[]byte("NETLINK"), []byte("PING"), []byte("PINGv6"), []byte("RAW"), []byte("RAWv6"), []byte("PACKET")}
+
 // sockGuard keeps a sandbox's uncharged socket queues under a budget by
 // killing the processes that hold the fullest ones, as the OOM killer
 // would (SIGKILL, exit 137).
@@ -66,14 +78,50 @@ type sockGuard struct {
 	proc   string     // procfs of the sandbox's pid and network namespaces
 	self   int        // the init's pid, never killed
 	files  []*os.File // uncharged's files, kept open
+	protos *os.File   // /proc/self/net/protocols, kept open; nil: none
+	opened bool       // protos was opened (or tried)
 	buf    []byte
+}
+
+// anyUncharged reports whether the sandbox's network namespace has any
+// socket of an uncharged protocol, or might: true when the counts cannot
+// be read.
+func (g *sockGuard) anyUncharged() bool {
+	if !g.opened {
+		g.opened = true
+		g.protos, _ = os.Open(filepath.Join(g.proc, "self/net/protocols"))
+	}
+	if g.protos == nil {
+		return true
+	}
+	g.buf = readAll(g.protos, g.buf[:0])
+	found := false
+	for rest := g.buf; len(rest) > 0; {
+		line := rest
+		if n := bytes.IndexByte(rest, '\n'); n >= 0 {
+			line, rest = rest[:n], rest[n+1:]
+		} else {
+			rest = nil
+		}
+		name := field(line, 0)
+		for _, p := range unchargedProtocols {
+			if bytes.Equal(name, p) {
+				if n, ok := parseUint(field(line, 2), 10); !ok || n > 0 {
+					return true
+				}
+				found = true
+			}
+		}
+	}
+	// Counts of none of them: a kernel without the file's usual lines.
+	return !found
 }
 
 // check reads the queues once and, over the budget, kills the holders of
 // the fullest sockets until what is left is at most half the budget. It
 // returns the pids it killed.
 func (g *sockGuard) check() []int {
-	if g.queues(nil) <= g.budget {
+	if !g.anyUncharged() || g.queues(nil) <= g.budget {
 		return nil
 	}
 	queues := map[uint64]int64{}

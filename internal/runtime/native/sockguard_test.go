@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"testing"
 )
 
@@ -112,5 +113,43 @@ func BenchmarkSockGuardPoll(b *testing.B) {
 	g := &sockGuard{proc: "/proc", self: 1}
 	for b.Loop() {
 		g.queues(nil)
+	}
+}
+
+// TestSockGuardCountsFirst: the socket tables are read only when the
+// namespace has sockets of an uncharged protocol at all.
+func TestSockGuardCountsFirst(t *testing.T) {
+	const heading = "protocol  size sockets  memory press maxhdr  slab module     cl co di ac io in de sh ss gs se re bi br ha uh gp em\n"
+	row := func(name string, n int) string {
+		return name + "    1096  " + strconv.Itoa(n) + "      -1   NI       0   no   kernel      n  n  n  n  n  n  n  n  n  n  n  n  n  n  n  n  n  n\n"
+	}
+	idle := heading + row("UNIX", 12) + row("TCP", 3) + row("NETLINK", 0) + row("PING", 0) + row("RAW", 0) + row("PACKET", 0)
+	tests := []struct {
+		name      string
+		protocols string // "" for no such file
+		want      bool
+	}{
+		{"idle", idle, false},
+		{"a netlink socket", heading + row("NETLINK", 1) + row("PING", 0), true},
+		{"a ping socket", heading + row("NETLINK", 0) + row("PINGv6", 2), true},
+		{"a packet socket", idle + row("PACKET", 1), true},
+		{"unreadable count", heading + row("NETLINK", -1), true},
+		{"no protocols file", "", true},
+		{"empty protocols file", "\n", true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			net := map[string]string{"netlink": netlinkText}
+			if tc.protocols != "" {
+				net["protocols"] = tc.protocols
+			}
+			g := &sockGuard{proc: fakeProc(t, net, nil), budget: 1}
+			if got := g.anyUncharged(); got != tc.want {
+				t.Errorf("anyUncharged = %v, want %v", got, tc.want)
+			}
+			if n := testing.AllocsPerRun(100, func() { g.anyUncharged() }); n != 0 {
+				t.Errorf("a count allocates %v times", n)
+			}
+		})
 	}
 }
