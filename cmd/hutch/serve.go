@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hutch-sandbox/hutch/internal/runtime"
+	"github.com/hutch-sandbox/hutch/internal/sandbox"
 	"github.com/hutch-sandbox/hutch/internal/serve"
 	"github.com/hutch-sandbox/hutch/internal/store"
 	"github.com/hutch-sandbox/hutch/internal/units"
@@ -24,6 +25,7 @@ func newServeCmd(g *globals) *cobra.Command {
 		listen, domain string
 		disk           string
 		warm           int
+		warmTemplates  map[string]int
 		withNet        bool
 		netCIDR        string
 		dnsUpstream    []string
@@ -52,6 +54,13 @@ Stopping the server leaves sandboxes running; a restart adopts them.`,
 			if err != nil {
 				return fmt.Errorf("--disk: %w", err)
 			}
+			pools := map[string]int{sandbox.DefaultTemplate: warm}
+			for name, n := range warmTemplates {
+				if n < 0 {
+					return fmt.Errorf("--warm-template %s=%d: the size must be 0 or more", name, n)
+				}
+				pools[name] = n
+			}
 			resources := runtime.Resources{MemoryBytes: 512 << 20, CPUs: 1, Pids: 512, DiskBytes: diskBytes}
 			total, perKey, err := caps.resolve(resources.MemoryBytes)
 			if err != nil {
@@ -60,7 +69,7 @@ Stopping the server leaves sandboxes running; a restart adopts them.`,
 			logger.Info("sandbox caps", "total", total, "per key", perKey)
 			cfg := serve.Config{
 				DataDir: g.dataDir, Templates: g.templates, Domain: domain,
-				Resources: resources, Warm: warm, MaxSandboxes: total, MaxPerKey: perKey,
+				Resources: resources, Warm: pools, MaxSandboxes: total, MaxPerKey: perKey,
 				TuneHost: true, Logger: logger, SandboxBinary: sandboxBinary(logger),
 			}
 			if withNet {
@@ -104,6 +113,7 @@ Stopping the server leaves sandboxes running; a restart adopts them.`,
 	cmd.Flags().StringVar(&domain, "domain", "", `sandbox domain: route Host "<port>-<id>.<domain>" to sandboxes`)
 	cmd.Flags().StringVar(&disk, "disk", "4G", "each sandbox's disk: its writable layer lives on a file system of this size with one inode per 16 KiB, so a sandbox cannot fill the host's disk or inodes (a template's diskSizeMB overrides it; 0: no limit, not for untrusted code)")
 	cmd.Flags().IntVar(&warm, "warm", 4, "sandboxes of the base template kept started ahead of demand (0: start each on demand)")
+	cmd.Flags().StringToIntVar(&warmTemplates, "warm-template", nil, "warm pools of other templates, NAME=N (repeatable; base=N overrides --warm)")
 	cmd.Flags().BoolVar(&withNet, "network", true, "give sandboxes a network with egress policies (nftables, IPv4 forwarding); false: loopback only")
 	cmd.Flags().StringVar(&netCIDR, "network-cidr", "10.200.0.0/16", "private range sandbox links are numbered from (a /31 each)")
 	cmd.Flags().Uint32Var(&maxConns, "max-conns", 1024, "flows (conntrack entries) each sandbox may hold at once, of every kind (connections, DNS queries, pings): new ones past it are dropped (0: 1024)")

@@ -21,6 +21,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/envdapi"
@@ -50,10 +51,11 @@ type Options struct {
 	// Network gives sandboxes their network and enforces their egress
 	// policy; nil leaves every sandbox with loopback only.
 	Network *network.Manager
-	// Warm is how many sandboxes of the default template ("base") are kept
-	// started ahead of demand, so that creating one costs milliseconds;
-	// 0 starts every sandbox on demand. The pool starts with Recover.
-	Warm int
+	// Warm is how many sandboxes of each template are kept started ahead
+	// of demand (a warm pool per template named), so that creating one
+	// costs milliseconds; a template not named, or named with 0, starts
+	// every sandbox on demand. The pools start with Recover.
+	Warm map[string]int
 	// MaxSandboxes caps the sandboxes running at once, all keys together;
 	// MaxPerKey caps those of one key (see limits.go for what counts). A
 	// Create past either fails with a *LimitError. 0: no cap.
@@ -74,9 +76,12 @@ type Manager struct {
 	mu     sync.Mutex
 	timers map[string]*time.Timer
 	live   map[string]*live // every sandbox this manager runs
-	pool   *pool            // nil without a warm pool
+	pools  map[string]*pool // warm pools by template; nil until Recover
 	net    *network.Manager
-	warm   int
+	warm   map[string]int
+	// cold counts creates starting a sandbox on demand: refills wait
+	// while there are any (pool.go).
+	cold atomic.Int32
 	// The caps on running sandboxes and what holds them (limits.go):
 	// held counts, per key, running sandboxes and creates in flight.
 	maxTotal, maxPerKey int
@@ -205,6 +210,9 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (_ *Sandbox, re
 		st = nil
 	}
 	if st == nil {
+		// Until this create is done: its sandbox's envd still starts.
+		m.cold.Add(1)
+		defer m.cold.Add(-1)
 		if st, err = m.start(ctx, tpl); err != nil {
 			return nil, err
 		}
@@ -696,11 +704,11 @@ func (m *Manager) Recover(ctx context.Context) error {
 	}
 	// Only now: warm sandboxes are not recorded, so the orphan sweep above
 	// must not see the pool's.
-	m.startPool(DefaultTemplate, m.warm)
+	m.startPools()
 	return nil
 }
 
-// Close stops the expiry timers and sampling and removes the warm pool.
+// Close stops the expiry timers and sampling and removes the warm pools.
 // Sandboxes keep running: a restarted server adopts them with Recover.
 func (m *Manager) Close() {
 	m.mu.Lock()
@@ -710,7 +718,7 @@ func (m *Manager) Close() {
 	}
 	m.mu.Unlock()
 	m.cancel()
-	m.stopPool()
+	m.stopPools()
 }
 
 // newID returns an id in E2B's shape: "i" and 20 of [a-z0-9].

@@ -58,7 +58,7 @@ func (e *env) manager(t *testing.T) *Manager { t.Helper(); return e.managerWarm(
 // managerWarm returns a manager that keeps warm sandboxes once Recover ran.
 func (e *env) managerWarm(t *testing.T, warm int) *Manager {
 	t.Helper()
-	return e.managerWith(t, Options{Warm: warm})
+	return e.managerWith(t, Options{Warm: map[string]int{DefaultTemplate: warm}})
 }
 
 // managerWith returns a manager with opts, whose runtime, store,
@@ -526,7 +526,10 @@ func TestWarmPool(t *testing.T) {
 	waitWarm := func(n int) map[string]bool {
 		t.Helper()
 		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			if ids := controlPlane(); len(ids) >= n && m.pool.idle.Load() == 2 {
+			m.mu.Lock()
+			p := m.pools[DefaultTemplate]
+			m.mu.Unlock()
+			if ids := controlPlane(); len(ids) >= n && p.idle.Load() == 2 {
 				return ids
 			}
 			if time.Now().After(deadline) {

@@ -35,8 +35,9 @@ type Config struct {
 	// Resources are each sandbox's limits (a template's disk size
 	// overrides DiskBytes). DiskBytes > 0 needs native.CheckDisk.
 	Resources runtime.Resources
-	// Warm is how many base sandboxes are kept started ahead of demand.
-	Warm int
+	// Warm is how many sandboxes of each template are kept started ahead
+	// of demand (see sandbox.Options.Warm).
+	Warm map[string]int
 	// MaxSandboxes and MaxPerKey cap running sandboxes (0: no cap).
 	MaxSandboxes, MaxPerKey int
 	// Network gives sandboxes links and egress policies; nil: loopback
