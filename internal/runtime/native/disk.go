@@ -1,8 +1,11 @@
 package native
 
 import (
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"os"
 	"os/exec"
@@ -46,11 +49,12 @@ func CheckDisk() error {
 
 // diskLayer makes the sandbox's disk image and returns a detached mount of
 // it. The image is a sparse copy of a blank file system of its size that
-// mkfs.ext4 made once (see goldenDisk): copying its ~2 MiB of metadata
+// mkfs.ext4 made once (see goldenDisk): copying its ~170 KiB of metadata
 // costs well under a millisecond, where running mkfs.ext4 for every sandbox
 // cost 7-10 ms and a fork of the whole server (bench/README.md, issue 16).
-// The copies share the blank one's UUID and directory hash seed; neither
-// is a secret, and each copy is mounted by one sandbox only.
+// Each copy then gets a UUID and a directory hash seed of its own
+// (personalise): a shared seed would let every sandbox compute the
+// directory hashes of every other's file system (review 10, F3).
 func (rt *Runtime) diskLayer(image string, size int64, hostID int) (int, error) {
 	golden, err := rt.goldenDisk(size)
 	if err != nil {
@@ -62,6 +66,9 @@ func (rt *Runtime) diskLayer(image string, size int64, hostID int) (int, error) 
 	}
 	defer f.Close()
 	if err := copySparse(f, golden, size); err != nil {
+		return -1, fmt.Errorf("disk image: %w", err)
+	}
+	if err := personalise(f); err != nil {
 		return -1, fmt.Errorf("disk image: %w", err)
 	}
 	loop, err := attachLoop(f, 0)
@@ -101,13 +108,13 @@ func (rt *Runtime) goldenDisk(size int64) (*os.File, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("disk images: %w", err)
 	}
-	path := filepath.Join(dir, fmt.Sprintf("blank-%d-%d.img", size, BytesPerInode))
-	f, err := os.Open(path)
+	path := filepath.Join(dir, fmt.Sprintf("blank-v%d-%d-%d.img", blankFormat, size, BytesPerInode))
+	f, err := openBlank(path, size)
 	if errors.Is(err, os.ErrNotExist) {
 		if err := makeBlankDisk(path, size); err != nil {
 			return nil, err
 		}
-		f, err = os.Open(path)
+		f, err = openBlank(path, size)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("disk image: %w", err)
@@ -116,6 +123,30 @@ func (rt *Runtime) goldenDisk(size int64) (*os.File, error) {
 		rt.disks = map[int64]*os.File{}
 	}
 	rt.disks[size] = f
+	return f, nil
+}
+
+// blankFormat versions the blank images' mkfs options: a blank made with
+// other options is not used (nor removed: another hutch may use it).
+const blankFormat = 2
+
+// openBlank opens the blank image at path, checking that it is whole (a
+// crash may have cut one short; makeBlankDisk syncs it before renaming
+// it into place, and this catches what was there before).
+func openBlank(path string, size int64) (*os.File, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	sb := make([]byte, superblockSize)
+	fi, err := f.Stat()
+	if err == nil && fi.Size() == size {
+		_, err = f.ReadAt(sb, superblockOffset)
+	}
+	if err != nil || fi.Size() != size || binary.LittleEndian.Uint16(sb[sbMagic:]) != ext4Magic {
+		f.Close()
+		return nil, fmt.Errorf("blank disk image %s is damaged (remove it: the next sandbox makes a new one)", filepath.Base(path))
+	}
 	return f, nil
 }
 
@@ -133,7 +164,10 @@ func makeBlankDisk(path string, size int64) error {
 		return fmt.Errorf("disk image: %w", err)
 	}
 	// No journal: a sandbox's layer does not outlive a host crash anyway.
-	mkfs := exec.Command("mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal,^resize_inode", "-i", strconv.Itoa(BytesPerInode),
+	// metadata_csum_seed: the checksums of the file system's metadata are
+	// seeded by a value of their own, not by the UUID, so that each copy
+	// can be given a UUID without rewriting them (personalise).
+	mkfs := exec.Command("mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal,^resize_inode,metadata_csum_seed", "-i", strconv.Itoa(BytesPerInode),
 		"-E", "lazy_itable_init=1,nodiscard", tmp.Name())
 	if out, err := mkfs.CombinedOutput(); err != nil {
 		return fmt.Errorf("mkfs.ext4 (from e2fsprogs): %v: %s", err, out)
@@ -141,8 +175,70 @@ func makeBlankDisk(path string, size int64) error {
 	if err := os.Chmod(tmp.Name(), 0o400); err != nil {
 		return fmt.Errorf("disk image: %w", err)
 	}
+	if err := syncFile(tmp.Name()); err != nil {
+		return fmt.Errorf("disk image: %w", err)
+	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return fmt.Errorf("disk image: %w", err)
+	}
+	return syncFile(filepath.Dir(path))
+}
+
+func syncFile(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
+}
+
+// The ext4 superblock fields personalise writes (Linux's struct
+// ext4_super_block, Documentation/filesystems/ext4/super.rst).
+const (
+	superblockOffset  = 1024
+	superblockSize    = 1024
+	sbMagic           = 0x38  // __le16 s_magic
+	sbFeatureIncompat = 0x60  // __le32 s_feature_incompat
+	sbUUID            = 0x68  // __u8 s_uuid[16]
+	sbHashSeed        = 0xEC  // __le32 s_hash_seed[4]
+	sbChecksum        = 0x3FC // __le32 s_checksum: crc32c of the bytes before it
+	ext4Magic         = 0xEF53
+	incompatCsumSeed  = 0x2000 // EXT4_FEATURE_INCOMPAT_CSUM_SEED
+)
+
+// personalise gives the ext4 file system in f a random UUID and directory
+// hash seed, and the superblock a new checksum. Written by hand: no
+// library edits an ext4 superblock, and tune2fs would cost the fork this
+// copying avoids. It is safe only on a file system made with
+// metadata_csum_seed (checked), whose other checksums do not depend on the
+// UUID, and with no indexed directory yet (a blank one), whose hashes
+// would depend on the seed.
+func personalise(f *os.File) error {
+	sb := make([]byte, superblockSize)
+	if _, err := f.ReadAt(sb, superblockOffset); err != nil {
+		return fmt.Errorf("read superblock: %w", err)
+	}
+	if binary.LittleEndian.Uint16(sb[sbMagic:]) != ext4Magic {
+		return errors.New("not an ext4 file system")
+	}
+	if binary.LittleEndian.Uint32(sb[sbFeatureIncompat:])&incompatCsumSeed == 0 {
+		return errors.New("file system made without metadata_csum_seed")
+	}
+	if _, err := rand.Read(sb[sbUUID : sbUUID+16]); err != nil {
+		return err
+	}
+	sb[sbUUID+6] = sb[sbUUID+6]&0x0f | 0x40 // a version 4 UUID, as mkfs makes
+	sb[sbUUID+8] = sb[sbUUID+8]&0x3f | 0x80
+	if _, err := rand.Read(sb[sbHashSeed : sbHashSeed+16]); err != nil {
+		return err
+	}
+	// Linux's crc32c(~0, sb, offset), without the final inversion that Go's
+	// Checksum applies.
+	sum := ^crc32.Checksum(sb[:sbChecksum], crc32.MakeTable(crc32.Castagnoli))
+	binary.LittleEndian.PutUint32(sb[sbChecksum:], sum)
+	if _, err := f.WriteAt(sb, superblockOffset); err != nil {
+		return fmt.Errorf("write superblock: %w", err)
 	}
 	return nil
 }

@@ -2,7 +2,9 @@ package native
 
 import (
 	"bytes"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -103,7 +105,19 @@ func TestDiskLayerFromBlank(t *testing.T) {
 	}
 	blanks, _ := filepath.Glob(filepath.Join(rt.DataDir(), "disks", "blank-*.img"))
 	if len(blanks) != 1 {
-		t.Errorf("blank images %v, want one for the one size used", blanks)
+		t.Fatalf("blank images %v, want one for the one size used", blanks)
+	}
+	// A blank cut short (by a crash, say) is refused with a clear error by
+	// the next runtime, not copied.
+	if err := os.Truncate(blanks[0], size/2); err != nil {
+		t.Fatal(err)
+	}
+	rt2, err := New(Options{DataDir: rt.DataDir(), Templates: rt.templates})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt2.diskLayer(filepath.Join(t.TempDir(), "disk.img"), size, 100000); err == nil || !strings.Contains(err.Error(), "damaged") {
+		t.Errorf("diskLayer from a damaged blank: %v, want it refused as damaged", err)
 	}
 }
 
@@ -168,5 +182,86 @@ func TestFavorDynMods(t *testing.T) {
 	// Already on: nothing to do, still on.
 	if on, err := FavorDynMods(); err != nil || !on {
 		t.Errorf("second FavorDynMods = %v, %v; want true, nil", on, err)
+	}
+}
+
+// TestPersonalise: each copy of a blank file system gets its own UUID and
+// directory hash seed, and stays a file system e2fsck finds clean.
+func TestPersonalise(t *testing.T) {
+	for _, tool := range []string{"mkfs.ext4", "e2fsck", "dumpe2fs"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s (e2fsprogs): %v", tool, err)
+		}
+	}
+	dir := t.TempDir()
+	const size = 64 << 20
+	blank := filepath.Join(dir, "blank.img")
+	if err := makeBlankDisk(blank, size); err != nil {
+		t.Fatal(err)
+	}
+	ids := func(image string) (uuid, seed string) {
+		t.Helper()
+		out, err := exec.Command("dumpe2fs", "-h", image).Output()
+		if err != nil {
+			t.Fatalf("dumpe2fs %s: %v", image, err)
+		}
+		for _, line := range strings.Split(string(out), "\n") {
+			k, v, _ := strings.Cut(line, ":")
+			switch k {
+			case "Filesystem UUID":
+				uuid = strings.TrimSpace(v)
+			case "Directory Hash Seed":
+				seed = strings.TrimSpace(v)
+			}
+		}
+		return uuid, seed
+	}
+	seen := map[string]string{}
+	bu, bs := ids(blank)
+	seen[bu], seen[bs] = "the blank's UUID", "the blank's seed"
+	src, err := openBlank(blank, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	for i := range 2 {
+		image := filepath.Join(dir, fmt.Sprintf("copy%d.img", i))
+		f, err := os.Create(image)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = copySparse(f, src, size)
+		if err == nil {
+			err = personalise(f)
+		}
+		f.Close()
+		if err != nil {
+			t.Fatalf("copy %d: %v", i, err)
+		}
+		if out, err := exec.Command("e2fsck", "-fn", image).CombinedOutput(); err != nil {
+			t.Errorf("e2fsck -fn copy %d: %v\n%s", i, err, out)
+		}
+		u, s := ids(image)
+		for _, v := range []string{u, s} {
+			if was, dup := seen[v]; dup || v == "" {
+				t.Errorf("copy %d: %q is %s", i, v, was)
+			}
+		}
+		seen[u], seen[s] = fmt.Sprintf("copy %d's UUID", i), fmt.Sprintf("copy %d's seed", i)
+	}
+	// A file system made without metadata_csum_seed is left alone.
+	plain := filepath.Join(dir, "plain.img")
+	os.WriteFile(plain, nil, 0o600)
+	os.Truncate(plain, size)
+	if out, err := exec.Command("mkfs.ext4", "-q", "-F", plain).CombinedOutput(); err != nil {
+		t.Fatalf("mkfs: %v\n%s", err, out)
+	}
+	f, err := os.OpenFile(plain, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := personalise(f); err == nil {
+		t.Error("personalise changed a file system whose checksums the UUID seeds")
 	}
 }

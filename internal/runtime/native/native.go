@@ -67,6 +67,7 @@ type Runtime struct {
 	selfOnce   sync.Once
 	self       *os.File // the binary inits run, unreachable and read-only; see selfExe
 	selfErr    error
+	selfStat   unix.Stat_t // of self when it is the sandbox binary, as checked
 
 	// criu is the CRIU program Capabilities looks for (tests point it
 	// elsewhere); criuReport is what it found, once found (criuMu).
@@ -131,7 +132,7 @@ func (rt *Runtime) selfExe() (*os.File, error) {
 		empty := filepath.Join(rt.dataDir, "empty")
 		if rt.sandboxBin != "" {
 			f, err := sandboxExe(rt.sandboxBin, empty)
-			if err == nil && sandboxBinaryMatches(f) == nil {
+			if err == nil && sandboxBinaryMatches(f) == nil && unix.Fstat(int(f.Fd()), &rt.selfStat) == nil {
 				rt.self = f
 				return
 			}
@@ -141,6 +142,17 @@ func (rt *Runtime) selfExe() (*os.File, error) {
 		}
 		rt.self, rt.selfErr = sandboxExe("", empty)
 	})
+	if rt.selfErr == nil && rt.selfStat.Ino != 0 {
+		// The overlay view is of the file itself: written in place since
+		// it was checked (cp, not a rename), it is no longer what was
+		// checked, and its running copies have died already.
+		var now unix.Stat_t
+		if err := unix.Fstat(int(rt.self.Fd()), &now); err != nil || now.Size != rt.selfStat.Size ||
+			now.Mtim != rt.selfStat.Mtim || now.Ctim != rt.selfStat.Ctim {
+			return nil, fmt.Errorf("%s was changed in place since this hutch checked it (install it by renaming a new file over it) and restart hutch: %w",
+				rt.sandboxBin, errdefs.ErrUnavailable)
+		}
+	}
 	return rt.self, rt.selfErr
 }
 

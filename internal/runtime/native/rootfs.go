@@ -147,6 +147,12 @@ var (
 		// dir and the sandbox's id, so every sandbox could list its
 		// neighbours'. A sandbox has no block device of its own to see.
 		"/sys/block", "/sys/class/block", "/sys/dev/block", "/sys/devices/virtual/block",
+		// What the kernel keeps per block device and per ext4 file system:
+		// every sandbox's disk's write counters (lifetime_write_kbytes,
+		// diskstats), free-space layout and writeback devices, which told
+		// one sandbox what another wrote, and when (review 10, F1).
+		"/sys/fs/ext4", "/proc/fs/ext4", "/proc/fs/jbd2", "/proc/diskstats", "/proc/partitions",
+		"/sys/class/bdi", "/sys/devices/virtual/bdi",
 		// The host's kernel command line (a VM agent's flags and ports) and
 		// build configuration.
 		"/proc/cmdline", "/proc/config.gz",

@@ -47,6 +47,9 @@ func FindSandboxBinary() (string, error) {
 	return path, nil
 }
 
+// sandboxMainPackage is hutch-sandbox's main package.
+const sandboxMainPackage = "github.com/hutch-sandbox/hutch/cmd/hutch-sandbox"
+
 // errOtherBuild is a hutch-sandbox built from other source than hutch.
 var errOtherBuild = errors.New("not built from the same source as this hutch")
 
@@ -62,6 +65,11 @@ func sandboxBinaryMatches(r io.ReaderAt) error {
 	other, err := buildinfo.Read(r)
 	if err != nil {
 		return fmt.Errorf("build information: %w", err)
+	}
+	// Any program of the same build would pass sameBuild: hutch copied
+	// over it, say.
+	if other.Path != sandboxMainPackage {
+		return fmt.Errorf("%w: it is %s, not %s", errOtherBuild, other.Path, sandboxMainPackage)
 	}
 	return sameBuild(self, other)
 }
