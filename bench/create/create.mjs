@@ -5,12 +5,17 @@
 //   await sbx.commands.run('true')
 //
 // against the `hutch serve` at E2B_API_URL / E2B_SANDBOX_URL (E2B_API_KEY),
-// killing the sandbox afterwards, outside the timed part. First one cold
+// with the SDK's defaults (internet access allowed, so a server with
+// sandbox networking attaches a network to every sandbox), killing the
+// sandbox afterwards, outside the timed part. First one cold
 // iteration (the first create of this process against this server), then
 // -warmup unmeasured ones (failures there are reported, and fatal only if
 // all of these failed), then -n measured ones one after the other, then
 // -c sandboxes started at once (Promise.allSettled), each timed from its
 // own call, and the wall time until the last one has run its command.
+// For host CPU per sandbox, each series also reports the host's busy
+// jiffies and this process's own CPU time from before its first create to
+// after its last kill (the harness subtracts the latter: the client).
 //
 // Started by the bench/create harness (bench/create.sh); see
 // bench/README.md. Progress goes to stderr; the result is one JSON object
@@ -57,11 +62,23 @@ for (const v of ['E2B_API_URL', 'E2B_SANDBOX_URL', 'E2B_API_KEY']) {
 }
 
 // cpuSample reads the idle (idle + iowait) and total jiffies of all CPUs
-// from /proc/stat, as the Go harnesses do.
+// from /proc/stat, as the Go harnesses do; busy is the fields the harness's
+// busyJiffies (bench/create/cpu.go) adds up: user, nice, system, irq,
+// softirq, steal (guest and guest_nice are already in user and nice). With
+// it, the CPU time of this whole process (all threads, µs).
 function cpuSample() {
   const f = readFileSync('/proc/stat', 'utf8').split('\n')[0].trim().split(/\s+/).slice(1).map(Number)
-  return { idle: f[3] + f[4], total: f.reduce((a, b) => a + b, 0) }
+  const u = process.cpuUsage()
+  return {
+    idle: f[3] + f[4],
+    total: f.reduce((a, b) => a + b, 0),
+    busy: f[0] + f[1] + f[2] + f[5] + f[6] + f[7],
+    selfUs: u.user + u.system,
+  }
 }
+
+// hostCPU is what the harness needs for host CPU per sandbox over a span.
+const hostCPU = (a, b, iters) => ({ busyJiffies: b.busy - a.busy, clientUs: b.selfUs - a.selfUs, iters })
 
 const oneLine = (err) => String(err?.message ?? err).split('\n')[0].slice(0, 200)
 
@@ -125,7 +142,9 @@ if (!anyOK) {
 
 out.seq = { total: [], create: [], run: [], failed: 0 }
 const c0 = cpuSample()
+let iters = 0
 for (let i = 0; i < n; i++) {
+  iters++
   try {
     const r = await one()
     out.seq.total.push(r.total)
@@ -141,6 +160,7 @@ for (let i = 0; i < n; i++) {
 }
 const c1 = cpuSample()
 if (c1.total > c0.total) out.seq.busy = 1 - (c1.idle - c0.idle) / (c1.total - c0.total)
+Object.assign(out.seq, hostCPU(c0, c1, iters))
 
 if (concurrency > 0) {
   out.conc = { total: [], create: [], run: [], failed: 0 }
@@ -162,6 +182,7 @@ if (concurrency > 0) {
   }
   process.stderr.write('.')
   await Promise.all(sbxs.map(kill))
+  Object.assign(out.conc, hostCPU(c1, cpuSample(), concurrency))
 }
 
 console.log(JSON.stringify(out))

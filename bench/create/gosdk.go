@@ -21,18 +21,19 @@ import (
 //	sbx, err := c.Create(ctx, sdk.CreateOptions{})
 //	_, err = sbx.Commands.Run(ctx, "true", nil)
 //
-// then sbx.Kill, not timed. As in create.mjs: one first iteration (the
-// first calls of a new client: its own HTTP transport, no connection yet),
-// -warmup unmeasured ones (failures reported, fatal only if all of these
-// failed), -n one after the other, then -c at once (goroutines behind one
-// gate), each timed from its own start, killed once all have finished.
+// then sbx.Kill, not timed but inside the span of host CPU (cpu.go). As
+// in create.mjs: one first iteration (the first calls of a new client: its
+// own HTTP transport, no connection yet), -warmup unmeasured ones
+// (failures reported, fatal only if all of these failed), -n one after the
+// other, then -c at once (goroutines behind one gate), each timed from its
+// own start, killed once all have finished.
 func (b *bench) measureGoSDK(key, name, url string) *row {
 	r := &row{key: key, name: name, createName: "Client.Create()", runName: `Commands.Run("true")`, concurrency: b.cfg.c}
-	fmt.Printf("%-42s ", r.name)
+	fmt.Printf("%-*s ", nameWidth, r.name)
 	apiKey := os.Getenv("E2B_API_KEY")
 	switch {
 	case url == "":
-		r.unavailable = "no server (-cold-url; bench/create.sh starts hutch serve)"
+		r.unavailable = noServer
 	case apiKey == "":
 		r.unavailable = "E2B_API_KEY is not set (bench/create.sh sets it)"
 	}
@@ -94,9 +95,14 @@ func (b *bench) measureGoSDK(key, name, url string) *row {
 		return r
 	}
 
+	// Host CPU (cpu.go): this process is the client; the kills are in
+	// the spans.
+	m0 := markCPU()
 	i0, t0, _ := harness.CPUSample()
 	r.seq.busy = -1
+	iters := 0
 	for i := 0; i < b.cfg.n && b.ctx.Err() == nil; i++ {
+		iters++
 		it, sbx, err := one()
 		kill(sbx)
 		if err != nil {
@@ -111,6 +117,8 @@ func (b *bench) measureGoSDK(key, name, url string) *row {
 	if i1, t1, err := harness.CPUSample(); err == nil && t1 > t0 {
 		r.seq.busy = 1 - float64(i1-i0)/float64(t1-t0)
 	}
+	m1 := markCPU()
+	r.seq.setHostCPU(hostCPU(m0, m1, iters))
 	r.seq.sort()
 
 	if b.cfg.c > 0 && len(r.seq.total) > 0 && b.ctx.Err() == nil {
@@ -154,6 +162,7 @@ func (b *bench) measureGoSDK(key, name, url string) *row {
 			}()
 		}
 		wg.Wait()
+		r.conc.setHostCPU(hostCPU(m1, markCPU(), n))
 	}
 	if len(r.seq.total) == 0 {
 		r.unavailable = "every run failed: " + r.seq.firstErr

@@ -5,12 +5,15 @@
 //
 //   - hutch: the official E2B JS SDK (bench/create/create.mjs, run with
 //     node): `await Sandbox.create()` then `await sbx.commands.run('true')`,
-//     against a `hutch serve --warm 0` (every sandbox a cold start) and,
-//     when given one, a `hutch serve` with its default warm pool;
+//     against a `hutch serve --warm 0 --network=false` (every sandbox a
+//     cold start, loopback only), a `hutch serve --warm 0` with sandbox
+//     networking on (its default: a link, egress policy and resolver per
+//     sandbox) and, when given one, a `hutch serve --network=false` with
+//     its default warm pool;
 //   - hutch, Go SDK: the same through Hutch's own Go SDK (package sdk),
 //     in this process: `c.Create(ctx, sdk.CreateOptions{})` then
 //     `sbx.Commands.Run(ctx, "true", nil)` (gosdk.go), against the same
-//     two servers, each row right after the JS SDK's row against that
+//     servers, each row right after the JS SDK's row against that
 //     server;
 //   - runc and crun: `run -d` of the OCI bundle bundle-idle (sleep
 //     infinity) then `exec <id> /bin/true`;
@@ -19,12 +22,14 @@
 //
 // Each row: one first (cold) iteration reported apart, warm-up iterations,
 // N sequential ones, then C started at once; the sandbox or container is
-// removed after each iteration (after all C), outside the timed part. One
-// table with p50/p95/p99 of both series and creates per second of the
-// concurrent one.
+// removed after each iteration (after all C), outside the timed part but
+// inside the span whose host CPU is measured (cpu.go). One table with
+// p50/p95/p99 of both series, creates per second of the concurrent one and
+// host CPU per sandbox of both.
 //
 // It is meant to be started by bench/create.sh, which starts the servers
-// it measures (-cold-url, -warm-url) and sets E2B_API_KEY; see
+// it measures (-cold-url, -net-url, -warm-url), in a network namespace of
+// its own, and sets E2B_API_KEY; see
 // bench/README.md. It must run as root. It re-executes itself in a
 // private mount namespace so that the idmapped rootfs it mounts for the OCI
 // peers never outlives it.
@@ -56,19 +61,24 @@ type config struct {
 	node         string
 	only         map[string]bool
 	runTimeout   time.Duration
-	coldURL      string // hutch serve --warm 0
+	coldURL      string // hutch serve --warm 0 --network=false
+	netURL       string // hutch serve --warm 0, networking on, or ""
 	warmURL      string // hutch serve with its default warm pool, or ""
 	warm         int    // that pool's size
 	warmData     string // that server's data directory (to count its pool)
 	hutch        string // the hutch binary (hutch ps)
-	serveArgs    string // both servers' other arguments, for the header
+	serveArgs    string // the cold and warm servers' other arguments, for the header
+	netns        string // the network namespace everything runs in, for the header
 
 	bundleIdle string // OCI bundle running sleep infinity
 	ociRootfs  string // its rootfs: the template, idmapped, read-only
 	hostID     int    // host uid of the OCI containers' root
 }
 
-var rowKeys = []string{"hutch", "hutch-go", "hutch-warm", "hutch-warm-go", "runc", "crun", "podman"}
+var rowKeys = []string{"hutch", "hutch-go", "hutch-net", "hutch-net-go", "hutch-warm", "hutch-warm-go", "runc", "crun", "podman"}
+
+// nameWidth pads a row's name on its progress line.
+const nameWidth = 52
 
 func main() { harness.Main("bench-create", "bench/create.sh", realMain) }
 
@@ -85,12 +95,14 @@ func realMain() int {
 	flag.StringVar(&cfg.node, "node", "node", "node binary")
 	flag.StringVar(&only, "only", "", "comma-separated rows to run ("+strings.Join(rowKeys, ",")+"); default all")
 	flag.DurationVar(&cfg.runTimeout, "timeout", 2*time.Minute, "limit for one command of a peer (the SDK row: 30 min in all)")
-	flag.StringVar(&cfg.coldURL, "cold-url", "", "URL of a `hutch serve --warm 0` (bench/create.sh starts it)")
+	flag.StringVar(&cfg.coldURL, "cold-url", "", "URL of a `hutch serve --warm 0 --network=false` (bench/create.sh starts it)")
+	flag.StringVar(&cfg.netURL, "net-url", "", "URL of a `hutch serve --warm 0` with sandbox networking on (bench/create.sh starts it)")
 	flag.StringVar(&cfg.warmURL, "warm-url", "", "URL of a `hutch serve` with its default warm pool (bench/create.sh starts it)")
 	flag.IntVar(&cfg.warm, "warm", 0, "the size of that server's warm pool")
 	flag.StringVar(&cfg.warmData, "warm-data", "", "that server's data directory: before each warm-pool row, wait until `hutch ps` there counts -warm sandboxes")
 	flag.StringVar(&cfg.hutch, "hutch", "/usr/local/bin/hutch", "hutch binary (for hutch ps)")
-	flag.StringVar(&cfg.serveArgs, "serve-args", "", "the servers' other arguments (for the header)")
+	flag.StringVar(&cfg.serveArgs, "serve-args", "", "the cold and warm servers' other arguments (for the header)")
+	flag.StringVar(&cfg.netns, "netns", "", "the network namespace everything runs in (for the header)")
 	flag.Parse()
 	if cfg.n < 1 || cfg.c < 0 || cfg.warmup < 0 {
 		fmt.Fprintln(os.Stderr, "bench-create: -n must be >= 1, -c and -warmup >= 0")
@@ -121,10 +133,20 @@ func realMain() int {
 	want := func(key string) bool { return (cfg.only == nil || cfg.only[key]) && ctx.Err() == nil }
 	var rows []*row
 	if want("hutch") {
-		rows = append(rows, b.measureSDK("hutch", "hutch serve --warm 0 (E2B JS SDK)", cfg.coldURL))
+		rows = append(rows, b.measureSDK("hutch", "hutch serve --warm 0, network off (E2B JS SDK)", cfg.coldURL))
 	}
 	if want("hutch-go") {
-		rows = append(rows, b.measureGoSDK("hutch-go", "hutch serve --warm 0 (Go SDK)", cfg.coldURL))
+		rows = append(rows, b.measureGoSDK("hutch-go", "hutch serve --warm 0, network off (Go SDK)", cfg.coldURL))
+	}
+	// Networking on: the same cold path plus each sandbox's link, egress
+	// policy and resolver. Printed as unavailable rather than left out
+	// when there is no such server: its goal line compares it with the
+	// rows above.
+	if want("hutch-net") {
+		rows = append(rows, b.measureSDK("hutch-net", "hutch serve --warm 0, network on (E2B JS SDK)", cfg.netURL))
+	}
+	if want("hutch-net-go") {
+		rows = append(rows, b.measureGoSDK("hutch-net-go", "hutch serve --warm 0, network on (Go SDK)", cfg.netURL))
 	}
 	for _, w := range []struct {
 		key, client string
@@ -136,10 +158,10 @@ func realMain() int {
 		if cfg.warmURL != "" {
 			// Every warm row starts with a full pool, as the first did.
 			b.waitWarmPool()
-			rows = append(rows, w.measure(w.key, fmt.Sprintf("hutch serve, warm pool of %d (%s)", cfg.warm, w.client), cfg.warmURL))
+			rows = append(rows, w.measure(w.key, fmt.Sprintf("hutch serve, warm pool of %d, network off (%s)", cfg.warm, w.client), cfg.warmURL))
 		} else if cfg.only != nil {
-			r := &row{key: w.key, name: fmt.Sprintf("hutch serve, warm pool (%s)", w.client), unavailable: "this hutch serve has no warm pool (--warm)"}
-			fmt.Printf("%-42s unavailable: %s\n", r.name, r.unavailable)
+			r := &row{key: w.key, name: fmt.Sprintf("hutch serve, warm pool, network off (%s)", w.client), unavailable: "this hutch serve has no warm pool (--warm)"}
+			fmt.Printf("%-*s unavailable: %s\n", nameWidth, r.name, r.unavailable)
 			rows = append(rows, r)
 		}
 	}
@@ -173,10 +195,16 @@ func printHeader(cfg *config) {
 		args = " " + cfg.serveArgs
 	}
 	fmt.Printf("servers: `hutch serve --warm 0%s` at %s", args, orNone(cfg.coldURL))
+	if cfg.netURL != "" {
+		fmt.Printf(", `hutch serve --warm 0` (network on: a link, nftables egress policy and resolver per sandbox) at %s", cfg.netURL)
+	}
 	if cfg.warmURL != "" {
 		fmt.Printf(", `hutch serve%s` (warm pool of %d, its default) at %s", args, cfg.warm, cfg.warmURL)
 	}
 	fmt.Println()
+	if cfg.netns != "" {
+		fmt.Printf("network namespace: %s\n", cfg.netns)
+	}
 	node := "node not found"
 	if out, err := exec.Command(cfg.node, "--version").Output(); err == nil {
 		node = "node " + strings.TrimSpace(string(out))
@@ -200,7 +228,14 @@ type series struct {
 	wall               time.Duration   // concurrent series: first start to last command done
 	failed             int
 	firstErr           string
+	// hostCPU is the host's CPU time per iteration in ms, client excluded,
+	// removals included (cpu.go), when hostCPUOK.
+	hostCPU   float64
+	hostCPUOK bool
 }
+
+// setHostCPU records host CPU per iteration (hostCPU's results).
+func (s *series) setHostCPU(v float64, ok bool) { s.hostCPU, s.hostCPUOK = v, ok }
 
 func (s *series) sort() {
 	for _, t := range [][]time.Duration{s.total, s.create, s.run} {
@@ -260,10 +295,10 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d)/float64(
 
 func printResults(cfg *config, rows []*row) {
 	c := fmt.Sprint(cfg.c)
-	head := []string{"row", "first", "seq p50", "seq p95", "seq p99", "CPU busy", c + "× p50", c + "× p95", c + "× p99", c + "× wall", "creates/s", ""}
+	head := []string{"row", "first", "seq p50", "seq p95", "seq p99", "CPU busy", "seq host CPU/sandbox ms",
+		c + "× p50", c + "× p95", c + "× p99", c + "× wall", "creates/s", c + "× host CPU/sandbox ms", ""}
 	if cfg.c == 0 {
-		head = head[:6]
-		head = append(head, "")
+		head = append(head[:7], "")
 	}
 	table := [][]string{head}
 	for _, r := range rows {
@@ -279,7 +314,7 @@ func printResults(cfg *config, rows []*row) {
 		if r.firstFailed {
 			first = "failed"
 		}
-		line := []string{r.name, first, ms(pct(r.seq.total, .5)), ms(pct(r.seq.total, .95)), ms(pct(r.seq.total, .99)), busy(r.seq.busy)}
+		line := []string{r.name, first, ms(pct(r.seq.total, .5)), ms(pct(r.seq.total, .95)), ms(pct(r.seq.total, .99)), busy(r.seq.busy), cpuMs(r.seq)}
 		var notes []string
 		if r.warmFailed > 0 {
 			notes = append(notes, fmt.Sprintf("%d of the first %d (first + warm-up) failed: %s", r.warmFailed, cfg.warmup+1, r.warmErr))
@@ -289,10 +324,10 @@ func printResults(cfg *config, rows []*row) {
 		}
 		if cfg.c > 0 {
 			if len(r.conc.total) == 0 {
-				line = append(line, "-", "-", "-", ms(r.conc.wall), "-")
+				line = append(line, "-", "-", "-", ms(r.conc.wall), "-", cpuMs(r.conc))
 			} else {
 				line = append(line, ms(pct(r.conc.total, .5)), ms(pct(r.conc.total, .95)), ms(pct(r.conc.total, .99)), ms(r.conc.wall),
-					fmt.Sprintf("%.1f", float64(len(r.conc.total))/r.conc.wall.Seconds()))
+					fmt.Sprintf("%.1f", createsPerSec(r)), cpuMs(r.conc))
 			}
 			if r.conc.failed > 0 {
 				notes = append(notes, fmt.Sprintf("%d of %d at once failed: %s", r.conc.failed, r.concurrency, r.conc.firstErr))
@@ -311,7 +346,16 @@ func printResults(cfg *config, rows []*row) {
 		fmt.Printf("%d× = %d started at once, each timed from its own start; wall = until the last had run its command;\n", cfg.c, cfg.c)
 		fmt.Printf("creates/s = successful creates → first command in the %d× series / wall;\n", cfg.c)
 	}
-	fmt.Printf("CPU busy = share of all CPUs busy during the sequential series (%d CPUs here).\n", runtime.NumCPU())
+	fmt.Printf("CPU busy = share of all CPUs busy during the sequential series (%d CPUs here);\n", runtime.NumCPU())
+	fmt.Println("host CPU/sandbox = CPU time per create → first command → kill or removal (not timed, but counted here),")
+	fmt.Println("client excluded: the whole host's busy time, all CPUs (/proc/stat user+nice+system+irq+softirq+steal,")
+	fmt.Println("kernel threads included), from before the series' first create to after its last removal, minus the")
+	fmt.Println("client process's own CPU time over that span (JS SDK rows: node's process.cpuUsage(); Go SDK and peer")
+	fmt.Println("rows: the harness's getrusage(RUSAGE_SELF); runc, crun, podman, conmon and the containers count as the")
+	fmt.Println("host's), divided by the series' iterations. Whole host: whatever else runs on this machine meanwhile")
+	fmt.Println("is counted too (see CPU busy before: on a shared machine, compare runs only when it was near 0%);")
+	fmt.Printf("/proc/stat counts in ticks of 1/%.0f s, hence whole series. Warm pool rows: a refill is counted while it\n", userHZ())
+	fmt.Println("runs inside the span (those the warm-up started, in; those the last creates start, partly out).")
 
 	measured := 0
 	for _, r := range rows {
@@ -344,29 +388,125 @@ func printResults(cfg *config, rows []*row) {
 	} else {
 		printTable(bd, 1, 4)
 	}
+	printGoals(cfg, rows)
+}
 
-	// The goals: cold (no pool) for the sequential p50; 50 at once for
-	// both servers. They were set for the E2B JS SDK's rows; the Go SDK's
-	// are in the table.
-	first := true
-	for _, r := range rows {
-		if (r.key != "hutch" && r.key != "hutch-warm") || r.unavailable != "" || len(r.seq.total) == 0 {
-			continue
-		}
-		if first {
+// printGoals prints the goals set for Hutch, each with its numbers and
+// "met" or "NOT met" (or why it cannot be judged in this run). The
+// latency goals were set for the E2B JS SDK's rows, and the warm pool's
+// create for both SDKs; host CPU for every Hutch row.
+func printGoals(cfg *config, rows []*row) {
+	// say prints a goal line, the first after a blank line.
+	said := false
+	say := func(format string, args ...any) {
+		if !said {
 			fmt.Println()
-			first = false
+			said = true
 		}
-		if r.key == "hutch" {
-			p50 := pct(r.seq.total, .5)
-			fmt.Printf("goal: sequential p50 under 50 ms, cold: %s ms, %s\n", ms(p50), metOrNot(p50 < 50*time.Millisecond))
+		fmt.Printf(format, args...)
+	}
+	byKey := map[string]*row{}
+	for _, r := range rows {
+		byKey[r.key] = r
+	}
+	// measured is the row of key when it has sequential results.
+	measured := func(key string) *row {
+		if r := byKey[key]; r != nil && r.unavailable == "" && len(r.seq.total) > 0 {
+			return r
 		}
-		if cfg.c == 50 && len(r.conc.total) > 0 {
-			p99 := pct(r.conc.total, .99)
-			ok := p99 < 150*time.Millisecond && r.conc.failed == 0
-			fmt.Printf("goal: 50 at once with p99 under 150 ms (%s): %s ms, %s\n", r.name, ms(p99), metOrNot(ok))
+		return nil
+	}
+	crun := measured("crun")
+
+	if cold := measured("hutch"); cold != nil {
+		p50 := pct(cold.seq.total, .5)
+		const g = "goal: cold create → first command p50 (E2B JS SDK) ≤ crun run + exec p50 in the same run"
+		if crun == nil {
+			say("%s: %s ms; crun not measured, not judged\n", g, ms(p50))
+		} else {
+			cp50 := pct(crun.seq.total, .5)
+			say("%s: %s ms vs %s ms, %s\n", g, ms(p50), ms(cp50), metOrNot(p50 <= cp50))
 		}
 	}
+
+	for _, k := range [][2]string{{"hutch-net", "hutch"}, {"hutch-net-go", "hutch-go"}} {
+		on, off := byKey[k[0]], measured(k[1])
+		if on == nil || off == nil {
+			continue
+		}
+		client := "E2B JS SDK"
+		if k[0] == "hutch-net-go" {
+			client = "Go SDK"
+		}
+		g := "goal: network on p50 ≤ 1.3 × network off (" + client + ")"
+		if measured(k[0]) == nil {
+			say("%s: network on unavailable (%s), not judged\n", g, on.unavailable)
+			continue
+		}
+		onP, offP := pct(on.seq.total, .5), pct(off.seq.total, .5)
+		ratio := float64(onP) / float64(offP)
+		say("%s: %s ms vs %s ms (%.2f×), %s\n", g, ms(onP), ms(offP), ratio, metOrNot(ratio <= 1.3))
+	}
+
+	for _, k := range []string{"hutch-warm", "hutch-warm-go"} {
+		if r := measured(k); r != nil {
+			p50, p99 := pct(r.seq.create, .5), pct(r.seq.create, .99)
+			ok := p50 <= 5*time.Millisecond && p99 <= 20*time.Millisecond
+			say("goal: warm pool create p50 ≤ 5 ms and p99 ≤ 20 ms (%s, %s one at a time): p50 %s ms, p99 %s ms, %s\n",
+				r.name, r.createName, ms(p50), ms(p99), metOrNot(ok))
+		}
+	}
+
+	if cfg.c == 50 {
+		for _, k := range []string{"hutch", "hutch-warm"} {
+			r := measured(k)
+			if r == nil || (len(r.conc.total) == 0 && r.conc.failed == 0) {
+				continue
+			}
+			g := fmt.Sprintf("goal: 50 at once p99 ≤ 400 ms and creates/s ≥ crun's (%s)", r.name)
+			p99 := pct(r.conc.total, .99)
+			got := fmt.Sprintf("p99 %s ms, %.1f creates/s", ms(p99), createsPerSec(r))
+			if r.conc.failed > 0 {
+				got += fmt.Sprintf(", %d failed", r.conc.failed)
+			}
+			if crun == nil || len(crun.conc.total) == 0 {
+				say("%s: %s; crun's not measured, not judged\n", g, got)
+				continue
+			}
+			ok := p99 <= 400*time.Millisecond && r.conc.failed == 0 && createsPerSec(r) >= createsPerSec(crun)
+			say("%s: %s vs crun's %.1f, %s\n", g, got, createsPerSec(crun), metOrNot(ok))
+		}
+	}
+
+	for _, r := range rows {
+		if !strings.HasPrefix(r.key, "hutch") || r.unavailable != "" || !r.seq.hostCPUOK {
+			continue
+		}
+		got := cpuMs(r.seq) + " ms one at a time"
+		ok := r.seq.hostCPU <= 15
+		if r.conc.hostCPUOK {
+			got += fmt.Sprintf(", %s ms %d at once", cpuMs(r.conc), cfg.c)
+			ok = ok && r.conc.hostCPU <= 15
+		}
+		say("goal: host CPU per sandbox ≤ 15 ms (%s): %s, %s\n", r.name, got, metOrNot(ok))
+	}
+}
+
+// createsPerSec is the concurrent series' successful iterations over its
+// wall time.
+func createsPerSec(r *row) float64 {
+	if r.conc.wall <= 0 {
+		return 0
+	}
+	return float64(len(r.conc.total)) / r.conc.wall.Seconds()
+}
+
+// cpuMs is a series' host CPU per sandbox, or "-".
+func cpuMs(s series) string {
+	if !s.hostCPUOK {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f", s.hostCPU)
 }
 
 func orNone(s string) string {

@@ -235,10 +235,10 @@ func (b *bench) measurePeer(p *peer) *row {
 	r := &row{key: p.key, name: p.name, createName: p.createName, runName: p.runName, concurrency: b.cfg.c}
 	if p.unavailable != "" {
 		r.unavailable = p.unavailable
-		fmt.Printf("%-42s unavailable: %s\n", p.name, p.unavailable)
+		fmt.Printf("%-*s unavailable: %s\n", nameWidth, p.name, p.unavailable)
 		return r
 	}
-	fmt.Printf("%-42s ", p.name)
+	fmt.Printf("%-*s ", nameWidth, p.name)
 	s, err := b.newSlot()
 	if err != nil {
 		r.unavailable = err.Error()
@@ -258,9 +258,15 @@ func (b *bench) measurePeer(p *peer) *row {
 	}) {
 		return r
 	}
+	// Host CPU (cpu.go): the client is this process (its Go code, the
+	// forks); the CLIs it runs, their daemons (conmon) and the containers
+	// are the host's. Removals are in the spans.
+	m0 := markCPU()
 	i0, t0, _ := harness.CPUSample()
 	r.seq.busy = -1
+	iters := 0
 	for i := 0; i < b.cfg.n && b.ctx.Err() == nil; i++ {
+		iters++
 		it, err := once(fmt.Sprint(i))
 		if err != nil {
 			r.seq.fail(harness.OneLine(err.Error()))
@@ -274,6 +280,8 @@ func (b *bench) measurePeer(p *peer) *row {
 	if i1, t1, err := harness.CPUSample(); err == nil && t1 > t0 {
 		r.seq.busy = 1 - float64(i1-i0)/float64(t1-t0)
 	}
+	m1 := markCPU()
+	r.seq.setHostCPU(hostCPU(m0, m1, iters))
 	r.seq.sort()
 	if len(r.seq.total) == 0 {
 		r.unavailable = "every run failed: " + r.seq.firstErr
@@ -283,6 +291,9 @@ func (b *bench) measurePeer(p *peer) *row {
 	fmt.Printf(" p50 %s ms", ms(pct(r.seq.total, .5)))
 	if b.cfg.c > 0 && b.ctx.Err() == nil {
 		b.concurrent(p, r)
+		if r.conc.wall > 0 { // it ran
+			r.conc.setHostCPU(hostCPU(m1, markCPU(), b.cfg.c))
+		}
 		if len(r.conc.total) > 0 {
 			fmt.Printf(", %d at once: p50 %s ms, wall %s ms", b.cfg.c, ms(pct(r.conc.total, .5)), ms(r.conc.wall))
 		}
@@ -393,6 +404,23 @@ func (b *bench) cleanup(report bool) {
 				output(append(append(b.podmanGlobal(), "rm", "-f", "-t", "0"), left...)...)
 			}
 		}
+		// A `podman run` or `rm` killed by -timeout (a machine under heavy
+		// load) can leave its runc container created but never started,
+		// with its conmon, after podman itself forgot it: podman ps no
+		// longer lists it. Its conmon still carries our name. (runc state:
+		// a conmon whose container was just removed may not have exited yet.)
+		if runc := b.bins["runc"]; runc != "" {
+			var left []string
+			for _, id := range leftoverConmons() {
+				if _, err := output(runc, "state", id); err == nil {
+					left = append(left, id)
+					output(runc, "delete", "-f", id)
+				}
+			}
+			if len(left) > 0 {
+				notes = append(notes, fmt.Sprintf("podman: %d runc containers left that podman no longer listed (their conmon still ran); deleted with runc delete -f", len(left)))
+			}
+		}
 	}
 	for _, h := range []string{"memory", "pids", "cpu", "unified"} {
 		ents, _ := os.ReadDir(filepath.Join("/sys/fs/cgroup", h))
@@ -419,6 +447,37 @@ func (b *bench) cleanup(report bool) {
 	for _, n := range notes {
 		fmt.Println("  " + n)
 	}
+}
+
+// leftoverConmons returns the container ids (-c) of the conmon processes
+// running for containers named with idPrefix (-n).
+func leftoverConmons() []string {
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	var ids []string
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		argv := strings.Split(string(b), "\x00")
+		if filepath.Base(argv[0]) != "conmon" {
+			continue
+		}
+		var id string
+		ours := false
+		for i := 1; i+1 < len(argv); i++ {
+			switch argv[i] {
+			case "-c", "--cid":
+				id = argv[i+1]
+			case "-n", "--name":
+				ours = strings.HasPrefix(argv[i+1], idPrefix)
+			}
+		}
+		if ours && id != "" {
+			ids = append(ids, id)
+		}
+	}
+	return ids
 }
 
 // output runs a command (not timed) and returns its standard output.

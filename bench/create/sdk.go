@@ -17,6 +17,10 @@ import (
 // sdkTimeout bounds the whole SDK row (node and every iteration).
 const sdkTimeout = 30 * time.Minute
 
+// noServer is why a Hutch row has no URL: bench/create.sh passes -net-url
+// only when this hutch serve has sandbox networks (--network).
+const noServer = "no server for this row (bench/create.sh starts them: -cold-url; -net-url when hutch serve has --network)"
+
 // sdkResult is what create.mjs prints: times in ms.
 type sdkResult struct {
 	SDK         string     `json:"sdk"`
@@ -39,6 +43,12 @@ type sdkSeries struct {
 	FirstErr string    `json:"firstErr"`
 	Wall     float64   `json:"wall"`
 	Busy     *float64  `json:"busy"`
+	// For host CPU per sandbox (cpu.go): /proc/stat's busy jiffies over
+	// the series, kills included, node's own CPU time over the same span
+	// (process.cpuUsage(), µs) and the iterations attempted.
+	BusyJiffies *uint64  `json:"busyJiffies"`
+	ClientUs    *float64 `json:"clientUs"`
+	Iters       int      `json:"iters"`
 }
 
 func msDur(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
@@ -47,6 +57,9 @@ func (s *sdkSeries) series() series {
 	out := series{failed: s.Failed, firstErr: s.FirstErr, wall: msDur(s.Wall), busy: -1}
 	if s.Busy != nil {
 		out.busy = *s.Busy
+	}
+	if s.BusyJiffies != nil && s.ClientUs != nil {
+		out.setHostCPU(hostCPUms(*s.BusyJiffies, time.Duration(*s.ClientUs*float64(time.Microsecond)), s.Iters))
 	}
 	for i := range s.Total {
 		out.add(iteration{total: msDur(s.Total[i]), create: msDur(s.Create[i]), run: msDur(s.Run[i])})
@@ -59,10 +72,10 @@ func (s *sdkSeries) series() series {
 // key in E2B_API_KEY.
 func (b *bench) measureSDK(key, name, url string) *row {
 	r := &row{key: key, name: name, createName: "Sandbox.create()", runName: "commands.run('true')", concurrency: b.cfg.c}
-	fmt.Printf("%-42s ", r.name)
+	fmt.Printf("%-*s ", nameWidth, r.name)
 	switch {
 	case url == "":
-		r.unavailable = "no server (-cold-url; bench/create.sh starts hutch serve)"
+		r.unavailable = noServer
 	case os.Getenv("E2B_API_KEY") == "":
 		r.unavailable = "E2B_API_KEY is not set (bench/create.sh sets it)"
 	}
