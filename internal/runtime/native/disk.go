@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	mrand "math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -311,8 +313,13 @@ func attachLoop(backing *os.File, flags uint32) (*os.File, error) {
 		return nil, fmt.Errorf("loop devices: %w", err)
 	}
 	defer ctl.Close()
-	// Another process may take the device between GET_FREE and CONFIGURE.
-	for try := 0; try < 16; try++ {
+	// Another create (of this process or another) may take the device
+	// between GET_FREE and CONFIGURE: GET_FREE hands the same free device
+	// to every caller until one has configured it. With 50 creates at once
+	// 16 immediate tries were not enough for some (bench/create.sh); the
+	// tries now back off for a random while, for up to loopAttachTime.
+	deadline := time.Now().Add(loopAttachTime)
+	for {
 		n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
 		if err != nil {
 			return nil, fmt.Errorf("find a free loop device: %w", err)
@@ -331,6 +338,12 @@ func attachLoop(backing *os.File, flags uint32) (*os.File, error) {
 		if !errors.Is(err, unix.EBUSY) {
 			return nil, fmt.Errorf("configure loop device: %w", err)
 		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("configure loop device: every free one was taken by others for %v", loopAttachTime)
+		}
+		time.Sleep(time.Duration(mrand.Int64N(int64(2 * time.Millisecond))))
 	}
-	return nil, errors.New("configure loop device: all candidates were busy")
 }
+
+// loopAttachTime bounds attachLoop's tries.
+const loopAttachTime = 5 * time.Second

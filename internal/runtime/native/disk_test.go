@@ -265,3 +265,44 @@ func TestPersonalise(t *testing.T) {
 		t.Error("personalise changed a file system whose checksums the UUID seeds")
 	}
 }
+
+// TestAttachLoopConcurrent: many creates attaching loop devices at once
+// each get one (GET_FREE hands them all the same free device first).
+func TestAttachLoopConcurrent(t *testing.T) {
+	testenv.RequireRoot(t, "loop devices")
+	if err := CheckDisk(); err != nil {
+		t.Skipf("no loop devices: %v", err)
+	}
+	const n = 64
+	dir := t.TempDir()
+	errs := make(chan error, n)
+	devs := make(chan *os.File, n)
+	for i := range n {
+		go func() {
+			f, err := os.Create(filepath.Join(dir, fmt.Sprint(i)))
+			if err == nil {
+				defer f.Close()
+				err = f.Truncate(1 << 20)
+			}
+			var dev *os.File
+			if err == nil {
+				dev, err = attachLoop(f, unix.LO_FLAGS_READ_ONLY)
+			}
+			errs <- err
+			devs <- dev
+		}()
+	}
+	names := map[string]bool{}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+		if dev := <-devs; dev != nil {
+			if names[dev.Name()] {
+				t.Errorf("%s attached twice", dev.Name())
+			}
+			names[dev.Name()] = true
+			defer dev.Close() // autoclear detaches it
+		}
+	}
+}
