@@ -312,6 +312,13 @@ func (rt *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.San
 	if err != nil {
 		return nil, fmt.Errorf("socketpair: %w", err)
 	}
+	// The host's end does not block: waits on it park in Go's poller
+	// (recvMsg). The init's end blocks.
+	if err := unix.SetNonblock(fds[0], true); err != nil {
+		unix.Close(fds[0])
+		unix.Close(fds[1])
+		return nil, fmt.Errorf("socketpair: %w", err)
+	}
 	sock := os.NewFile(uintptr(fds[0]), "sync")
 	child := os.NewFile(uintptr(fds[1]), "sync-init")
 	defer child.Close()
