@@ -40,14 +40,11 @@ import (
 	"flag"
 	"fmt"
 	"math"
-	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"runtime"
 	"sort"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/hutch-sandbox/hutch/bench/internal/harness"
@@ -80,7 +77,9 @@ var rowKeys = []string{"hutch", "hutch-go", "hutch-net", "hutch-net-go", "hutch-
 // nameWidth pads a row's name on its progress line.
 const nameWidth = 52
 
-func main() { harness.Main("bench-create", "bench/create.sh", realMain) }
+const prog = "bench-create"
+
+func main() { harness.Main(prog, "bench/create.sh", realMain) }
 
 func realMain() int {
 	cfg := &config{}
@@ -104,30 +103,22 @@ func realMain() int {
 	flag.StringVar(&cfg.serveArgs, "serve-args", "", "the cold and warm servers' other arguments (for the header)")
 	flag.StringVar(&cfg.netns, "netns", "", "the network namespace everything runs in (for the header)")
 	flag.Parse()
+	bad := ""
 	if cfg.n < 1 || cfg.c < 0 || cfg.warmup < 0 {
-		fmt.Fprintln(os.Stderr, "bench-create: -n must be >= 1, -c and -warmup >= 0")
-		return 2
+		bad = "-n must be >= 1, -c and -warmup >= 0"
 	}
-	var err error
-	if cfg.only, err = harness.ParseOnly(only, rowKeys); err != nil {
-		fmt.Fprintf(os.Stderr, "bench-create: %v\n", err)
-		return 2
+	cfg.bundleIdle, cfg.ociRootfs = harness.BundleIdle(cfg.dir), harness.OCIRootfs(cfg.dir)
+	var b *bench
+	ctx, rowsWanted, end, code := harness.Begin(prog, bad, only, rowKeys, func(ctx context.Context) (func(), error) {
+		// Whatever happens from here on, the containers go.
+		b = &bench{ctx: ctx, cfg: cfg}
+		return b.close, b.prepare()
+	}, func() { printHeader(cfg) })
+	if code != 0 {
+		return code
 	}
-	cfg.bundleIdle = filepath.Join(cfg.dir, "bundle-idle")
-	cfg.ociRootfs = filepath.Join(cfg.dir, "bundle", "rootfs")
-
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-
-	b := &bench{ctx: ctx, cfg: cfg, bins: map[string]string{}}
-	// Whatever happens from here on, the containers go.
-	defer b.close()
-	if err := b.prepare(); err != nil {
-		fmt.Fprintf(os.Stderr, "bench-create: %v\n", err)
-		return 1
-	}
-	printHeader(cfg)
-	fmt.Println()
+	defer end()
+	cfg.only = rowsWanted
 
 	// Each server through the JS SDK, then through the Go SDK.
 	want := func(key string) bool { return (cfg.only == nil || cfg.only[key]) && ctx.Err() == nil }
@@ -174,16 +165,7 @@ func realMain() int {
 		}
 		rows = append(rows, b.measurePeer(p))
 	}
-	harness.PrintLoad("after the runs")
-	fmt.Println()
-	printResults(cfg, rows)
-	fmt.Println()
-	b.cleanup(true)
-	if ctx.Err() != nil {
-		fmt.Fprintln(os.Stderr, "bench-create: interrupted")
-		return 130
-	}
-	return 0
+	return harness.Finish(ctx, prog, func() { printResults(cfg, rows) }, func() { b.cleanup(true) })
 }
 
 func printHeader(cfg *config) {
@@ -303,11 +285,7 @@ func printResults(cfg *config, rows []*row) {
 	table := [][]string{head}
 	for _, r := range rows {
 		if r.unavailable != "" {
-			line := []string{r.name}
-			for len(line) < len(head)-1 {
-				line = append(line, "-")
-			}
-			table = append(table, append(line, "unavailable: "+r.unavailable))
+			table = append(table, harness.UnavailableRow(r.name, len(head), r.unavailable))
 			continue
 		}
 		first := ms(r.first.total)

@@ -2,11 +2,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -24,13 +21,9 @@ type bench struct {
 	ctx context.Context
 	cfg *config
 
-	devnull   *os.File
-	bins      map[string]string // tool name -> path, when installed
-	legacy    *harness.LegacyCgroupNS
-	legacyErr string
-	ociErr    string // why the OCI bundle cannot be used, if so
-	reported  bool   // cleanup(true) ran
-	mu        sync.Mutex
+	*harness.OCI
+	reported bool // cleanup(true) ran
+	mu       sync.Mutex
 }
 
 // peer is one container tool: start a detached container that idles, then
@@ -49,47 +42,32 @@ type peer struct {
 
 func (b *bench) prepare() error {
 	var err error
-	if b.devnull, err = os.OpenFile(os.DevNull, os.O_RDWR, 0); err != nil {
+	if b.OCI, err = harness.NewOCI("runc", "crun", "podman"); err != nil {
 		return err
-	}
-	for _, t := range []string{"runc", "crun", "podman"} {
-		if p, err := exec.LookPath(t); err == nil {
-			b.bins[t] = p
-		}
 	}
 	if _, err := os.Stat(filepath.Join(b.cfg.rootfs, "bin", "true")); err != nil {
 		return fmt.Errorf("base template rootfs %s: %w (run bench/create.sh, or hutch template build base)", b.cfg.rootfs, err)
 	}
-	// The idmapped rootfs first: the namespace without cgroup2 is a copy
-	// of this one, and crun must see the rootfs there too.
-	hostID, err := harness.MountBundleRootfs(b.cfg.bundleIdle, b.cfg.rootfs, b.cfg.ociRootfs)
-	b.cfg.hostID = hostID
-	if err != nil {
-		b.ociErr = err.Error()
-	}
-	if ns, err := harness.NewLegacyCgroupNS(); err == nil {
-		b.legacy = ns
-	} else {
-		b.legacyErr = err.Error()
-	}
+	b.Mount(b.cfg.bundleIdle, b.cfg.rootfs, b.cfg.ociRootfs)
+	b.cfg.hostID = b.HostID
 	b.cleanup(false)
 	return nil
 }
 
 func (b *bench) close() {
+	if b.OCI == nil {
+		return
+	}
 	if !b.reported {
 		b.cleanup(true)
 	}
-	if b.legacy != nil {
-		b.legacy.Close()
-		b.legacy = nil
-	}
+	b.OCI.Close()
 }
 
 // peers, in the order of the table.
 func (b *bench) peers() []*peer {
 	oci := func(tool string, legacy bool) *peer {
-		bin := b.bins[tool]
+		bin := b.Bins[tool]
 		name := tool + " run -d + exec"
 		if legacy {
 			name += " (no cgroup2 mount)"
@@ -100,17 +78,10 @@ func (b *bench) peers() []*peer {
 			exec:   func(id string) []string { return []string{bin, "exec", id, "/bin/true"} },
 			remove: func(id string) []string { return []string{bin, "delete", "-f", id} },
 		}
-		switch {
-		case bin == "":
-			p.unavailable = tool + " is not installed"
-		case b.ociErr != "":
-			p.unavailable = b.ociErr
-		case legacy && b.legacy == nil:
-			p.unavailable = b.legacyErr
-		}
+		p.unavailable = b.Unavailable(tool, legacy)
 		return p
 	}
-	pm := b.bins["podman"]
+	pm := b.Bins["podman"]
 	podman := &peer{key: "podman", name: "podman run -d + exec (runc)",
 		createName: "podman run -d", runName: "podman exec /bin/true",
 		start: func(id string) []string { return b.podmanArgs(id) },
@@ -122,8 +93,8 @@ func (b *bench) peers() []*peer {
 	switch {
 	case pm == "":
 		podman.unavailable = "podman is not installed"
-	case b.ociErr != "":
-		podman.unavailable = b.ociErr
+	case b.OCIErr != "":
+		podman.unavailable = b.OCIErr
 	}
 	return []*peer{oci("runc", false), oci("crun", true), podman}
 }
@@ -132,7 +103,7 @@ func (b *bench) peers() []*peer {
 // (crun refuses this hybrid host), no systemd, no events file. As in
 // bench/startup (see "Hybrid cgroups" in bench/README.md).
 func (b *bench) podmanGlobal() []string {
-	return []string{b.bins["podman"], "--runtime=runc", "--cgroup-manager=cgroupfs", "--events-backend=none"}
+	return []string{b.Bins["podman"], "--runtime=runc", "--cgroup-manager=cgroupfs", "--events-backend=none"}
 }
 
 // podmanArgs starts a detached podman container running sleep infinity, with
@@ -149,70 +120,19 @@ func (b *bench) podmanArgs(id string) []string {
 		"--rootfs", b.cfg.ociRootfs+":O", "/bin/sleep", "infinity")
 }
 
-// slot is what one iteration in flight needs of its own: a file for the
-// commands' stderr. A file, not a pipe: a detached container inherits the
-// stderr of `run -d`, and a pipe would keep Wait waiting for it.
-type slot struct{ errFile *os.File }
-
-func (b *bench) newSlot() (*slot, error) {
-	f, err := os.CreateTemp("", "hutch-bench-create-stderr-")
-	if err != nil {
-		return nil, err
-	}
-	os.Remove(f.Name()) // the open file stays usable
-	return &slot{errFile: f}, nil
+func (b *bench) newSlot() (*harness.Slot, error) {
+	return harness.NewSlot("hutch-bench-create-stderr-")
 }
 
-func (s *slot) close() { s.errFile.Close() }
-
-// run runs one command of p to completion, in p's mount namespace, stdio
-// on /dev/null and the slot's file.
-func (b *bench) run(p *peer, s *slot, argv []string) error {
-	if err := s.errFile.Truncate(0); err != nil {
-		return err
-	}
-	if _, err := s.errFile.Seek(0, 0); err != nil {
-		return err
-	}
-	// Not the harness's context: on Ctrl-C a command in flight finishes
-	// before the harness stops and removes what it made.
-	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.runTimeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = b.devnull, b.devnull, s.errFile
-	var err error
-	if p.legacy {
-		// Forked from the namespace's thread, so that the child is in
-		// its mount namespace; waited for from here.
-		b.legacy.Do(func() { err = cmd.Start() })
-	} else {
-		err = cmd.Start()
-	}
-	if err == nil {
-		err = cmd.Wait()
-	}
-	if err != nil {
-		s.errFile.Seek(0, 0)
-		msg, _ := io.ReadAll(io.LimitReader(s.errFile, 1<<16))
-		if ctx.Err() == context.DeadlineExceeded {
-			return fmt.Errorf("%s: timed out after %v: %s", filepath.Base(argv[0]), b.cfg.runTimeout, harness.OneLine(string(msg)))
-		}
-		// Name the subcommand: "podman rm", not "podman --runtime=runc".
-		sub := ""
-		for _, a := range argv[1:] {
-			if !strings.HasPrefix(a, "-") {
-				sub = " " + a
-				break
-			}
-		}
-		return fmt.Errorf("%s%s: %v: %s", filepath.Base(argv[0]), sub, err, harness.OneLine(string(msg)))
-	}
-	return nil
+// run runs one command of p to completion (harness.OCI.Run), in p's mount
+// namespace, within -timeout.
+func (b *bench) run(p *peer, s *harness.Slot, argv []string) error {
+	return b.Run(p.legacy, s, b.cfg.runTimeout, argv)
 }
 
 // iterate starts container id and runs its first command, timed; the
 // container is left for the caller to remove (also after an error).
-func (b *bench) iterate(p *peer, s *slot, id string) (iteration, error) {
+func (b *bench) iterate(p *peer, s *harness.Slot, id string) (iteration, error) {
 	t0 := time.Now()
 	if err := b.run(p, s, p.start(id)); err != nil {
 		return iteration{}, err
@@ -245,7 +165,7 @@ func (b *bench) measurePeer(p *peer) *row {
 		fmt.Println("unavailable:", r.unavailable)
 		return r
 	}
-	defer s.close()
+	defer s.Close()
 	once := func(suffix string) (iteration, error) {
 		id := b.id(suffix)
 		it, err := b.iterate(p, s, id)
@@ -306,7 +226,7 @@ func (b *bench) measurePeer(p *peer) *row {
 // start and first command, and removes them all afterwards.
 func (b *bench) concurrent(p *peer, r *row) {
 	n := b.cfg.c
-	slots := make([]*slot, n)
+	slots := make([]*harness.Slot, n)
 	for i := range slots {
 		s, err := b.newSlot()
 		if err != nil {
@@ -314,7 +234,7 @@ func (b *bench) concurrent(p *peer, r *row) {
 			return
 		}
 		slots[i] = s
-		defer s.close()
+		defer s.Close()
 	}
 	type result struct {
 		it  iteration
@@ -363,7 +283,7 @@ func (b *bench) concurrent(p *peer, r *row) {
 // "unlinkat …/userdata/shm: device or resource busy" (podman issues 11594,
 // 10454) although the container is gone. Whatever is really left is found
 // by cleanup.
-func (b *bench) remove(p *peer, s *slot, r *row, id string) {
+func (b *bench) remove(p *peer, s *harness.Slot, r *row, id string) {
 	err := b.run(p, s, p.remove(id))
 	if err == nil {
 		return
@@ -387,21 +307,14 @@ func (b *bench) remove(p *peer, s *slot, r *row, id string) {
 // behind; with report, it says what it found.
 func (b *bench) cleanup(report bool) {
 	b.reported = b.reported || report
-	var notes []string
-	harness.RemoveLeftoverOCI(b.legacy, idPrefix, func(args ...string) ([]byte, error) {
-		bin := b.bins[args[0]]
-		if bin == "" {
-			return nil, errors.New(args[0] + " is not installed")
-		}
-		return output(append([]string{bin}, args[1:]...)...)
-	}, func(tool string, ids []string) {
-		notes = append(notes, fmt.Sprintf("%s: %d containers left (%s); deleted", tool, len(ids), strings.Join(ids, " ")))
+	notes := b.RemoveLeftovers(idPrefix, func(tool string, ids []string) string {
+		return fmt.Sprintf("%s: %d containers left (%s); deleted", tool, len(ids), strings.Join(ids, " "))
 	})
-	if b.bins["podman"] != "" {
-		if out, err := output(append(b.podmanGlobal(), "ps", "-a", "-q", "--filter", "name=^"+idPrefix)...); err == nil {
+	if b.Bins["podman"] != "" {
+		if out, err := harness.Output(append(b.podmanGlobal(), "ps", "-a", "-q", "--filter", "name=^"+idPrefix)...); err == nil {
 			if left := strings.Fields(string(out)); len(left) > 0 {
 				notes = append(notes, fmt.Sprintf("podman: %d containers left; removed", len(left)))
-				output(append(append(b.podmanGlobal(), "rm", "-f", "-t", "0"), left...)...)
+				harness.Output(append(append(b.podmanGlobal(), "rm", "-f", "-t", "0"), left...)...)
 			}
 		}
 		// A `podman run` or `rm` killed by -timeout (a machine under heavy
@@ -409,12 +322,12 @@ func (b *bench) cleanup(report bool) {
 		// with its conmon, after podman itself forgot it: podman ps no
 		// longer lists it. Its conmon still carries our name. (runc state:
 		// a conmon whose container was just removed may not have exited yet.)
-		if runc := b.bins["runc"]; runc != "" {
+		if runc := b.Bins["runc"]; runc != "" {
 			var left []string
 			for _, id := range leftoverConmons() {
-				if _, err := output(runc, "state", id); err == nil {
+				if _, err := harness.Output(runc, "state", id); err == nil {
 					left = append(left, id)
-					output(runc, "delete", "-f", id)
+					harness.Output(runc, "delete", "-f", id)
 				}
 			}
 			if len(left) > 0 {
@@ -422,31 +335,8 @@ func (b *bench) cleanup(report bool) {
 			}
 		}
 	}
-	for _, h := range []string{"memory", "pids", "cpu", "unified"} {
-		ents, _ := os.ReadDir(filepath.Join("/sys/fs/cgroup", h))
-		for _, e := range ents {
-			if e.IsDir() && strings.HasPrefix(e.Name(), idPrefix) {
-				notes = append(notes, "cgroup left behind: "+filepath.Join("/sys/fs/cgroup", h, e.Name()))
-			}
-		}
-	}
-	if !report {
-		if len(notes) > 0 {
-			fmt.Println("removed containers left by an earlier run:")
-			for _, n := range notes {
-				fmt.Println("  " + n)
-			}
-		}
-		return
-	}
-	if len(notes) == 0 {
-		fmt.Println("leftover containers: none (runc/crun list, podman ps -a, cgroups all clean); bench/create.sh removes the sandboxes")
-		return
-	}
-	fmt.Println("leftovers found after the runs:")
-	for _, n := range notes {
-		fmt.Println("  " + n)
-	}
+	notes = append(notes, harness.LeftoverCgroups(idPrefix)...)
+	harness.PrintLeftovers(report, notes, "runc/crun list, podman ps -a, cgroups all clean", "bench/create.sh removes the sandboxes")
 }
 
 // leftoverConmons returns the container ids (-c) of the conmon processes
@@ -478,22 +368,6 @@ func leftoverConmons() []string {
 		}
 	}
 	return ids
-}
-
-// output runs a command (not timed) and returns its standard output.
-func output(argv ...string) ([]byte, error) {
-	cmd := exec.Command(argv[0], argv[1:]...)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			return out, fmt.Errorf("%s: %v: %s", strings.Join(argv, " "), err, harness.OneLine(stderr.String()))
-		}
-		return out, err
-	}
-	return out, nil
 }
 
 // warmUp runs the row's first iteration and n warm-up ones (until ctx

@@ -91,7 +91,7 @@ func (b *bench) measureSDK(key, name, url string) *row {
 	cmd.Env = append(os.Environ(), "E2B_API_URL="+url, "E2B_SANDBOX_URL="+url)
 	var stdout bytes.Buffer
 	// Its progress dots and messages go with ours.
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = b.devnull, &stdout, os.Stdout
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = b.Devnull, &stdout, os.Stdout
 	err := cmd.Run()
 	out := strings.TrimSpace(stdout.String())
 	if i := strings.LastIndexByte(out, '\n'); i >= 0 {

@@ -9,8 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/hutch-sandbox/hutch/bench/internal/harness"
@@ -106,44 +104,10 @@ func (b *bench) hutchRow() *result {
 	r.mounts0 = mounts(b.cfg.servePid)
 	r.mi0, r.tasks0, r.loops0 = meminfo(), tasks(), loopDevices()
 	fmt.Printf("%s: starting %d idle sandboxes (sleep infinity), %d at once:", r.name, b.cfg.n, b.cfg.c)
-	var ids []string
-	var mu sync.Mutex
-	var next atomic.Int64
-	var stop atomic.Bool
-	var wg sync.WaitGroup
-	t0 := time.Now()
-	for w := 0; w < b.cfg.c; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for !stop.Load() && b.ctx.Err() == nil {
-				i := int(next.Add(1) - 1)
-				if i >= b.cfg.n {
-					return
-				}
-				id, err := b.startIdle(c)
-				mu.Lock()
-				if err != nil {
-					r.fillFail++
-					if r.fillErr == "" {
-						r.fillErr = fmt.Sprintf("#%d (with %d running): %s", i+1, len(ids), harness.OneLine(err.Error()))
-					}
-					stop.Store(true)
-				} else {
-					ids = append(ids, id)
-					progress(len(ids), b.cfg.n, t0)
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	r.fillWall = time.Since(t0)
-	r.created = len(ids)
-	fmt.Printf(" (%.1f s)\n", r.fillWall.Seconds())
-	if r.fillErr != "" {
-		fmt.Printf("%s: the first failure: %s\n", r.name, r.fillErr)
-	}
+	ids, _ := b.fill(r, func() (func(int) (string, error), func(), error) {
+		return func(int) (string, error) { return b.startIdle(c) }, nil, nil
+	})
+	fillDone(r, ids)
 
 	// 3. With N running.
 	if r.created > 0 && b.ctx.Err() == nil {
@@ -203,30 +167,9 @@ func (b *bench) hutchRow() *result {
 
 	// 4. Kill the rest, c at once.
 	fmt.Printf("%s: killing %d sandboxes, %d at once:", r.name, len(ids), b.cfg.c)
-	t1 := time.Now()
-	var done atomic.Int64
-	jobs := make(chan string)
-	for w := 0; w < b.cfg.c; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for id := range jobs {
-				if err := b.kill(c, id); err != nil {
-					r.noteRemoveErr(err)
-				} else {
-					progress(int(done.Add(1)), len(ids), t1)
-				}
-			}
-		}()
-	}
-	for _, id := range ids {
-		jobs <- id
-	}
-	close(jobs)
-	wg.Wait()
-	r.removeWall = time.Since(t1)
-	r.removed = int(done.Load())
-	fmt.Printf(" (%.1f s)\n", r.removeWall.Seconds())
+	b.removeAll(r, ids, func() (func(string) error, func(), error) {
+		return func(id string) error { return b.kill(c, id) }, nil, nil
+	})
 	return r
 }
 
@@ -392,14 +335,14 @@ func (b *bench) hutchMemory(ids []string) (*memSum, string) {
 			break
 		}
 	}
-	t := newProcTable()
+	t := harness.NewProcTable()
 	for _, id := range ids {
 		var procs []int
 		if cgBase != "" {
 			procs = cgroupProcs(filepath.Join(cgBase, id))
 		}
 		if pid := pids[id]; pid > 0 {
-			procs = union(procs, t.tree(pid))
+			procs = union(procs, t.Tree(pid))
 		}
 		m.add(procs)
 	}

@@ -32,13 +32,11 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"runtime"
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/hutch-sandbox/hutch/bench/internal/harness"
@@ -65,7 +63,9 @@ type config struct {
 
 var rowKeys = []string{"hutch", "crun", "runc"}
 
-func main() { harness.Main("bench-density", "bench/density.sh", realMain) }
+const prog = "bench-density"
+
+func main() { harness.Main(prog, "bench/density.sh", realMain) }
 
 func realMain() int {
 	cfg := &config{}
@@ -87,30 +87,22 @@ func realMain() int {
 	flag.IntVar(&cfg.servePid, "serve-pid", 0, "its process id (for its own memory)")
 	flag.StringVar(&cfg.serveArgs, "serve-args", "", "its arguments (for the header)")
 	flag.Parse()
+	bad := ""
 	if cfg.n < 1 || cfg.c < 1 || cfg.samples < 1 || cfg.warmup < 0 {
-		fmt.Fprintln(os.Stderr, "bench-density: -n, -c and -samples must be >= 1, -warmup >= 0")
-		return 2
+		bad = "-n, -c and -samples must be >= 1, -warmup >= 0"
 	}
-	var err error
-	if cfg.only, err = harness.ParseOnly(only, rowKeys); err != nil {
-		fmt.Fprintf(os.Stderr, "bench-density: %v\n", err)
-		return 2
+	cfg.bundleIdle, cfg.ociRootfs = harness.BundleIdle(cfg.dir), harness.OCIRootfs(cfg.dir)
+	var b *bench
+	ctx, rowsWanted, end, code := harness.Begin(prog, bad, only, rowKeys, func(ctx context.Context) (func(), error) {
+		// Whatever happens from here on, the containers go.
+		b = &bench{ctx: ctx, cfg: cfg}
+		return b.close, b.prepare()
+	}, func() { printHeader(cfg) })
+	if code != 0 {
+		return code
 	}
-	cfg.bundleIdle = filepath.Join(cfg.dir, "bundle-idle")
-	cfg.ociRootfs = filepath.Join(cfg.dir, "bundle", "rootfs")
-
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-
-	b := &bench{ctx: ctx, cfg: cfg, bins: map[string]string{}}
-	// Whatever happens from here on, the containers go.
-	defer b.close()
-	if err := b.prepare(); err != nil {
-		fmt.Fprintf(os.Stderr, "bench-density: %v\n", err)
-		return 1
-	}
-	printHeader(cfg)
-	fmt.Println()
+	defer end()
+	cfg.only = rowsWanted
 
 	want := func(key string) bool { return (cfg.only == nil || cfg.only[key]) && ctx.Err() == nil }
 	var rows []*result
@@ -123,16 +115,7 @@ func realMain() int {
 	if want("runc") {
 		rows = append(rows, b.ociRow("runc", false))
 	}
-	harness.PrintLoad("after the runs")
-	fmt.Println()
-	printResults(cfg, rows)
-	fmt.Println()
-	b.cleanup(true)
-	if ctx.Err() != nil {
-		fmt.Fprintln(os.Stderr, "bench-density: interrupted")
-		return 130
-	}
-	return 0
+	return harness.Finish(ctx, prog, func() { printResults(cfg, rows) }, func() { b.cleanup(true) })
 }
 
 func printHeader(cfg *config) {
@@ -309,11 +292,7 @@ func printResults(cfg *config, rows []*result) {
 	table := [][]string{head}
 	for _, r := range rows {
 		if r.unavailable != "" {
-			line := []string{r.name}
-			for len(line) < len(head)-1 {
-				line = append(line, "-")
-			}
-			table = append(table, append(line, "unavailable: "+r.unavailable))
+			table = append(table, harness.UnavailableRow(r.name, len(head), r.unavailable))
 			continue
 		}
 		pss, dirty, total := "-", "-", "-"

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"os"
@@ -22,39 +21,10 @@ type procMem struct {
 	anon int64
 }
 
-// readRollup reads Pss, Rss and Private_Dirty of process pid. PSS charges
-// each shared page to the processes mapping it in equal parts, so the sum
-// over any set of processes never counts a page twice; Private_Dirty is
-// what no other process shares (heap, stacks, written data).
+// readRollup reads process pid's memory (harness.ReadRollup).
 func readRollup(pid int) (procMem, error) {
-	var m procMem
-	f, err := os.Open(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
-	if err != nil {
-		return m, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 2 {
-			continue
-		}
-		v, err := strconv.ParseInt(fields[1], 10, 64)
-		if err != nil {
-			continue
-		}
-		switch fields[0] {
-		case "Pss:":
-			m.pss = v
-		case "Rss:":
-			m.rss = v
-		case "Private_Dirty:":
-			m.dirty = v
-		case "Anonymous:":
-			m.anon = v
-		}
-	}
-	return m, sc.Err()
+	r, err := harness.ReadRollup(pid)
+	return procMem{pss: r.Pss, rss: r.Rss, dirty: r.Dirty, anon: r.Anon}, err
 }
 
 // statusField returns a number field ("Threads:") of /proc/<pid>/status.
@@ -184,62 +154,6 @@ func (s *memSum) per(v int64) float64 {
 }
 
 func mib(kib int64) float64 { return float64(kib) / 1024 }
-
-// procTable is a snapshot of every process's parent, to walk trees
-// without reading all of /proc once per tree.
-type procTable map[int][]int
-
-func newProcTable() procTable {
-	children := procTable{}
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if ppid, ok := parentPid(pid); ok {
-			children[ppid] = append(children[ppid], pid)
-		}
-	}
-	return children
-}
-
-// tree returns root and all its descendants.
-func (t procTable) tree(root int) []int {
-	var out []int
-	seen := map[int]bool{}
-	queue := []int{root}
-	for len(queue) > 0 {
-		p := queue[0]
-		queue = queue[1:]
-		if seen[p] {
-			continue
-		}
-		seen[p] = true
-		out = append(out, p)
-		queue = append(queue, t[p]...)
-	}
-	return out
-}
-
-// parentPid reads field 4 of /proc/pid/stat; the command name before it
-// may contain spaces and parentheses, so parse after the last ')'.
-func parentPid(pid int) (int, bool) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, false
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, false
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 2 {
-		return 0, false
-	}
-	ppid, err := strconv.Atoi(f[1])
-	return ppid, err == nil
-}
 
 // cgroupProcs lists the processes in cgroup dir and every cgroup below it.
 func cgroupProcs(dir string) []int {

@@ -278,11 +278,7 @@ func printResults(cfg *config, rows []*result) {
 	table := [][]string{head}
 	for _, r := range rows {
 		if r.unavailable != "" {
-			line := []string{r.name}
-			for len(line) < len(head)-1 {
-				line = append(line, "-")
-			}
-			table = append(table, append(line, "unavailable: "+r.unavailable))
+			table = append(table, harness.UnavailableRow(r.name, len(head), r.unavailable))
 			continue
 		}
 		line := []string{r.name, r.procs, fmt.Sprint(len(r.seq)), ms(pct(r.seq, .5)), ms(pct(r.seq, .95)), ms(pct(r.seq, .99)), ms(mean(r.seq)), busy(r.busy)}

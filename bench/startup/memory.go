@@ -1,13 +1,13 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/hutch-sandbox/hutch/bench/internal/harness"
 )
 
 // treeMemory is the memory of a process and all its descendants.
@@ -22,87 +22,21 @@ type treeMemory struct {
 	Limits   string // see limitsOf
 }
 
-// processTree returns root followed by all its descendants, found through
-// the parent links in /proc/*/stat.
-func processTree(roots ...int) []int {
-	children := map[int][]int{}
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if ppid, ok := parentPid(pid); ok {
-			children[ppid] = append(children[ppid], pid)
-		}
-	}
-	var out []int
-	seen := map[int]bool{}
-	queue := append([]int(nil), roots...)
-	for len(queue) > 0 {
-		p := queue[0]
-		queue = queue[1:]
-		if seen[p] {
-			continue
-		}
-		seen[p] = true
-		out = append(out, p)
-		queue = append(queue, children[p]...)
-	}
-	return out
-}
-
-// parentPid reads field 4 of /proc/pid/stat; the command name before it
-// may contain spaces and parentheses, so parse after the last ')'.
-func parentPid(pid int) (int, bool) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, false
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, false
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 2 {
-		return 0, false
-	}
-	ppid, err := strconv.Atoi(f[1])
-	return ppid, err == nil
-}
-
 // measureTree sums Pss and Rss from /proc/<pid>/smaps_rollup over the
 // process trees rooted at roots.
 func measureTree(roots ...int) (treeMemory, error) {
 	var m treeMemory
-	for _, pid := range processTree(roots...) {
-		f, err := os.Open(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	for _, pid := range harness.NewProcTable().Tree(roots...) {
+		r, err := harness.ReadRollup(pid)
 		if err != nil {
 			if pid == roots[0] {
 				return m, fmt.Errorf("process %d: %w", pid, err)
 			}
 			continue // exited meanwhile
 		}
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			fields := strings.Fields(sc.Text())
-			if len(fields) < 2 {
-				continue
-			}
-			v, err := strconv.ParseInt(fields[1], 10, 64)
-			if err != nil {
-				continue
-			}
-			switch fields[0] {
-			case "Pss:":
-				m.PssKiB += v
-			case "Rss:":
-				m.RssKiB += v
-			case "Private_Dirty:":
-				m.DirtyKiB += v
-			}
-		}
-		f.Close()
+		m.PssKiB += r.Pss
+		m.RssKiB += r.Rss
+		m.DirtyKiB += r.Dirty
 		m.Procs++
 		if comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err == nil {
 			m.Names = append(m.Names, filepath.Base(strings.TrimSpace(string(comm))))

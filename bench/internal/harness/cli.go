@@ -1,9 +1,12 @@
 package harness
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"unicode/utf8"
 
 	"github.com/hutch-sandbox/hutch/internal/template"
@@ -127,4 +130,88 @@ func PrintTable(rows [][]string, left ...int) {
 		}
 		fmt.Println(strings.TrimRight(sb.String(), " "))
 	}
+}
+
+// CheckArgs does what every harness does after flag.Parse: bad is the
+// message for out-of-range numbers ("" when they are fine), only the -only
+// flag, checked against known (ParseOnly). On an error it prints it,
+// after prog, and returns exit code 2; else the rows wanted (nil: all).
+func CheckArgs(prog, bad, only string, known []string) (map[string]bool, int) {
+	if bad != "" {
+		fmt.Fprintf(os.Stderr, "%s: %s\n", prog, bad)
+		return nil, 2
+	}
+	set, err := ParseOnly(only, known)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", prog, err)
+		return nil, 2
+	}
+	return set, 0
+}
+
+// SignalContext ends on SIGINT or SIGTERM, so that a harness stops, cleans
+// up and reports.
+func SignalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+}
+
+// ExitCode is a harness's exit code at its end: 130, said on stderr after
+// prog, when ctx was interrupted, else 0.
+func ExitCode(ctx context.Context, prog string) int {
+	if ctx.Err() != nil {
+		fmt.Fprintf(os.Stderr, "%s: interrupted\n", prog)
+		return 130
+	}
+	return 0
+}
+
+// UnavailableRow is a table row of width cells for a row that could not
+// be measured: its name, "-" and the reason in the last cell.
+func UnavailableRow(name string, width int, why string) []string {
+	line := []string{name}
+	for len(line) < width-1 {
+		line = append(line, "-")
+	}
+	return append(line, "unavailable: "+why)
+}
+
+// Begin is the start every harness of OCI peers shares after flag.Parse:
+// the arguments checked (CheckArgs: bad, only against known), a context
+// that ends on SIGINT or SIGTERM (SignalContext), the harness made and
+// prepared (prepare; its close is run whatever happens from there on) and
+// the results header printed (header), then an empty line. A non-zero
+// code is the harness's exit code, everything undone; else end, to be
+// deferred, closes the harness and stops the context.
+func Begin(prog, bad, only string, known []string, prepare func(ctx context.Context) (close func(), err error), header func()) (ctx context.Context, rows map[string]bool, end func(), code int) {
+	if rows, code = CheckArgs(prog, bad, only, known); code != 0 {
+		return nil, nil, nil, code
+	}
+	ctx, stop := SignalContext()
+	closeIt, err := prepare(ctx)
+	end = func() {
+		if closeIt != nil {
+			closeIt()
+		}
+		stop()
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", prog, err)
+		end()
+		return nil, nil, nil, 1
+	}
+	header()
+	fmt.Println()
+	return ctx, rows, end, 0
+}
+
+// Finish is the end such a harness shares: how busy the machine was, the
+// results (results), the cleanup's report (cleanup) and the exit code
+// (ExitCode).
+func Finish(ctx context.Context, prog string, results, cleanup func()) int {
+	PrintLoad("after the runs")
+	fmt.Println()
+	results()
+	fmt.Println()
+	cleanup()
+	return ExitCode(ctx, prog)
 }
