@@ -42,24 +42,12 @@ func sockBudget(memory int64) int64 {
 }
 
 // uncharged is where the kernel lists the sockets whose queues no cgroup
-// pays for, with the column of the queue and of the inode. Raw and packet
-// sockets need CAP_NET_RAW, which sandbox processes lack; they are read
-// anyway, in case a template's capabilities ever change.
-var uncharged = []struct {
-	file       string
-	queue, ino int  // columns, after a heading line
-	hexTxRx    bool // the queue column is tx_queue:rx_queue in hex
-}{
-	{"netlink", 4, 9, false},
-	{"icmp", 4, 9, true},
-	{"icmp6", 4, 9, true},
-	{"raw", 4, 9, true},
-	{"raw6", 4, 9, true},
-	{"packet", 6, 8, false},
-}
-
-// unchargedProtocols are uncharged's protocols as /proc/self/net/protocols
-// names them. That file counts each protocol's sockets in the reader's
+// pays for, with the column of the queue and of the inode, and the name
+// /proc/self/net/protocols gives the protocol. Raw and packet sockets need
+// CAP_NET_RAW, which sandbox processes lack; they are read anyway, in case
+// a template's capabilities ever change.
+//
+// The protocols file counts each protocol's sockets in the reader's
 // network namespace, without listing them, in a few dozen lines; the
 // socket tables are read only when one of these counts is not zero.
 // /proc/self/net/netlink is the reason: the kernel walks every netlink
@@ -68,7 +56,19 @@ var uncharged = []struct {
 // ms and their polls together took both of a 2-core host's CPUs
 // (bench/density.sh, issue 16). In an idle sandbox the counts are zero:
 // the kernel's own netlink sockets are not counted.
-var unchargedProtocols = [][]byte{[]byte("NETLINK"), []byte("PING"), []byte("PINGv6"), []byte("RAW"), []byte("RAWv6"), []byte("PACKET")}
+var uncharged = []struct {
+	file       string
+	queue, ino int    // columns, after a heading line
+	hexTxRx    bool   // the queue column is tx_queue:rx_queue in hex
+	protocol   string // its line in /proc/self/net/protocols
+}{
+	{"netlink", 4, 9, false, "NETLINK"},
+	{"icmp", 4, 9, true, "PING"},
+	{"icmp6", 4, 9, true, "PINGv6"},
+	{"raw", 4, 9, true, "RAW"},
+	{"raw6", 4, 9, true, "RAWv6"},
+	{"packet", 6, 8, false, "PACKET"},
+}
 
 // sockGuard keeps a sandbox's uncharged socket queues under a budget by
 // killing the processes that hold the fullest ones, as the OOM killer
@@ -97,15 +97,11 @@ func (g *sockGuard) anyUncharged() bool {
 	g.buf = readAll(g.protos, g.buf[:0])
 	found := false
 	for rest := g.buf; len(rest) > 0; {
-		line := rest
-		if n := bytes.IndexByte(rest, '\n'); n >= 0 {
-			line, rest = rest[:n], rest[n+1:]
-		} else {
-			rest = nil
-		}
+		var line []byte
+		line, rest = nextLine(rest)
 		name := field(line, 0)
-		for _, p := range unchargedProtocols {
-			if bytes.Equal(name, p) {
+		for _, u := range uncharged {
+			if string(name) == u.protocol {
 				if n, ok := parseUint(field(line, 2), 10); !ok || n > 0 {
 					return true
 				}
@@ -186,12 +182,8 @@ func (g *sockGuard) queues(into map[uint64]int64) int64 {
 		rest := g.buf
 		first := true
 		for len(rest) > 0 {
-			line := rest
-			if n := bytes.IndexByte(rest, '\n'); n >= 0 {
-				line, rest = rest[:n], rest[n+1:]
-			} else {
-				rest = nil
-			}
+			var line []byte
+			line, rest = nextLine(rest)
 			if first { // the heading
 				first = false
 				continue
@@ -220,6 +212,15 @@ func (g *sockGuard) queues(into map[uint64]int64) int64 {
 		}
 	}
 	return total
+}
+
+// nextLine splits b after its first line, which it returns without its
+// newline.
+func nextLine(b []byte) (line, rest []byte) {
+	if n := bytes.IndexByte(b, '\n'); n >= 0 {
+		return b[:n], b[n+1:]
+	}
+	return b, nil
 }
 
 // field returns the n-th (from 0) field of line separated by spaces or
