@@ -69,6 +69,9 @@ const (
 type Lifecycle struct {
 	// OnTimeout is the action at the timeout ("" means OnTimeoutKill).
 	OnTimeout OnTimeout
+	// PauseFilesystem makes the pause at the timeout keep files only
+	// (E2B's autoPauseMemory false); see Manager.Pause.
+	PauseFilesystem bool
 	// AutoResume resumes a paused sandbox when traffic comes for it.
 	AutoResume bool
 }
@@ -134,7 +137,8 @@ func toRecord(sb *Sandbox, info string) *store.Sandbox {
 		AllowInternetAccess: sb.Network.Internet, AllowOut: sb.Network.AllowOut, DenyOut: sb.Network.DenyOut,
 		AllowPublicTraffic: sb.Network.PublicTraffic, MaskRequestHost: sb.Network.MaskRequestHost,
 		AutoPause: sb.Lifecycle.OnTimeout == OnTimeoutPause, AutoResume: sb.Lifecycle.AutoResume,
-		Metadata: sb.Metadata, EnvVars: sb.Envs, StartedAt: sb.StartedAt, EndAt: sb.EndAt,
+		AutoPauseFilesystem: sb.Lifecycle.PauseFilesystem,
+		Metadata:            sb.Metadata, EnvVars: sb.Envs, StartedAt: sb.StartedAt, EndAt: sb.EndAt,
 		Runtime: info,
 	}
 }
@@ -147,7 +151,7 @@ func fromRecord(rec *store.Sandbox) *Sandbox {
 		Secure: rec.Secure, Limits: Limits{CPUs: rec.CPUCount, MemoryMB: rec.MemoryMB, DiskMB: rec.DiskSizeMB},
 		Network: Network{Internet: rec.AllowInternetAccess, AllowOut: rec.AllowOut, DenyOut: rec.DenyOut,
 			PublicTraffic: rec.AllowPublicTraffic, MaskRequestHost: rec.MaskRequestHost},
-		Lifecycle: Lifecycle{OnTimeout: OnTimeoutKill, AutoResume: rec.AutoResume},
+		Lifecycle: Lifecycle{OnTimeout: OnTimeoutKill, AutoResume: rec.AutoResume, PauseFilesystem: rec.AutoPauseFilesystem},
 		Metadata:  rec.Metadata, Envs: rec.EnvVars, StartedAt: rec.StartedAt, EndAt: rec.EndAt,
 	}
 	if rec.AutoPause {

@@ -42,6 +42,9 @@ type Sandbox struct {
 	AllowInternetAccess *bool
 	// AutoPause: at EndAt the sandbox is paused instead of killed.
 	AutoPause bool
+	// AutoPauseFilesystem: the pause at EndAt keeps files only, not memory
+	// (E2B's autoPauseMemory false).
+	AutoPauseFilesystem bool
 	// AutoResume: a paused sandbox resumes on traffic.
 	AutoResume bool
 	// AllowOut and DenyOut are the egress rules (never nil when read back).
@@ -98,7 +101,7 @@ const sandboxColumns = `id, template_id, alias, envd_version, envd_access_token,
 	traffic_access_token, secure, allow_internet_access, auto_pause, auto_resume,
 	allow_out, deny_out, allow_public_traffic, mask_request_host,
 	metadata, env_vars, started_at, end_at, cpu_count, memory_mb, disk_size_mb, state,
-	key_id, runtime`
+	key_id, runtime, auto_pause_memory`
 
 func nullString(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }
 
@@ -144,15 +147,16 @@ func scanSandbox(r rowScanner) (Sandbox, error) {
 		startedAt, endAt   int64
 		keyID              sql.NullString
 		secure, ap, ar     bool
+		apMemory           bool
 		cpu, mem, diskSize int64
 	)
 	if err := r.Scan(&sb.ID, &sb.TemplateID, &sb.Alias, &sb.EnvdVersion,
 		&sb.EnvdAccessToken, &sb.TrafficAccessToken, &secure, &allowNet, &ap, &ar,
 		&allow, &deny, &public, &sb.MaskRequestHost, &meta, &envs, &startedAt, &endAt, &cpu, &mem, &diskSize, &sb.State,
-		&keyID, &sb.Runtime); err != nil {
+		&keyID, &sb.Runtime, &apMemory); err != nil {
 		return Sandbox{}, err
 	}
-	sb.Secure, sb.AutoPause, sb.AutoResume = secure, ap, ar
+	sb.Secure, sb.AutoPause, sb.AutoResume, sb.AutoPauseFilesystem = secure, ap, ar, !apMemory
 	sb.AllowInternetAccess, sb.AllowPublicTraffic = boolPtr(allowNet), boolPtr(public)
 	sb.AllowOut, sb.DenyOut = []string{}, []string{}
 	if err := json.Unmarshal([]byte(allow), &sb.AllowOut); err != nil {
@@ -226,12 +230,12 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox) error {
 		return fmt.Errorf("store: create sandbox %s: denyOut: %w", sb.ID, err)
 	}
 	_, err = s.db.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		sb.ID, sb.TemplateID, sb.Alias, sb.EnvdVersion, sb.EnvdAccessToken,
 		sb.TrafficAccessToken, sb.Secure, nullBool(sb.AllowInternetAccess), sb.AutoPause, sb.AutoResume,
 		allow, deny, nullBool(sb.AllowPublicTraffic), sb.MaskRequestHost,
 		meta, envs, toNanos(sb.StartedAt), toNanos(sb.EndAt), sb.CPUCount, sb.MemoryMB, sb.DiskSizeMB,
-		sb.State, nullString(sb.KeyID), sb.Runtime)
+		sb.State, nullString(sb.KeyID), sb.Runtime, !sb.AutoPauseFilesystem)
 	switch {
 	case isUniqueViolation(err):
 		return fmt.Errorf("store: create sandbox %s: %w", sb.ID, errdefs.ErrAlreadyExists)

@@ -192,6 +192,11 @@ WHERE network != '' AND json_valid(network);
 ALTER TABLE sandboxes DROP COLUMN network;
 ALTER TABLE sandboxes DROP COLUMN client_id;
 `,
+	// 4: whether a pause at the timeout keeps memory (E2B's
+	// autoPauseMemory; true unless the create said false).
+	`
+ALTER TABLE sandboxes ADD COLUMN auto_pause_memory INTEGER NOT NULL DEFAULT 1;
+`,
 }
 
 // migrateRetrying runs migrate, retrying while it fails with SQLITE_BUSY for
