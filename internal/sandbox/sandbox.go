@@ -81,6 +81,7 @@ type Manager struct {
 	sockets   string
 	resources runtime.Resources
 	caBundle  string // PEM; "" for none
+	bundle    *cabundle.Bundle
 	logger    *slog.Logger
 
 	mu     sync.Mutex
@@ -144,6 +145,7 @@ func New(opts Options) (*Manager, error) {
 	}
 	if opts.CABundle != nil {
 		m.caBundle = string(opts.CABundle.PEM())
+		m.bundle = opts.CABundle
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	go m.sampleLoop()
