@@ -141,9 +141,6 @@ func TestPausedSurvivesRestart(t *testing.T) {
 	if err := second.Pause(ctx, "", "no-such-sandbox", true); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("pause of an unknown sandbox = %v, want not found", err)
 	}
-	if err := second.Pause(ctx, "", sb.ID, false); !errors.Is(err, errdefs.ErrNotImplemented) {
-		t.Errorf("pause without memory = %v, want not implemented", err)
-	}
 }
 
 // TestAutoPauseAndWake: a sandbox made to pause at its timeout is paused
