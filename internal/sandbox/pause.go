@@ -129,6 +129,7 @@ func (m *Manager) pauseLocked(ctx context.Context, keyID, id string, keepMemory 
 		undo()
 		return fmt.Errorf("pause sandbox %s: %w", id, err)
 	}
+	m.step("pause.frozen")
 	if !keepMemory {
 		if err := m.pauseFiles(ctx, l, &rec); err != nil {
 			undo()
@@ -158,11 +159,13 @@ func (m *Manager) pauseFiles(ctx context.Context, l *live, rec *store.Sandbox) e
 	if err != nil {
 		return err
 	}
+	m.step("pause.captured")
 	info, _ := json.Marshal(runtimeInfo{PausedBuild: t.ID, PausedAt: time.Now().UTC()})
 	if err := m.store.SetStateRuntime(ctx, id, string(StatePaused), string(info)); err != nil {
 		m.templates.Remove(t.ID, nil)
 		return err
 	}
+	m.step("pause.recorded")
 	// Recorded: from here the sandbox is its files. Its processes go; a
 	// failure to delete them is logged and swept by the next Recover.
 	m.mu.Lock()
@@ -242,6 +245,7 @@ func (m *Manager) resumeLocked(ctx context.Context, rec *store.Sandbox, d time.D
 	if err := l.sbx.Thaw(ctx); err != nil {
 		return fail(err)
 	}
+	m.step("resume.thawed")
 	end := time.Now().Add(d)
 	if err := m.store.SetEndAt(ctx, id, end); err != nil {
 		return fail(err)
@@ -284,6 +288,7 @@ func (m *Manager) resumeFiles(ctx context.Context, rec *store.Sandbox, build str
 	if err != nil {
 		return fmt.Errorf("resume sandbox %s: %w", id, err)
 	}
+	m.step("resume.started")
 	defer func() {
 		if retErr != nil {
 			if m.net != nil {
@@ -306,6 +311,7 @@ func (m *Manager) resumeFiles(ctx context.Context, rec *store.Sandbox, build str
 	if err := m.store.SetStateRuntime(ctx, id, string(StateRunning), string(info)); err != nil {
 		return err
 	}
+	m.step("resume.recorded")
 	sb.State, sb.EndAt = StateRunning, end
 	m.adopt(st.sbx, st.route, sb, false)
 	adopted = true

@@ -111,6 +111,18 @@ type Manager struct {
 	readyTimeout time.Duration // see Options.ReadyTimeout
 	// snapshotTTL and pausedTTL are Options.SnapshotTTL and PausedRetention.
 	snapshotTTL, pausedTTL time.Duration
+	// crash, set by tests only, is called at each step of pause, resume,
+	// snapshot and fork (see step): a test makes it end the goroutine there,
+	// as a server killed at that step would stop.
+	crash func(step string)
+}
+
+// step marks a point in a pause, resume, snapshot or fork where a server
+// may be killed; tests inject the kill there (crash).
+func (m *Manager) step(name string) {
+	if m.crash != nil {
+		m.crash(name)
+	}
 }
 
 // live is what the manager keeps of a running sandbox.

@@ -130,7 +130,11 @@ func (m *Manager) capture(ctx context.Context, keyID, id, name string, tagged bo
 		}
 		defer l.sbx.Thaw(context.Background())
 	}
-	return m.captureBuild(ctx, l, rec.KeyID, name, tagged, snap)
+	t, err := m.captureBuild(ctx, l, rec.KeyID, name, tagged, snap)
+	if err == nil {
+		m.step("snapshot.captured")
+	}
+	return t, err
 }
 
 // captureBuild makes a build of frozen sandbox l's files: its template's
