@@ -44,13 +44,13 @@ func (s *Server) routes() {
 	// (build, status, logs, files, tags, aliases), deprecated ones besides.
 	const buildHint = "see docs/templates.md for the template calls Hutch serves"
 	for pattern, answer := range map[string]http.HandlerFunc{
-		"/templates/":                    s.notYet("this call of the template API", buildHint),
-		"/v2/templates/":                 s.notYet("this call of the template API", buildHint),
-		"/v3/templates/":                 s.notYet("this call of the template API", buildHint),
-		"/secrets":                       s.notYet("the secrets API", ""),
-		"/secrets/":                      s.notYet("the secrets API", ""),
-		"/volumes":                       s.notYet("volumes", ""),
-		"/volumes/":                      s.notYet("volumes", ""),
+		"/templates/":    s.notYet("this call of the template API", buildHint),
+		"/v2/templates/": s.notYet("this call of the template API", buildHint),
+		"/v3/templates/": s.notYet("this call of the template API", buildHint),
+		"/secrets":       s.notYet("the secrets API", ""),
+		"/secrets/":      s.notYet("the secrets API", ""),
+		"/volumes":       s.notYet("volumes", ""),
+		"/volumes/":      s.notYet("volumes", ""),
 	} {
 		s.handle(pattern, s.authed(answer))
 	}

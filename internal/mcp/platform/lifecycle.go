@@ -156,4 +156,3 @@ func (s *Server) fork(ctx context.Context, req *mcp.CallToolRequest, in ForkInpu
 	}
 	return nil, out, nil
 }
-
