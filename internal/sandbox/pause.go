@@ -110,6 +110,13 @@ func (m *Manager) pauseLocked(ctx context.Context, keyID, id string, keepMemory 
 		m.mu.Unlock()
 		return fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
 	}
+	if keepMemory {
+		// Frozen, it still holds its memory: a frozen slot of its own.
+		if err := m.frozen.take(l.keyID); err != nil {
+			m.mu.Unlock()
+			return fmt.Errorf("pause sandbox %s: %w", id, err)
+		}
+	}
 	// From here nothing routes to it: a request that reached it before
 	// may still be answered, one after waits for no frozen process.
 	l.pausing = true
@@ -122,6 +129,9 @@ func (m *Manager) pauseLocked(ctx context.Context, keyID, id string, keepMemory 
 		l.sbx.Thaw(context.Background())
 		m.mu.Lock()
 		l.pausing = false
+		if keepMemory {
+			m.frozen.give(l.keyID)
+		}
 		m.mu.Unlock()
 		m.schedule(id, rec.EndAt)
 	}
@@ -147,6 +157,7 @@ func (m *Manager) pauseLocked(ctx context.Context, keyID, id string, keepMemory 
 	}
 	m.mu.Lock()
 	l.pausing, l.paused = false, true
+	m.run.give(l.keyID) // it holds the frozen slot taken above instead
 	m.mu.Unlock()
 	return nil
 }
@@ -170,7 +181,7 @@ func (m *Manager) pauseFiles(ctx context.Context, l *live, rec *store.Sandbox) e
 	// failure to delete them is logged and swept by the next Recover.
 	m.mu.Lock()
 	delete(m.live, id)
-	m.releaseLocked(l.keyID)
+	m.releaseLiveLocked(l)
 	m.mu.Unlock()
 	m.dropRuntime(ctx, id, l)
 	return nil
@@ -233,12 +244,19 @@ func (m *Manager) resumeLocked(ctx context.Context, rec *store.Sandbox, d time.D
 		m.mu.Unlock()
 		return fmt.Errorf("paused sandbox %s: %w", id, errdefs.ErrNotFound)
 	}
+	// Running again, it takes a running slot (and gives its frozen one
+	// back once it runs).
+	if err := m.run.take(l.keyID); err != nil {
+		m.mu.Unlock()
+		return fmt.Errorf("resume sandbox %s: %w", id, err)
+	}
 	l.pausing = true // resuming
 	m.mu.Unlock()
 	fail := func(err error) error {
 		l.sbx.Freeze(context.Background())
 		m.mu.Lock()
 		l.pausing = false
+		m.run.give(l.keyID)
 		m.mu.Unlock()
 		return fmt.Errorf("resume sandbox %s: %w", id, err)
 	}
@@ -257,6 +275,7 @@ func (m *Manager) resumeLocked(ctx context.Context, rec *store.Sandbox, d time.D
 	}
 	m.mu.Lock()
 	l.pausing, l.paused = false, false
+	m.frozen.give(l.keyID)
 	m.mu.Unlock()
 	m.schedule(id, end)
 	return nil

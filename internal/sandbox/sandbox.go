@@ -101,10 +101,9 @@ type Manager struct {
 	// while there are any (pool.go).
 	cold atomic.Int32
 	// The caps on running sandboxes and what holds them (limits.go):
-	// held counts, per key, running sandboxes and creates in flight.
-	maxTotal, maxPerKey int
-	held                map[string]int
-	heldAll             int
+	// run counts, per key, running sandboxes and creates in flight;
+	// frozen, the sandboxes paused with their memory.
+	run, frozen *slots
 	// ctx ends with Close: it stops the sampler, the pool and the watches.
 	ctx          context.Context
 	cancel       context.CancelFunc
@@ -158,7 +157,7 @@ func New(opts Options) (*Manager, error) {
 	m := &Manager{
 		rt: opts.Runtime, store: opts.Store, templates: opts.Templates, sockets: sockets,
 		resources: opts.Resources, logger: logger, timers: map[string]*time.Timer{}, ops: map[string]*opLock{}, live: map[string]*live{}, warm: opts.Warm, net: opts.Network,
-		maxTotal: opts.MaxSandboxes, maxPerKey: opts.MaxPerKey, held: map[string]int{},
+		run: newSlots(opts.MaxPerKey, opts.MaxSandboxes, false), frozen: newSlots(opts.MaxPerKey, opts.MaxSandboxes, true),
 		readyTimeout: opts.ReadyTimeout, snapshotTTL: opts.SnapshotTTL, pausedTTL: opts.PausedRetention,
 	}
 	if m.readyTimeout <= 0 {
@@ -353,7 +352,7 @@ func (m *Manager) unadopt(id string) {
 	defer m.mu.Unlock()
 	if l := m.live[id]; l != nil {
 		delete(m.live, id)
-		m.releaseLocked(l.keyID)
+		m.releaseLiveLocked(l)
 	}
 	if t := m.timers[id]; t != nil {
 		t.Stop()
@@ -634,7 +633,7 @@ func (m *Manager) removeLocked(ctx context.Context, id string) error {
 	l := m.live[id]
 	delete(m.live, id)
 	if l != nil {
-		m.releaseLocked(l.keyID)
+		m.releaseLiveLocked(l)
 	}
 	m.mu.Unlock()
 	if l != nil {
@@ -770,7 +769,15 @@ func (m *Manager) expire(id string) {
 	if rec.AutoPause {
 		// Paused rather than killed, as its creator asked (E2B's
 		// lifecycle onTimeout "pause").
-		if err := m.pauseLocked(ctx, "", id, !rec.AutoPauseFilesystem); err != nil && !errors.Is(err, ErrAlreadyPaused) {
+		err := m.pauseLocked(ctx, "", id, !rec.AutoPauseFilesystem)
+		var limit *LimitError
+		if errors.As(err, &limit) {
+			// No room to keep its memory: its files are kept instead,
+			// rather than it running on past its time.
+			m.logger.Info("pausing without memory at the timeout", "id", id, "reason", err)
+			err = m.pauseLocked(ctx, "", id, false)
+		}
+		if err != nil && !errors.Is(err, ErrAlreadyPaused) {
 			m.logger.Warn("pause sandbox at its timeout", "id", id, "err", err)
 			return
 		}
@@ -863,7 +870,13 @@ func (m *Manager) Recover(ctx context.Context) error {
 		}
 	}
 	for _, a := range alive {
-		m.hold(a.sb.KeyID)
+		m.mu.Lock()
+		if a.sb.State == StatePaused {
+			m.frozen.add(a.sb.KeyID)
+		} else {
+			m.run.add(a.sb.KeyID)
+		}
+		m.mu.Unlock()
 		m.adopt(a.sbx, newRoute(a.info.Socket, a.info.Control), a.sb, false)
 	}
 	statuses, err := m.rt.List(ctx)
