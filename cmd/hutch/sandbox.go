@@ -394,11 +394,14 @@ func newSandboxForkCmd(g *globals) *cobra.Command {
 		Short: "Make new sandboxes from a sandbox's files; print their ids",
 		Long: `Fork freezes the sandbox while its files are captured (once), then lets it
 run on with its id and expiry untouched, and makes --count sandboxes from
-them, each with its own id and tokens. Forks that could not be made are
-reported on stderr, and then it exits 1.`,
+them, each with its own id and tokens, and prints their ids. When some
+could not be made it says why the first failed, and exits 1.`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: completeSandboxIDs(g, false),
 		RunE: g.remote(func(cmd *cobra.Command, args []string, c *sdk.Client) error {
+			if opts.Count < 1 || opts.Count > 100 {
+				return fmt.Errorf("--count %d: from 1 to 100", opts.Count)
+			}
 			var err error
 			if opts.Timeout, err = parseTimeout(timeout); err != nil {
 				return err
@@ -407,17 +410,16 @@ reported on stderr, and then it exits 1.`,
 			if err != nil {
 				return notFound(args[0], err)
 			}
-			failed := 0
+			var failed []error
 			for _, f := range forks {
 				if f.Err != nil {
-					fmt.Fprintf(os.Stderr, "hutch: a fork failed: %v\n", f.Err)
-					failed++
+					failed = append(failed, f.Err)
 					continue
 				}
 				fmt.Println(f.Sandbox.ID)
 			}
-			if failed > 0 {
-				return fmt.Errorf("%d of %d forks failed", failed, len(forks))
+			if len(failed) > 0 {
+				return fmt.Errorf("%d of %d forks failed, the first: %w", len(failed), len(forks), failed[0])
 			}
 			return nil
 		}),

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -65,22 +66,21 @@ func newSnapshotRmCmd(g *globals) *cobra.Command {
 		Short: "Delete snapshots (sandboxes made from them keep their files)",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: g.remote(func(cmd *cobra.Command, args []string, c *sdk.Client) error {
+			// Deletes what it can; one line names what it could not.
 			var failed []string
 			for _, id := range args {
 				ok, err := c.DeleteSnapshot(cmd.Context(), id)
 				switch {
 				case err != nil:
-					fmt.Fprintf(os.Stderr, "hutch: %s: %v\n", id, err)
-					failed = append(failed, id)
+					failed = append(failed, fmt.Sprintf("%s (%v)", id, err))
 				case !ok:
-					fmt.Fprintf(os.Stderr, "hutch: no snapshot %s\n", id)
-					failed = append(failed, id)
+					failed = append(failed, "no snapshot "+id)
 				default:
 					fmt.Println(id)
 				}
 			}
 			if len(failed) > 0 {
-				return fmt.Errorf("not deleted: %s", strings.Join(failed, " "))
+				return errors.New(strings.Join(failed, "; "))
 			}
 			return nil
 		}),
