@@ -247,9 +247,12 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (_ *Sandbox, re
 	if err := tpl.MayUse(req.KeyID); err != nil {
 		return nil, err
 	}
-	if tpl.Snapshot != nil && tpl.Snapshot.Kind == template.SnapshotPause {
+	if s := tpl.Snapshot; s != nil && s.Kind == template.SnapshotPause {
 		// A paused sandbox's files are its own, resumed by a connect.
 		return nil, fmt.Errorf("template %q does not exist: %w", req.Template, errdefs.ErrNotFound)
+	} else if s != nil && s.Kind == template.SnapshotUser && len(tpl.Tags) == 0 {
+		// Deleted; a sandbox made from it still keeps its build.
+		return nil, errSnapshotGone(req.Template)
 	}
 	alias := req.Template
 	if req.alias != "" {

@@ -174,6 +174,14 @@ func (m *Manager) commitCapture(src *template.Template, layers []string, keyID, 
 	return m.templates.CommitAs(template.NewBuildID(), name, nil, layers, cfg)
 }
 
+// isSnapshot reports whether t is a snapshot of keyID's that is still
+// there: a snapshot deleted, or superseded by a newer one of its name, lost
+// its tag, and only the sandboxes made from it keep its build until they
+// end.
+func isSnapshot(t *template.Template, keyID string) bool {
+	return t.Snapshot != nil && t.Snapshot.Kind == template.SnapshotUser && t.Owner == keyID && len(t.Tags) > 0
+}
+
 // toSnapshot is build t as a Snapshot.
 func toSnapshot(t *template.Template) *Snapshot {
 	s := &Snapshot{ID: t.ID, Name: t.Name, Created: t.Built}
@@ -223,7 +231,10 @@ func (m *Manager) ListSnapshots(ctx context.Context, f SnapshotFilter) (page []*
 			f.Sandbox != "" && s.Sandbox != f.Sandbox || f.Name != "" && b.Name != f.Name {
 			continue
 		}
-		all = append(all, b)
+		// Tags are read per build (Builds leaves them out).
+		if t, err := m.templates.Get(b.ID); err == nil && isSnapshot(t, f.KeyID) {
+			all = append(all, t)
+		}
 	}
 	key := func(t *template.Template) string { return t.Built.UTC().Format(time.RFC3339Nano) + " " + t.ID }
 	sort.Slice(all, func(i, j int) bool { return key(all[i]) > key(all[j]) })
@@ -236,10 +247,6 @@ func (m *Manager) ListSnapshots(ctx context.Context, f SnapshotFilter) (page []*
 		if len(page) == limit {
 			next = base64.RawURLEncoding.EncodeToString([]byte(last))
 			break
-		}
-		// Tags are read per build: Builds leaves them out.
-		if t, err := m.templates.Get(b.ID); err == nil {
-			b = t
 		}
 		page = append(page, toSnapshot(b))
 		last = k
@@ -254,7 +261,7 @@ func (m *Manager) DeleteSnapshot(ctx context.Context, keyID, ref string) error {
 	if err != nil {
 		return err
 	}
-	if t.Snapshot == nil || t.Snapshot.Kind != template.SnapshotUser || t.Owner != keyID {
+	if !isSnapshot(t, keyID) {
 		return fmt.Errorf("snapshot %s: %w", ref, errdefs.ErrNotFound)
 	}
 	return m.templates.Remove(ref, nil)
@@ -264,6 +271,11 @@ func (m *Manager) DeleteSnapshot(ctx context.Context, keyID, ref string) error {
 func (m *Manager) IsSnapshot(keyID, ref string) bool {
 	t, err := m.templates.Get(ref)
 	return err == nil && t.Snapshot != nil && t.Snapshot.Kind == template.SnapshotUser && t.Owner == keyID
+}
+
+// errSnapshotGone is Create's error for a snapshot that was deleted.
+func errSnapshotGone(ref string) error {
+	return fmt.Errorf("snapshot %q was deleted: %w", ref, errdefs.ErrNotFound)
 }
 
 // ForkResult is one fork: its sandbox, or why it was not made.

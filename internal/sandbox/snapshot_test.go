@@ -335,9 +335,31 @@ func TestSnapshotNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer m.DeleteSnapshot(ctx, "", b.ID)
 	if tpl, err := m.templates.Get(name); err != nil || tpl.ID != b.ID {
 		t.Errorf("name %s after a second snapshot: %v, %v; want %s", name, tpl, err, b.ID)
+	}
+	// Deleted while a sandbox made from it runs: gone for everyone else.
+	user, err := m.Create(ctx, CreateRequest{Template: b.ID, Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.DeleteSnapshot(ctx, "", b.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.DeleteSnapshot(ctx, "", b.ID); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("a second delete = %v, want not found", err)
+	}
+	if _, err := m.Create(ctx, CreateRequest{Template: b.ID}); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("create from a deleted snapshot = %v, want not found", err)
+	}
+	if l, _, _ := m.ListSnapshots(ctx, SnapshotFilter{Sandbox: sb.ID}); len(l) != 0 {
+		t.Errorf("listed after the delete: %+v", l)
+	}
+	if got := readFile(t, m, user.ID, "/etc/hostname"); got == "" {
+		t.Error("the sandbox made from it lost its files")
+	}
+	if _, err := m.templates.Get(b.ID); err != nil {
+		t.Errorf("the build of a deleted snapshot in use: %v; want kept until unused", err)
 	}
 	if _, err := m.templates.Get(a.ID); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("the superseded snapshot: %v, want removed", err)
