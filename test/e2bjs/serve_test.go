@@ -176,3 +176,73 @@ func sameSet(a, b []string) bool {
 	}
 	return true
 }
+
+// TestPausedSurviveKillAndReboot: sandboxes paused both ways survive kill
+// -9 of `hutch serve` and its restart: the one that kept its memory goes on
+// counting where it was, the one that kept its files boots again with them.
+// Then a reboot of the host, as far as a test can make one (the server
+// killed and every sandbox process with it): the one paused with its files
+// comes back with them, the one that kept only memory is reported gone.
+func TestPausedSurviveKillAndReboot(t *testing.T) {
+	dir := jsPackage(t)
+	s := startServe(t)
+	out := nodeScript(t, s, dir, `
+import { Sandbox } from 'e2b'
+const made = {}
+for (const mode of ['memory', 'files']) {
+  const sbx = await Sandbox.create({ metadata: { mode }, timeoutMs: 600_000 })
+  await sbx.files.write('/home/user/state.txt', 'paused keeping ' + mode)
+  await sbx.commands.run('i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.1; done', { background: true, timeoutMs: 0 })
+  await new Promise((r) => setTimeout(r, 500))
+  made[mode] = sbx.sandboxId
+  made[mode + 'Count'] = Number((await sbx.commands.run('cat /tmp/count')).stdout)
+  await sbx.pause({ keepMemory: mode === 'memory' })
+}
+console.log(JSON.stringify(made))
+process.exit(0)
+`)
+	var made struct {
+		Memory, Files string
+		MemoryCount   int
+	}
+	if err := json.Unmarshal([]byte(out), &made); err != nil {
+		t.Fatalf("%v: %q", err, out)
+	}
+	check := `
+import assert from 'node:assert/strict'
+import { Sandbox, SandboxNotFoundError } from 'e2b'
+const [memoryId, filesId, count, rebooted] = process.argv.slice(1)
+for (const [id, mode] of [[memoryId, 'memory'], [filesId, 'files']]) {
+  if (rebooted === 'yes' && mode === 'memory') {
+    await assert.rejects(Sandbox.connect(id), SandboxNotFoundError)
+    continue
+  }
+  assert.equal((await Sandbox.getInfo(id)).state, 'paused', mode)
+  const sbx = await Sandbox.connect(id)
+  assert.equal(await sbx.files.read('/home/user/state.txt'), 'paused keeping ' + mode)
+  const n = Number((await sbx.commands.run('cat /tmp/count')).stdout)
+  await new Promise((r) => setTimeout(r, 400))
+  const m = Number((await sbx.commands.run('cat /tmp/count')).stdout)
+  if (mode === 'memory') {
+    assert.ok(n >= Number(count) && n <= Number(count) + 8, 'the count went on from ' + count + ', not ' + n)
+    assert.ok(m > n, 'the counter runs again')
+  } else {
+    assert.equal(m, n, 'no process of before the pause runs after a pause of the files')
+  }
+  await sbx.pause({ keepMemory: mode === 'memory' })
+}
+`
+	s.Stop(syscall.SIGKILL)
+	s.Start()
+	nodeScript(t, s, dir, check, made.Memory, made.Files, strconv.Itoa(made.MemoryCount), "no")
+
+	s.Stop(syscall.SIGKILL)
+	for _, st := range s.RuntimeSandboxes() {
+		if st.Pid > 0 {
+			syscall.Kill(st.Pid, syscall.SIGKILL)
+		}
+	}
+	time.Sleep(500 * time.Millisecond)
+	s.Start()
+	nodeScript(t, s, dir, check, made.Memory, made.Files, "0", "yes")
+}
