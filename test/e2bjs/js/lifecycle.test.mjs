@@ -90,13 +90,20 @@ test("lifecycle onTimeout 'pause' pauses at the timeout; autoResume resumes on t
   assert.equal((await back.commands.run('echo back')).stdout, 'back\n')
   await back.kill()
 
-  // A pause without memory at the timeout is not served yet: refused,
-  // nothing made.
-  await assert.rejects(
-    Sandbox.create({ metadata: { pause: tag }, lifecycle: { onTimeout: { action: 'pause', keepMemory: false } } }),
-    (e) => e.statusCode === 501 && /without memory/.test(e.message),
-  )
-  assert.deepEqual(await Sandbox.list({ query: { metadata: { pause: tag }, state: ['running'] } }).nextItems(), [])
+  // Traffic to one of its ports wakes it too, and reaches the server
+  // that was listening there before the pause.
+  const web = await Sandbox.create({ metadata: { pause: tag }, lifecycle: { onTimeout: 'pause', autoResume: true }, timeoutMs: 3_000 })
+  await web.files.write('/home/user/www/hello.txt', 'served across a pause')
+  await web.commands.run('cd /home/user/www && python3 -m http.server 8000', { background: true, timeoutMs: 0 })
+  const base = new URL(process.env.E2B_SANDBOX_URL)
+  const viaPort = () => fetch(new URL('/hello.txt', base), { headers: { 'E2b-Sandbox-Id': web.sandboxId, 'E2b-Sandbox-Port': '8000' } })
+  await waitFor(async () => (await viaPort()).status === 200, 10_000, 'the web server')
+  await waitFor(async () => (await Sandbox.getInfo(web.sandboxId)).state === 'paused', 15_000, 'paused at its timeout')
+  const res = await viaPort()
+  assert.equal(res.status, 200)
+  assert.equal(await res.text(), 'served across a pause')
+  assert.equal((await Sandbox.getInfo(web.sandboxId)).state, 'running')
+  await Sandbox.kill(web.sandboxId)
 })
 
 test('Template.exists says which templates a create can use', opts, async () => {
