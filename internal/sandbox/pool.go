@@ -148,10 +148,15 @@ func (m *Manager) startWarm(ctx context.Context, name string) (*started, error) 
 
 // takeWarm returns a warm sandbox of the pool named ref (a template
 // name as --warm-template gives it) for tpl, the build ref names now, or
-// nil when there is none. A warm sandbox of an older build is discarded.
+// nil when there is none. A ref that is a build's id (a snapshot's, as
+// E2B's SDKs create from it) takes from the pool of the build's name. A
+// warm sandbox of an older build is discarded.
 func (m *Manager) takeWarm(ref string, tpl *template.Template) *started {
 	m.mu.Lock()
 	p := m.pools[ref]
+	if p == nil && ref == tpl.ID {
+		p = m.pools[tpl.Name]
+	}
 	m.mu.Unlock()
 	if p == nil {
 		return nil

@@ -375,3 +375,47 @@ func TestSnapshotNames(t *testing.T) {
 		t.Errorf("the paused files' build: %+v, %v", tpl, err)
 	}
 }
+
+// TestWarmPoolOfASnapshot: a warm pool named after a snapshot keeps
+// sandboxes of it ready, and a create by the snapshot's id (as E2B's SDKs
+// create from a snapshot) takes one, with the snapshot's files.
+func TestWarmPoolOfASnapshot(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	m := e.manager(t)
+	sb, err := m.Create(ctx, CreateRequest{Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run(t, m, sb.ID, "", "echo warm > /home/user/f"); err != nil {
+		t.Fatal(err)
+	}
+	name := "warm-snap-" + randomHex(4)
+	snap, err := m.CreateSnapshot(ctx, "", sb.ID, SnapshotRequest{Name: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.DeleteSnapshot(ctx, "", snap.ID)
+	warm := e.managerWith(t, Options{Warm: map[string]int{name: 1}})
+	if err := warm.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p := warm.pools[name]
+	deadline := time.Now().Add(time.Minute)
+	for p.idle.Load() < 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the snapshot's pool never filled")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	got, err := warm.Create(ctx, CreateRequest{Template: snap.ID, Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.lastTake.Load() == 0 {
+		t.Error("the create by the snapshot's id did not take from its pool")
+	}
+	if out := readFile(t, warm, got.ID, "/home/user/f"); out != "warm\n" {
+		t.Errorf("a warm sandbox of the snapshot has %q", out)
+	}
+}
