@@ -2,10 +2,12 @@ package sandbox
 
 import (
 	"archive/tar"
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path"
 
 	"github.com/hutch-sandbox/hutch/internal/cabundle"
@@ -31,18 +33,56 @@ func (m *Manager) captureLayer(ctx context.Context, sbx runtime.Sandbox, lower [
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(sbx.CaptureLayer(ctx, pw)) }()
 	defer pr.Close()
-	var r io.Reader = pr
-	if m.bundle != nil && !keepCA {
-		fr, fw := io.Pipe()
-		go func() { fw.CloseWithError(cabundle.FilterLayer(pr, fw, m.bundle, template.StackFS(lower))) }()
-		defer fr.Close()
-		r = fr
-	}
-	layer, err := m.templates.AddLayerFromTar(ctx, lease, source, withoutRuntimeFiles(r))
+	layer, err := m.storeLayer(ctx, pr, lower, lease, source, keepCA)
 	if err != nil {
 		return nil, fmt.Errorf("capture the files of sandbox %s: %w", sbx.ID(), err)
 	}
 	return layer, nil
+}
+
+// captureSpooled is captureLayer for a sandbox that runs on: the layer's
+// tar is written to an unlinked file beside the store first, then thaw is
+// called, and only then is the layer unpacked, hashed and synced into the
+// store. The sandbox is frozen for as long as reading its layer takes,
+// not for the store's work.
+func (m *Manager) captureSpooled(ctx context.Context, sbx runtime.Sandbox, lower []string, lease *template.Lease, source string, thaw func()) (*template.Layer, error) {
+	if err := m.templates.CheckRoom(); err != nil {
+		return nil, err
+	}
+	f, err := os.CreateTemp(m.templates.Dir(), ".capture-*")
+	if err != nil {
+		return nil, fmt.Errorf("capture the files of sandbox %s: %w", sbx.ID(), err)
+	}
+	os.Remove(f.Name())
+	defer f.Close()
+	w := bufio.NewWriterSize(f, 1<<20)
+	err = sbx.CaptureLayer(ctx, w)
+	if err == nil {
+		err = w.Flush()
+	}
+	thaw()
+	if err != nil {
+		return nil, fmt.Errorf("capture the files of sandbox %s: %w", sbx.ID(), err)
+	}
+	layer, err := m.storeLayer(ctx, bufio.NewReaderSize(io.NewSectionReader(f, 0, 1<<62), 1<<20), lower, lease, source, false)
+	if err != nil {
+		return nil, fmt.Errorf("capture the files of sandbox %s: %w", sbx.ID(), err)
+	}
+	return layer, nil
+}
+
+// storeLayer adds the captured layer tar r to the store: without the
+// runtime's own files, and without the CA certificates envd installed
+// unless keepCA.
+func (m *Manager) storeLayer(ctx context.Context, r io.Reader, lower []string, lease *template.Lease, source string, keepCA bool) (*template.Layer, error) {
+	if m.bundle != nil && !keepCA {
+		fr, fw := io.Pipe()
+		in := r
+		go func() { fw.CloseWithError(cabundle.FilterLayer(in, fw, m.bundle, template.StackFS(lower))) }()
+		defer fr.Close()
+		r = fr
+	}
+	return m.templates.AddLayerFromTar(ctx, lease, source, withoutRuntimeFiles(r))
 }
 
 // CaptureToStore freezes internal sandbox id (a build step's) and adds its

@@ -166,7 +166,7 @@ func (m *Manager) pauseLocked(ctx context.Context, keyID, id string, keepMemory 
 // store, recorded with the sandbox, which is then deleted.
 func (m *Manager) pauseFiles(ctx context.Context, l *live, rec *store.Sandbox) error {
 	id := rec.ID
-	t, err := m.captureBuild(ctx, l, rec.KeyID, pausedName(id), true, template.SnapshotOf{Sandbox: id, Kind: template.SnapshotPause})
+	t, err := m.captureBuild(ctx, l, rec.KeyID, pausedName(id), true, template.SnapshotOf{Sandbox: id, Kind: template.SnapshotPause}, nil)
 	if err != nil {
 		return err
 	}

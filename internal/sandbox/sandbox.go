@@ -654,7 +654,11 @@ func (m *Manager) removeLocked(ctx context.Context, id string) error {
 			m.logger.Warn("detach sandbox network", "id", id, "err", err)
 		}
 	}
+	var build string
 	if sbx, err := m.rt.Load(ctx, id); err == nil {
+		if st, err := sbx.Status(ctx); err == nil {
+			build = st.TemplateID
+		}
 		if err := sbx.Delete(ctx); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 			return fmt.Errorf("kill sandbox %s: %w", id, err)
 		}
@@ -662,6 +666,12 @@ func (m *Manager) removeLocked(ctx context.Context, id string) error {
 	api, control := m.socketPaths(id)
 	os.Remove(api)
 	os.Remove(control)
+	if t, err := m.templates.Get(build); build != "" && err == nil && t.Snapshot != nil && len(t.Tags) == 0 {
+		// Made from a fork's capture or a deleted snapshot, which waited
+		// for its last sandbox: collected now, not at the store's next
+		// change.
+		go m.templates.Collect()
+	}
 	// The files it was paused with, if it ever was; unmounted now, so
 	// collected at once.
 	if err := m.templates.Remove(pausedName(id), nil); err != nil && !errors.Is(err, errdefs.ErrNotFound) {

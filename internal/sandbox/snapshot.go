@@ -124,13 +124,19 @@ func (m *Manager) capture(ctx context.Context, keyID, id, name string, tagged bo
 	if l == nil || l.internal {
 		return nil, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
 	}
+	// A running sandbox is frozen while its layer is read, and thawed
+	// before the store's work (captureSpooled); a paused one stays as it
+	// is.
+	thaw := func() {}
 	if rec.State != string(StatePaused) {
 		if err := l.sbx.Freeze(ctx); err != nil {
 			return nil, fmt.Errorf("snapshot of sandbox %s: %w", id, err)
 		}
-		defer l.sbx.Thaw(context.Background())
+		var once sync.Once
+		thaw = func() { once.Do(func() { l.sbx.Thaw(context.Background()) }) }
+		defer thaw()
 	}
-	t, err := m.captureBuild(ctx, l, rec.KeyID, name, tagged, snap)
+	t, err := m.captureBuild(ctx, l, rec.KeyID, name, tagged, snap, thaw)
 	if err == nil {
 		m.step("snapshot.captured")
 	}
@@ -138,8 +144,10 @@ func (m *Manager) capture(ctx context.Context, keyID, id, name string, tagged bo
 }
 
 // captureBuild makes a build of frozen sandbox l's files: its template's
-// layers and the sandbox's own on top.
-func (m *Manager) captureBuild(ctx context.Context, l *live, keyID, name string, tagged bool, snap template.SnapshotOf) (*template.Template, error) {
+// layers and the sandbox's own on top. thaw, when not nil, is called as
+// soon as the layer is read (captureSpooled); with nil the sandbox stays
+// frozen throughout.
+func (m *Manager) captureBuild(ctx context.Context, l *live, keyID, name string, tagged bool, snap template.SnapshotOf, thaw func()) (*template.Template, error) {
 	st, err := l.sbx.Status(ctx)
 	if err != nil {
 		return nil, err
@@ -153,7 +161,12 @@ func (m *Manager) captureBuild(ctx context.Context, l *live, keyID, name string,
 		return nil, err
 	}
 	defer lease.Release()
-	layer, err := m.captureLayer(ctx, l.sbx, src.LowerDirs(), lease, "sandbox "+snap.Sandbox, false)
+	var layer *template.Layer
+	if thaw != nil {
+		layer, err = m.captureSpooled(ctx, l.sbx, src.LowerDirs(), lease, "sandbox "+snap.Sandbox, thaw)
+	} else {
+		layer, err = m.captureLayer(ctx, l.sbx, src.LowerDirs(), lease, "sandbox "+snap.Sandbox, false)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -99,6 +99,7 @@ func NewServer(t *testing.T, bin, data string) *Server {
 		Env: append(os.Environ(), "HUTCH_DATA_DIR="+data, "HUTCH_TEMPLATES="+testenv.TemplatesDir(), "HUTCH_API_KEY="+TestKey),
 	}
 	t.Cleanup(func() {
+		s.killPaused()
 		s.Stop(syscall.SIGTERM)
 		s.RemoveSandboxes()
 	})
@@ -201,6 +202,38 @@ func (s *Server) RemoveSandboxes() {
 	rm.Env = s.Env
 	if out, err := rm.CombinedOutput(); err != nil {
 		s.t.Logf("hutch rm %v: %v\n%s", ids, err, out)
+	}
+}
+
+// killPaused kills, through the API of the server if it runs, the
+// sandboxes paused with their files: they have no runtime sandbox for
+// RemoveSandboxes to find, and their files are in the template store the
+// tests share, which must not keep them.
+func (s *Server) killPaused() {
+	s.mu.Lock()
+	running := s.cmd != nil
+	s.mu.Unlock()
+	if !running {
+		return
+	}
+	c := &http.Client{Timeout: 30 * time.Second, Transport: s.client().Transport}
+	req, _ := http.NewRequest("GET", s.URL()+"/v2/sandboxes?state=paused&limit=100", nil)
+	req.Header.Set("X-API-KEY", TestKey)
+	resp, err := c.Do(req)
+	if err != nil {
+		return
+	}
+	var list []struct {
+		SandboxID string `json:"sandboxID"`
+	}
+	json.NewDecoder(resp.Body).Decode(&list)
+	resp.Body.Close()
+	for _, sb := range list {
+		req, _ := http.NewRequest("DELETE", s.URL()+"/sandboxes/"+sb.SandboxID, nil)
+		req.Header.Set("X-API-KEY", TestKey)
+		if resp, err := c.Do(req); err == nil {
+			resp.Body.Close()
+		}
 	}
 }
 
