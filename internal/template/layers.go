@@ -134,12 +134,6 @@ func (s *Store) addLayer(lease *Lease, source string, content bool, fill func(ro
 	if !validLayerID(id) {
 		return nil, fmt.Errorf("new layer: bad id %q", id)
 	}
-	if err := lease.Add(id); err != nil {
-		return nil, fmt.Errorf("new layer: %w", err)
-	}
-	if s.HasLayer(id) {
-		return s.Layer(id)
-	}
 	size, err := diskUsage(root)
 	if err != nil {
 		return nil, fmt.Errorf("new layer: %w", err)
@@ -151,6 +145,21 @@ func (s *Store) addLayer(lease *Lease, source string, content bool, fill func(ro
 	}
 	if err := syncTree(tmp); err != nil {
 		return nil, fmt.Errorf("new layer: %w", err)
+	}
+	// Leased and in place under the store's lock: a collection reads the
+	// leases and then deletes what none holds, so a lease taken or a
+	// layer renamed in between would lose a layer still being added (or
+	// one found already there, with the same content).
+	unlock, err := s.lock()
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	if err := lease.Add(id); err != nil {
+		return nil, fmt.Errorf("new layer: %w", err)
+	}
+	if s.HasLayer(id) {
+		return s.Layer(id)
 	}
 	if err := os.Rename(tmp, filepath.Join(s.dir, "layers", id)); err != nil {
 		if s.HasLayer(id) { // another process added it meanwhile
