@@ -21,6 +21,9 @@ type initConfig struct {
 	Layers          int      `json:"layers"`     // the template's layers: the first mount fds, bottom first
 	TemplateID      string   `json:"templateId"` // the template build, named in the root's mount source
 	Disk            bool     `json:"disk"`       // a disk layer mount follows the template's
+	// Mounts are the targets of the host directories (volumes) whose
+	// mounts follow the disk layer's (or the template's), in order.
+	Mounts []string `json:"mounts,omitempty"`
 	Args            []string `json:"args"`
 	Env             []string `json:"env"`
 	User            string   `json:"user"`
