@@ -200,13 +200,17 @@ func (m *Manager) release(vols []Volume) {
 // errdefs.ErrFailedPrecondition: its files stay until every such sandbox
 // is gone. An unknown volume gives errdefs.ErrNotFound.
 func (m *Manager) Delete(ctx context.Context, keyID, id string) error {
+	// The lock spans the check and the removal of the record: a Hold
+	// either counts before it (and Delete refuses) or looks the volume up
+	// again after it (and finds none).
 	m.mu.Lock()
-	held := m.held[id]
-	m.mu.Unlock()
-	if held > 0 {
+	if m.held[id] > 0 {
+		m.mu.Unlock()
 		return fmt.Errorf("volume %s is being mounted into a sandbox: %w", id, errdefs.ErrFailedPrecondition)
 	}
-	if err := m.store.DeleteVolume(ctx, keyID, id); err != nil {
+	err := m.store.DeleteVolume(ctx, keyID, id)
+	m.mu.Unlock()
+	if err != nil {
 		switch {
 		case errors.Is(err, errdefs.ErrNotFound):
 			return fmt.Errorf("volume %s not found: %w", id, errdefs.ErrNotFound)
