@@ -145,6 +145,10 @@ type ConnectOptions struct {
 	// Timeout, if set, extends the sandbox's lifetime to at least this
 	// long from now; 0 means the server's default (5 minutes).
 	Timeout time.Duration
+	// Reboot resumes a paused sandbox by booting it again on its files,
+	// as E2B's onResume 'reboot': a sandbox paused with its memory loses
+	// it. A running sandbox is not rebooted.
+	Reboot bool
 }
 
 // Connect returns a handle on an existing sandbox by id. A paused sandbox
@@ -163,6 +167,10 @@ func (c *Client) Connect(ctx context.Context, id string, opts ConnectOptions) (*
 	if opts.Timeout != 0 {
 		t := seconds(opts.Timeout)
 		req.Timeout = &t
+	}
+	if opts.Reboot {
+		no := false
+		req.Memory = &no
 	}
 	var out e2bapi.Sandbox
 	op := "connect to sandbox " + id
@@ -439,16 +447,33 @@ func (s *Sandbox) PortRequest(ctx context.Context, method string, port int, path
 // [Sandbox.PortRequest].
 func (s *Sandbox) HTTPClient() *http.Client { return s.client.cfg.HTTPClient }
 
-// Pause pauses the sandbox, keeping its processes and memory (it is
-// frozen in place) and its files; it reports false when the sandbox was
-// paused already. Client.Connect resumes it, with the same id and tokens.
-func (s *Sandbox) Pause(ctx context.Context) (bool, error) { return s.client.Pause(ctx, s.ID) }
+// PauseOptions say how a sandbox is paused.
+type PauseOptions struct {
+	// Filesystem keeps only the sandbox's files (E2B's keepMemory false,
+	// mode "filesystem"): every process is stopped and its memory and slot
+	// freed; Connect boots it again on its files. The zero value keeps
+	// memory: the sandbox is frozen in place.
+	Filesystem bool
+}
+
+// Pause pauses the sandbox, by default keeping its processes and memory
+// (it is frozen in place) and its files; it reports false when the
+// sandbox was paused already. Client.Connect resumes it, with the same id
+// and tokens.
+func (s *Sandbox) Pause(ctx context.Context, opts ...PauseOptions) (bool, error) {
+	return s.client.Pause(ctx, s.ID, opts...)
+}
 
 // Pause pauses sandbox id (see Sandbox.Pause); false when it was paused
 // already, ErrNotFound when there is no such sandbox.
-func (c *Client) Pause(ctx context.Context, id string) (bool, error) {
+func (c *Client) Pause(ctx context.Context, id string, opts ...PauseOptions) (bool, error) {
+	var req e2bapi.PauseRequest
+	if len(opts) > 0 && opts[0].Filesystem {
+		no := false
+		req.Memory = &no
+	}
 	_, err := c.api(ctx, "pause sandbox "+id, http.MethodPost, "/sandboxes/"+url.PathEscape(id)+"/pause", nil,
-		e2bapi.PauseRequest{}, nil, http.StatusNoContent)
+		req, nil, http.StatusNoContent)
 	if errors.Is(err, ErrConflict) {
 		return false, nil
 	}

@@ -29,7 +29,8 @@ local or remote (see --api-url and --api-key). Their failures exit 1.`,
   hutch sandbox kill "$id"`,
 	}
 	cmd.AddCommand(newSandboxCreateCmd(g), newSandboxLsCmd(g), newSandboxInfoCmd(g), newSandboxKillCmd(g),
-		newSandboxTimeoutCmd(g), newSandboxPauseCmd(g), newSandboxResumeCmd(g), newSandboxMetricsCmd(g))
+		newSandboxTimeoutCmd(g), newSandboxPauseCmd(g), newSandboxResumeCmd(g), newSandboxMetricsCmd(g),
+		newSandboxSnapshotCmd(g), newSandboxForkCmd(g))
 	return cmd
 }
 
@@ -328,17 +329,20 @@ func newSandboxMetricsCmd(g *globals) *cobra.Command {
 }
 
 func newSandboxPauseCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var filesystem bool
+	cmd := &cobra.Command{
 		Use:   "pause ID",
-		Short: "Pause a sandbox, keeping its processes, memory and files (frozen in place) until it is resumed",
+		Short: "Pause a sandbox until it is resumed: frozen in place, or with --filesystem its files only",
 		Long: `Pause freezes every process of the sandbox in place: its memory, files,
-tokens and metadata are kept, it has no expiry while paused, and it gives back
-its slot under the server's caps. "hutch sandbox resume" (or the SDKs'
+tokens and metadata are kept, and it has no expiry while paused. With
+--filesystem only its files are kept (in the template store): every process
+stops, its memory and its slot under the server's caps are freed, and a
+resume boots it again on its files. "hutch sandbox resume" (or the SDKs'
 connect) resumes it. Pausing a paused sandbox says so and exits 0.`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: completeSandboxIDs(g, false),
 		RunE: g.remote(func(cmd *cobra.Command, args []string, c *sdk.Client) error {
-			paused, err := c.Pause(cmd.Context(), args[0])
+			paused, err := c.Pause(cmd.Context(), args[0], sdk.PauseOptions{Filesystem: filesystem})
 			if err != nil {
 				return notFound(args[0], err)
 			}
@@ -349,10 +353,90 @@ connect) resumes it. Pausing a paused sandbox says so and exits 0.`,
 			return nil
 		}),
 	}
+	cmd.Flags().BoolVar(&filesystem, "filesystem", false, "keep only the files: stop every process and free its memory (E2B's keepMemory false)")
+	return cmd
+}
+
+func newSandboxSnapshotCmd(g *globals) *cobra.Command {
+	var (
+		opts   sdk.SnapshotOptions
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "snapshot ID",
+		Short: "Snapshot a sandbox's files as a template; print the snapshot's id",
+		Long: `Snapshot freezes the sandbox while its files are captured, then lets it run
+on. The snapshot is a template: "hutch sandbox create --template <id or name>"
+makes sandboxes from it, "hutch snapshot ls" lists and "hutch snapshot rm"
+deletes snapshots.`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeSandboxIDs(g, false),
+		RunE: g.remote(func(cmd *cobra.Command, args []string, c *sdk.Client) error {
+			snap, err := c.CreateSnapshot(cmd.Context(), args[0], opts)
+			if err != nil {
+				return notFound(args[0], err)
+			}
+			if asJSON {
+				return printJSON(snap)
+			}
+			fmt.Println(snap.ID)
+			return nil
+		}),
+	}
+	cmd.Flags().StringVar(&opts.Name, "name", "", "the snapshot's template name (default: snapshot-<random>)")
+	cmd.Flags().DurationVar(&opts.TTL, "ttl", 0, "remove the snapshot this long after it is taken (default: the server's --snapshot-ttl)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func newSandboxForkCmd(g *globals) *cobra.Command {
+	var (
+		opts    sdk.ForkOptions
+		timeout string
+	)
+	cmd := &cobra.Command{
+		Use:   "fork ID",
+		Short: "Make new sandboxes from a sandbox's files; print their ids",
+		Long: `Fork freezes the sandbox while its files are captured (once), then lets it
+run on with its id and expiry untouched, and makes --count sandboxes from
+them, each with its own id and tokens. Forks that could not be made are
+reported on stderr, and then it exits 1.`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeSandboxIDs(g, false),
+		RunE: g.remote(func(cmd *cobra.Command, args []string, c *sdk.Client) error {
+			var err error
+			if opts.Timeout, err = parseTimeout(timeout); err != nil {
+				return err
+			}
+			forks, err := c.Fork(cmd.Context(), args[0], opts)
+			if err != nil {
+				return notFound(args[0], err)
+			}
+			failed := 0
+			for _, f := range forks {
+				if f.Err != nil {
+					fmt.Fprintf(os.Stderr, "hutch: a fork failed: %v\n", f.Err)
+					failed++
+					continue
+				}
+				fmt.Println(f.Sandbox.ID)
+			}
+			if failed > 0 {
+				return fmt.Errorf("%d of %d forks failed", failed, len(forks))
+			}
+			return nil
+		}),
+	}
+	cmd.Flags().IntVar(&opts.Count, "count", 1, "how many forks (1-100)")
+	cmd.Flags().StringVar(&timeout, "timeout", "5m", "how long each fork lives (e.g. 10m, 2h, or seconds)")
+	return cmd
 }
 
 func newSandboxResumeCmd(g *globals) *cobra.Command {
-	var timeout string
+	var (
+		timeout string
+		reboot  bool
+	)
 	cmd := &cobra.Command{
 		Use:               "resume ID",
 		Short:             "Resume a paused sandbox (a running one just lives on)",
@@ -363,7 +447,7 @@ func newSandboxResumeCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if _, err := c.Connect(cmd.Context(), args[0], sdk.ConnectOptions{Timeout: d}); err != nil {
+			if _, err := c.Connect(cmd.Context(), args[0], sdk.ConnectOptions{Timeout: d, Reboot: reboot}); err != nil {
 				return notFound(args[0], err)
 			}
 			fmt.Println(args[0])
@@ -371,5 +455,6 @@ func newSandboxResumeCmd(g *globals) *cobra.Command {
 		}),
 	}
 	cmd.Flags().StringVar(&timeout, "timeout", "5m", "how long it lives once resumed (e.g. 10m, 2h, or seconds)")
+	cmd.Flags().BoolVar(&reboot, "reboot", false, "boot it again on its files, even if it kept its memory (E2B's onResume 'reboot')")
 	return cmd
 }

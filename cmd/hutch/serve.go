@@ -28,6 +28,8 @@ func newServeCmd(g *globals) *cobra.Command {
 		warm           int
 		warmTemplates  map[string]int
 		readyTimeout   time.Duration
+		snapshotTTL    time.Duration
+		pausedKeep     time.Duration
 		registryAllow  []string
 		withNet        bool
 		netCIDR        string
@@ -85,6 +87,7 @@ Stopping the server leaves sandboxes running; a restart adopts them.`,
 				Resources: resources, Warm: pools, MaxSandboxes: total, MaxPerKey: perKey,
 				TuneHost: true, Logger: logger, SandboxBinary: sandboxBinary(logger), CABundle: extraCAs,
 				ReadyTimeout: readyTimeout, RegistryAllow: registryAllow,
+				SnapshotTTL: snapshotTTL, PausedRetention: pausedKeep,
 			}
 			if withNet {
 				cfg.Network = &serve.NetworkConfig{CIDR: netCIDR, DNSUpstream: dnsUpstream, MaxConns: maxConns}
@@ -129,6 +132,8 @@ Stopping the server leaves sandboxes running; a restart adopts them.`,
 	cmd.Flags().IntVar(&warm, "warm", 4, "sandboxes of the base template kept started ahead of demand (0: start each on demand)")
 	cmd.Flags().StringToIntVar(&warmTemplates, "warm-template", nil, "warm pools of other templates, NAME=N (repeatable; base=N overrides --warm)")
 	cmd.Flags().StringSliceVar(&registryAllow, "registry-allow", nil, "a registry (HOST:PORT as image references write it, or HOST for every port) on a loopback or private address that template builds through the API may pull from; they pull from public addresses only otherwise (repeatable)")
+	cmd.Flags().DurationVar(&snapshotTTL, "snapshot-ttl", 0, "remove a snapshot this long after it is taken, unless its request said otherwise (0: keep until deleted)")
+	cmd.Flags().DurationVar(&pausedKeep, "paused-retention", 0, "kill a sandbox that has been paused this long (0: keep paused sandboxes until killed or resumed)")
 	cmd.Flags().DurationVar(&readyTimeout, "ready-timeout", sandbox.DefaultReadyTimeout, "how long a create waits for a template's ready command to pass before it fails")
 	cmd.Flags().BoolVar(&withNet, "network", true, "give sandboxes a network with egress policies (nftables, IPv4 forwarding); false: loopback only")
 	cmd.Flags().StringVar(&netCIDR, "network-cidr", "10.200.0.0/16", "private range sandbox links are numbered from (a /31 each)")

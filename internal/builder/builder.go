@@ -28,7 +28,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path"
@@ -592,7 +591,7 @@ func (b *Builder) step(ctx context.Context, st *state, name string, step templat
 		return nil
 	case template.StepWorkdir:
 		st.cfg.DefaultWorkdir = resolvePath(st.cfg.DefaultWorkdir, step.Args[0])
-		if stackFS(b.layerDirs(st.layers)).isDir(strings.TrimPrefix(st.cfg.DefaultWorkdir, "/")) {
+		if template.StackFS(b.layerDirs(st.layers)).IsDir(strings.TrimPrefix(st.cfg.DefaultWorkdir, "/")) {
 			// There already: nothing to make, no sandbox to start.
 			b.logf(st.bd, "info", name, "[%s] %s (exists)", name, desc)
 			return nil
@@ -703,21 +702,7 @@ func (b *Builder) runStep(ctx context.Context, st *state, name, cmd, user, cwd s
 	if code != 0 {
 		return "", fmt.Errorf("command %q exited with code %d", cmd, code)
 	}
-	pr, pw := io.Pipe()
-	go func() {
-		err := b.mgr.CaptureLayer(ctx, sb.ID, pw)
-		pw.CloseWithError(err)
-	}()
-	defer pr.Close()
-	var r io.Reader = pr
-	if b.caBundle != nil && !st.spec.KeepCABundle {
-		fr, fw := io.Pipe()
-		lower := stackFS(b.layerDirs(st.layers))
-		go func() { fw.CloseWithError(cabundle.FilterLayer(pr, fw, b.caBundle, lower)) }()
-		defer fr.Close()
-		r = fr
-	}
-	layer, err := b.store.AddLayerFromTar(ctx, st.lease, "build "+st.bd.Template+" step "+name, withoutRuntimeFiles(r))
+	layer, err := b.mgr.CaptureToStore(ctx, sb.ID, b.layerDirs(st.layers), st.lease, "build "+st.bd.Template+" step "+name, st.spec.KeepCABundle)
 	if err != nil {
 		return "", fmt.Errorf("capture the step's layer: %w", err)
 	}

@@ -297,107 +297,6 @@ func copyTarget(dest, root, rel string, typ byte, intoDir bool) string {
 	return dest
 }
 
-// withoutRuntimeFiles drops from a captured layer the files the runtime
-// writes into every sandbox at start (its hostname, hosts and resolver),
-// which belong to that sandbox, not to the template.
-func withoutRuntimeFiles(r io.Reader) io.Reader {
-	pr, pw := io.Pipe()
-	go func() {
-		tr := tar.NewReader(r)
-		tw := tar.NewWriter(pw)
-		var err error
-		for {
-			var hdr *tar.Header
-			hdr, err = tr.Next()
-			if errors.Is(err, io.EOF) {
-				err = tw.Close()
-				break
-			}
-			if err != nil {
-				break
-			}
-			switch path.Clean(hdr.Name) {
-			case "etc/hostname", "etc/hosts", "etc/resolv.conf":
-				continue
-			}
-			if err = tw.WriteHeader(hdr); err != nil {
-				break
-			}
-			if _, err = io.Copy(tw, tr); err != nil {
-				break
-			}
-		}
-		pw.CloseWithError(err)
-	}()
-	return pr
-}
-
-// stackFS is a read-only view of layers (bottom first) as a sandbox sees
-// them, for reading a few files: a name is looked up from the top down,
-// and a whiteout hides it. (Opaque directories are not honoured: enough
-// for the CA bundle filter, which reads known files.)
-type stackFS []string
-
-// Open implements fs.FS.
-func (s stackFS) Open(name string) (fs.File, error) {
-	p, err := s.find(name)
-	if err != nil {
-		return nil, &fs.PathError{Op: "open", Path: name, Err: err}
-	}
-	// Never through a symlink (ReadLink is how the reader follows one,
-	// inside the stack), never a FIFO or device.
-	f, err := os.OpenFile(p, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, err
-	}
-	if fi, err := f.Stat(); err != nil || !(fi.Mode().IsRegular() || fi.IsDir()) {
-		f.Close()
-		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrInvalid}
-	}
-	return f, nil
-}
-
-// ReadLink implements fs.ReadLinkFS, which the CA bundle filter needs.
-func (s stackFS) ReadLink(name string) (string, error) {
-	p, err := s.find(name)
-	if err != nil {
-		return "", &fs.PathError{Op: "readlink", Path: name, Err: err}
-	}
-	return os.Readlink(p)
-}
-
-// Lstat implements fs.ReadLinkFS.
-func (s stackFS) Lstat(name string) (fs.FileInfo, error) {
-	p, err := s.find(name)
-	if err != nil {
-		return nil, &fs.PathError{Op: "lstat", Path: name, Err: err}
-	}
-	return os.Lstat(p)
-}
-
-func (s stackFS) find(name string) (string, error) {
-	if !fs.ValidPath(name) {
-		return "", fs.ErrInvalid
-	}
-	for i := len(s) - 1; i >= 0; i-- {
-		p := filepath.Join(s[i], name)
-		if symlinkedParent(s[i], name) {
-			// The host would follow it out of the layer: what it leads to
-			// in the sandbox is not this view's to find.
-			return "", fs.ErrNotExist
-		}
-		var st unix.Stat_t
-		if err := unix.Lstat(p, &st); err != nil {
-			continue
-		}
-		if st.Mode&unix.S_IFMT == unix.S_IFCHR && st.Rdev == 0 {
-			return "", fs.ErrNotExist
-		}
-		return p, nil
-	}
-	return "", fs.ErrNotExist
-}
-
 // verifyFiles checks that the archive uploaded under a COPY step's
 // FilesHash holds what the hash says, where the hash can say it: when it
 // is the SHA-256 of the archive's bytes (as Hutch's own clients make it),
@@ -453,24 +352,6 @@ func verifyFiles(step template.Step, archivePath string) error {
 		return fmt.Errorf("the files uploaded for COPY %s do not match their hash %s (changed during the upload?): %w", step.Args[0], step.FilesHash, errdefs.ErrInvalidArgument)
 	}
 	return nil
-}
-
-// symlinkedParent reports whether a directory on the way from root to
-// name (a slash-separated path under it) is a symlink, or cannot be told.
-func symlinkedParent(root, name string) bool {
-	dir := root
-	parts := strings.Split(name, "/")
-	for _, part := range parts[:len(parts)-1] {
-		dir = filepath.Join(dir, part)
-		fi, err := os.Lstat(dir)
-		if err != nil {
-			return false // missing: nothing to follow
-		}
-		if fi.Mode()&fs.ModeSymlink != 0 {
-			return true
-		}
-	}
-	return false
 }
 
 // maxAccountFile bounds /etc/passwd and /etc/group as a build reads them.
@@ -533,18 +414,4 @@ func readInRoot(root, name string, max int64) ([]byte, error) {
 		return nil, fmt.Errorf("larger than %d bytes: %w", max, errdefs.ErrInvalidArgument)
 	}
 	return b, nil
-}
-
-// isDir reports whether name is a directory in the view (a symlink on the
-// way, or a whiteout, says no).
-func (s stackFS) isDir(name string) bool {
-	if name == "" {
-		return true
-	}
-	p, err := s.find(name)
-	if err != nil {
-		return false
-	}
-	fi, err := os.Lstat(p)
-	return err == nil && fi.IsDir()
 }

@@ -271,3 +271,10 @@ func toStatusError(err error) *StatusError {
 	}
 	return Internal(err)
 }
+
+// ErrorOf is err as the JSON error body [Write] would send, for an error
+// that goes inside a successful answer (a fork that failed among several).
+func ErrorOf(err error) *Error {
+	se := toStatusError(err)
+	return &Error{Code: se.Status, Message: se.Message, ErrorCode: se.ErrorCode}
+}

@@ -294,3 +294,48 @@ func orDefault(p *int32, def int32) int32 {
 
 // Validate accepts every pause body: {} and {"memory": bool}.
 func (r *PauseRequest) Validate() error { return nil }
+
+// SnapshotRequest is the body of POST /sandboxes/{id}/snapshots: {} or
+// {"name": "..."}.
+type SnapshotRequest struct {
+	// Name names the snapshot; nil or "" lets the server pick one.
+	Name *string `json:"name,omitempty"`
+	// TTL is Hutch's own: the snapshot's retention in seconds (nil: the
+	// server's default). E2B's SDKs do not send it.
+	TTL *int64 `json:"ttl,omitempty"`
+}
+
+// Validate checks the retention.
+func (r *SnapshotRequest) Validate() error {
+	if r.TTL != nil && *r.TTL < 0 {
+		return BadRequest("ttl must not be negative")
+	}
+	return nil
+}
+
+// ForkRequest is the body of POST /sandboxes/{id}/fork.
+type ForkRequest struct {
+	// Timeout of each fork in seconds; nil means [DefaultTimeoutV2].
+	Timeout *int32 `json:"timeout,omitempty"`
+	// Count is how many forks to make; nil means 1.
+	Count *int `json:"count,omitempty"`
+}
+
+// Validate checks the timeout.
+func (r *ForkRequest) Validate() error {
+	if r.Timeout == nil {
+		return nil
+	}
+	return ValidateTimeout("timeout", *r.Timeout)
+}
+
+// TimeoutSeconds is the forks' timeout with the default applied.
+func (r *ForkRequest) TimeoutSeconds() int32 { return orDefault(r.Timeout, DefaultTimeoutV2) }
+
+// CountOrDefault is the fork count with the default (1) applied.
+func (r *ForkRequest) CountOrDefault() int {
+	if r.Count == nil {
+		return 1
+	}
+	return *r.Count
+}

@@ -215,3 +215,20 @@ func (n *NetworkConfig) Redacted() *NetworkConfig {
 	c.EgressProxy = b
 	return &c
 }
+
+// SnapshotInfo is a snapshot in the answer to POST
+// /sandboxes/{id}/snapshots (201) and in GET /snapshots.
+type SnapshotInfo struct {
+	// SnapshotID is what creates a sandbox from it (templateID) and
+	// deletes it (DELETE /templates/{id}).
+	SnapshotID string `json:"snapshotID"`
+	// Names are the snapshot's "name:tag" refs.
+	Names []string `json:"names"`
+}
+
+// ForkResult is one item of the answer to POST /sandboxes/{id}/fork:
+// the fork's sandbox, or the error that kept it from being made.
+type ForkResult struct {
+	Sandbox *Sandbox `json:"sandbox,omitempty"`
+	Error   *Error   `json:"error,omitempty"`
+}

@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -103,20 +102,6 @@ func (m *Manager) Exec(ctx context.Context, id string, req ExecRequest) (int, er
 		return -1, err
 	}
 	return execIn(ctx, l.route, req)
-}
-
-// CaptureLayer freezes internal sandbox id and writes its writable layer
-// to w as an OCI layer tar (runtime.Sandbox.CaptureLayer). The sandbox
-// stays frozen; the caller discards it.
-func (m *Manager) CaptureLayer(ctx context.Context, id string, w io.Writer) error {
-	l, err := m.internalLive(id)
-	if err != nil {
-		return err
-	}
-	if err := l.sbx.Freeze(ctx); err != nil {
-		return fmt.Errorf("freeze sandbox %s: %w", id, err)
-	}
-	return l.sbx.CaptureLayer(ctx, w)
 }
 
 // Discard kills internal sandbox id and forgets it.

@@ -2,43 +2,101 @@ package sandbox
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
 	"github.com/hutch-sandbox/hutch/internal/runtime"
+	"github.com/hutch-sandbox/hutch/internal/store"
+	"github.com/hutch-sandbox/hutch/internal/template"
 )
 
-// Pausing keeps a sandbox to be resumed later, as E2B's pause does. The
-// one mode served so far keeps its memory: every process of the sandbox
-// is frozen in place (the runtime's Freeze: no CPU, no scheduling), its
-// memory stays where it is, its files, tokens, metadata and envs are
-// kept. It keeps its slot under the caps too: its memory is still the
-// host's to hold (a pause that moves memory to disk would give the slot
-// back). Resuming (Connect) thaws it. A paused sandbox has no expiry; it
-// is kept until killed.
+// Pausing keeps a sandbox to be resumed later, as E2B's pause does, in one
+// of two modes:
 //
-//	running ──Pause──► freezing ──► paused ──Connect──► thawing ──► running
-//	   record: running         record: paused           record: running
+//   - keeping memory (E2B's default): every process of the sandbox is
+//     frozen in place (the runtime's Freeze: no CPU, no scheduling); its
+//     memory stays where it is, and so does its slot under the caps, since
+//     the host still holds that memory. Resuming thaws it.
+//   - keeping files (keepMemory false, E2B's "filesystem" mode): the
+//     sandbox's writable layer becomes a build of the template store (named
+//     pausedName(id), of kind template.SnapshotPause) and the sandbox is
+//     deleted: no process, no memory, no slot, no network link. Resuming
+//     boots a new sandbox of the same id on that build (its template's start
+//     command runs again) and hands it the same tokens, envs and metadata.
 //
-// The record changes after the runtime did (freeze, then "paused"; thaw,
-// then "running"), and Recover makes the runtime agree with the record:
-// a server killed in between finds each sandbox running or paused, never
-// half.
+// Either way the files, id, tokens, metadata and envs are kept, and a paused
+// sandbox has no expiry (it is kept until killed, or the paused retention).
+//
+//	running ─Pause(memory)─► freeze ─► record paused ─────────Connect─► thaw ─► record running
+//	running ─Pause(files)──► freeze ─► capture build ─► record paused+build ─► delete sandbox
+//	paused+build ─Connect──► start sandbox of the build, same id ─► record running ─► adopt
+//
+// The record changes after the runtime did, and Recover makes the runtime
+// agree with the record: a server killed in between finds each sandbox
+// running or paused, never half. One operation at a time changes a
+// sandbox's state (lockOp): a second pause waits for the first, then finds
+// the sandbox paused.
 
-// ErrAlreadyPaused is Pause's error for a sandbox that is paused (or
-// being paused). It matches errdefs.ErrFailedPrecondition.
+// ErrAlreadyPaused is Pause's error for a sandbox that is paused. It matches
+// errdefs.ErrFailedPrecondition.
 var ErrAlreadyPaused = fmt.Errorf("sandbox is already paused: %w", errdefs.ErrFailedPrecondition)
 
-// ErrPauseWithoutMemory is Pause's error for a pause that keeps only the
-// files (E2B's keepMemory false, mode "filesystem"), which Hutch does not
-// serve yet. It matches errdefs.ErrNotImplemented.
-var ErrPauseWithoutMemory = fmt.Errorf("pausing without memory (keepMemory false, filesystem mode) is not supported by Hutch yet; a pause that keeps memory is: %w", errdefs.ErrNotImplemented)
+// pausedName is the template store name of the files of sandbox id paused
+// without its memory.
+func pausedName(id string) string { return "paused-" + id }
 
-// Pause pauses sandbox id of keyID, keeping its memory (keepMemory false
-// gives ErrPauseWithoutMemory). A paused sandbox gives ErrAlreadyPaused,
-// an unknown one errdefs.ErrNotFound.
+// opLock is one sandbox's operation lock; refs counts holders and waiters.
+type opLock struct {
+	ch   chan struct{}
+	refs int
+}
+
+// lockOp takes sandbox id's operation lock: pause, resume, snapshot, fork
+// and removal of one sandbox happen one at a time. It waits, or fails with
+// ctx's error.
+func (m *Manager) lockOp(ctx context.Context, id string) (unlock func(), err error) {
+	m.mu.Lock()
+	o := m.ops[id]
+	if o == nil {
+		o = &opLock{ch: make(chan struct{}, 1)}
+		m.ops[id] = o
+	}
+	o.refs++
+	m.mu.Unlock()
+	done := func() {
+		m.mu.Lock()
+		if o.refs--; o.refs == 0 {
+			delete(m.ops, id)
+		}
+		m.mu.Unlock()
+	}
+	select {
+	case o.ch <- struct{}{}:
+	case <-ctx.Done():
+		done()
+		return nil, ctx.Err()
+	}
+	return func() { <-o.ch; done() }, nil
+}
+
+// Pause pauses sandbox id of keyID, keeping its memory or only its files
+// (see above). A paused sandbox gives ErrAlreadyPaused, an unknown one
+// errdefs.ErrNotFound.
 func (m *Manager) Pause(ctx context.Context, keyID, id string, keepMemory bool) error {
+	unlock, err := m.lockOp(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return m.pauseLocked(ctx, keyID, id, keepMemory)
+}
+
+// pauseLocked is Pause with the sandbox's operation lock held.
+func (m *Manager) pauseLocked(ctx context.Context, keyID, id string, keepMemory bool) error {
 	rec, err := m.store.GetSandbox(ctx, keyID, id)
 	if err != nil {
 		return err
@@ -46,18 +104,18 @@ func (m *Manager) Pause(ctx context.Context, keyID, id string, keepMemory bool) 
 	if rec.State == string(StatePaused) {
 		return ErrAlreadyPaused
 	}
-	if !keepMemory {
-		return ErrPauseWithoutMemory
-	}
 	m.mu.Lock()
 	l := m.live[id]
 	if l == nil || l.internal {
 		m.mu.Unlock()
 		return fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
 	}
-	if l.paused || l.pausing {
-		m.mu.Unlock()
-		return ErrAlreadyPaused
+	if keepMemory {
+		// Frozen, it still holds its memory: a frozen slot of its own.
+		if err := m.frozen.take(l.keyID); err != nil {
+			m.mu.Unlock()
+			return fmt.Errorf("pause sandbox %s: %w", id, err)
+		}
 	}
 	// From here nothing routes to it: a request that reached it before
 	// may still be answered, one after waits for no frozen process.
@@ -68,8 +126,12 @@ func (m *Manager) Pause(ctx context.Context, keyID, id string, keepMemory bool) 
 	}
 	m.mu.Unlock()
 	undo := func() {
+		l.sbx.Thaw(context.Background())
 		m.mu.Lock()
 		l.pausing = false
+		if keepMemory {
+			m.frozen.give(l.keyID)
+		}
 		m.mu.Unlock()
 		m.schedule(id, rec.EndAt)
 	}
@@ -77,15 +139,74 @@ func (m *Manager) Pause(ctx context.Context, keyID, id string, keepMemory bool) 
 		undo()
 		return fmt.Errorf("pause sandbox %s: %w", id, err)
 	}
-	if err := m.store.SetState(ctx, id, string(StatePaused)); err != nil {
-		l.sbx.Thaw(context.Background())
+	m.step("pause.frozen")
+	if !keepMemory {
+		if err := m.pauseFiles(ctx, l, &rec); err != nil {
+			undo()
+			return fmt.Errorf("pause sandbox %s: %w", id, err)
+		}
+		return nil
+	}
+	var info runtimeInfo
+	json.Unmarshal([]byte(rec.Runtime), &info)
+	info.PausedAt = time.Now().UTC()
+	paused, _ := json.Marshal(info)
+	if err := m.store.SetStateRuntime(ctx, id, string(StatePaused), string(paused)); err != nil {
 		undo()
 		return fmt.Errorf("pause sandbox %s: %w", id, err)
 	}
 	m.mu.Lock()
 	l.pausing, l.paused = false, true
+	m.run.give(l.keyID) // it holds the frozen slot taken above instead
 	m.mu.Unlock()
 	return nil
+}
+
+// pauseFiles turns frozen sandbox l into its files: a build of the template
+// store, recorded with the sandbox, which is then deleted.
+func (m *Manager) pauseFiles(ctx context.Context, l *live, rec *store.Sandbox) error {
+	id := rec.ID
+	t, err := m.captureBuild(ctx, l, rec.KeyID, pausedName(id), true, template.SnapshotOf{Sandbox: id, Kind: template.SnapshotPause})
+	if err != nil {
+		return err
+	}
+	m.step("pause.captured")
+	info, _ := json.Marshal(runtimeInfo{PausedBuild: t.ID, PausedAt: time.Now().UTC()})
+	if err := m.store.SetStateRuntime(ctx, id, string(StatePaused), string(info)); err != nil {
+		m.templates.Remove(t.ID, nil)
+		return err
+	}
+	m.step("pause.recorded")
+	// Recorded: from here the sandbox is its files. Its processes go; a
+	// failure to delete them is logged and swept by the next Recover.
+	m.mu.Lock()
+	delete(m.live, id)
+	m.releaseLiveLocked(l)
+	m.mu.Unlock()
+	m.dropRuntime(ctx, id, l)
+	return nil
+}
+
+// dropRuntime removes what sandbox id holds on the host while it runs: its
+// route, network link, runtime sandbox and envd sockets. Its record and
+// live entry are the caller's.
+func (m *Manager) dropRuntime(ctx context.Context, id string, l *live) {
+	if l != nil {
+		l.route.close()
+	}
+	if m.net != nil {
+		if err := m.net.Detach(ctx, id); err != nil {
+			m.logger.Warn("detach sandbox network", "id", id, "err", err)
+		}
+	}
+	if sbx, err := m.rt.Load(ctx, id); err == nil {
+		if err := sbx.Delete(ctx); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			m.logger.Warn("delete sandbox", "id", id, "err", err)
+		}
+	}
+	api, control := m.socketPaths(id)
+	os.Remove(api)
+	os.Remove(control)
 }
 
 // minResumeLife is the least a resumed sandbox lives: clients connect
@@ -93,61 +214,130 @@ func (m *Manager) Pause(ctx context.Context, keyID, id string, keepMemory bool) 
 // which must not end a sandbox they resumed a second later.
 const minResumeLife = time.Minute
 
-// resume thaws paused sandbox id of keyID and gives it d (at least
-// minResumeLife) to live. (It kept its slot while paused.)
-func (m *Manager) resume(ctx context.Context, keyID, id string, d time.Duration) error {
+// resumeLocked resumes paused sandbox rec and gives it d (at least
+// minResumeLife) to live; the sandbox's operation lock is held. reboot
+// boots one that kept its memory again on its files instead.
+func (m *Manager) resumeLocked(ctx context.Context, rec *store.Sandbox, d time.Duration, reboot bool) error {
 	d = max(d, minResumeLife)
-	// Another pause or resume of it under way: wait for it, then go on
-	// from what it left (two requests that wake one sandbox both get it).
-	var l *live
-	for wait := 10 * time.Second; ; wait -= 10 * time.Millisecond {
-		m.mu.Lock()
-		l = m.live[id]
-		if l == nil || !l.pausing || wait <= 0 {
-			break
+	id := rec.ID
+	var info runtimeInfo
+	json.Unmarshal([]byte(rec.Runtime), &info)
+	m.mu.Lock()
+	l := m.live[id]
+	m.mu.Unlock()
+	if reboot && info.PausedBuild == "" && l != nil && l.paused {
+		if err := m.pauseFiles(ctx, l, rec); err != nil {
+			return fmt.Errorf("reboot sandbox %s: %w", id, err)
 		}
-		m.mu.Unlock()
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(10 * time.Millisecond):
+		r, err := m.store.GetSandbox(ctx, "", id)
+		if err != nil {
+			return err
 		}
+		*rec = r
+		json.Unmarshal([]byte(rec.Runtime), &info)
 	}
-	switch {
-	case l == nil:
+	if info.PausedBuild != "" {
+		return m.resumeFiles(ctx, rec, info.PausedBuild, d)
+	}
+	m.mu.Lock()
+	if l == nil || !l.paused {
 		m.mu.Unlock()
 		return fmt.Errorf("paused sandbox %s: %w", id, errdefs.ErrNotFound)
-	case l.pausing:
-		m.mu.Unlock()
-		return fmt.Errorf("sandbox %s is being paused; connect again: %w", id, errdefs.ErrUnavailable)
-	case !l.paused:
-		m.mu.Unlock()
-		return nil // resumed by the request it waited for
 	}
-	l.pausing = true // resuming: one at a time
+	// Running again, it takes a running slot (and gives its frozen one
+	// back once it runs).
+	if err := m.run.take(l.keyID); err != nil {
+		m.mu.Unlock()
+		return fmt.Errorf("resume sandbox %s: %w", id, err)
+	}
+	l.pausing = true // resuming
 	m.mu.Unlock()
 	fail := func(err error) error {
+		l.sbx.Freeze(context.Background())
 		m.mu.Lock()
 		l.pausing = false
+		m.run.give(l.keyID)
 		m.mu.Unlock()
 		return fmt.Errorf("resume sandbox %s: %w", id, err)
 	}
 	if err := l.sbx.Thaw(ctx); err != nil {
 		return fail(err)
 	}
+	m.step("resume.thawed")
 	end := time.Now().Add(d)
 	if err := m.store.SetEndAt(ctx, id, end); err != nil {
-		l.sbx.Freeze(context.Background())
 		return fail(err)
 	}
-	if err := m.store.SetState(ctx, id, string(StateRunning)); err != nil {
-		l.sbx.Freeze(context.Background())
+	info.PausedAt = time.Time{}
+	running, _ := json.Marshal(info)
+	if err := m.store.SetStateRuntime(ctx, id, string(StateRunning), string(running)); err != nil {
 		return fail(err)
 	}
 	m.mu.Lock()
 	l.pausing, l.paused = false, false
+	m.frozen.give(l.keyID)
 	m.mu.Unlock()
 	m.schedule(id, end)
+	return nil
+}
+
+// resumeFiles boots sandbox rec again from the build its files were kept
+// in (pauseFiles), under its own id and tokens, for d.
+func (m *Manager) resumeFiles(ctx context.Context, rec *store.Sandbox, build string, d time.Duration) (retErr error) {
+	id := rec.ID
+	tpl, err := m.templates.Get(build)
+	if err != nil {
+		return fmt.Errorf("resume sandbox %s: its files: %w", id, err)
+	}
+	sb := fromRecord(rec)
+	egress, err := parseEgress(sb.Network)
+	if err != nil {
+		return err
+	}
+	if err := m.reserve(rec.KeyID); err != nil {
+		return err
+	}
+	adopted := false
+	defer func() {
+		if !adopted {
+			m.release(rec.KeyID)
+		}
+	}()
+	mounts, err := m.mountsOf(sb)
+	if err != nil {
+		return fmt.Errorf("resume sandbox %s: %w", id, err)
+	}
+	st, err := m.startAs(ctx, id, tpl, mounts)
+	if err != nil {
+		return fmt.Errorf("resume sandbox %s: %w", id, err)
+	}
+	m.step("resume.started")
+	defer func() {
+		if retErr != nil {
+			if m.net != nil {
+				m.net.Detach(context.Background(), id)
+			}
+			st.discard()
+		}
+	}()
+	if err := m.attachNetwork(ctx, st.sbx, st.route, egress, ""); err != nil {
+		return err
+	}
+	if err := m.initEnvd(ctx, st.route, sb, tpl); err != nil {
+		return err
+	}
+	end := time.Now().Add(d)
+	if err := m.store.SetEndAt(ctx, id, end); err != nil {
+		return err
+	}
+	info, _ := json.Marshal(runtimeInfo{Socket: st.route.api, Control: st.route.control})
+	if err := m.store.SetStateRuntime(ctx, id, string(StateRunning), string(info)); err != nil {
+		return err
+	}
+	m.step("resume.recorded")
+	sb.State, sb.EndAt = StateRunning, end
+	m.adopt(st.sbx, st.route, sb, false)
+	adopted = true
 	return nil
 }
 
@@ -195,21 +385,29 @@ func (m *Manager) extend(ctx context.Context, id string, d time.Duration) error 
 // Wake resumes paused sandbox id when it was made to resume on traffic
 // (E2B's autoResume), for DefaultTimeout: the edge router calls it for a
 // request to a sandbox it found no route to. It reports whether the
-// sandbox runs now.
+// sandbox runs now. Only a sandbox paused with its memory is woken this way
+// (a pause of files only must be resumed by a connect, as at E2B).
 func (m *Manager) Wake(ctx context.Context, id string) bool {
 	m.mu.Lock()
 	l := m.live[id]
-	// One being resumed by another request is waited for (resume).
 	ok := l != nil && (l.paused || l.pausing) && l.autoResume && !l.internal
-	var keyID string
-	if ok {
-		keyID = l.keyID
-	}
 	m.mu.Unlock()
 	if !ok {
 		return false
 	}
-	if err := m.resume(ctx, keyID, id, DefaultTimeout); err != nil {
+	unlock, err := m.lockOp(ctx, id)
+	if err != nil {
+		return false
+	}
+	defer unlock()
+	rec, err := m.store.GetSandbox(ctx, "", id)
+	if err != nil {
+		return false
+	}
+	if rec.State != string(StatePaused) {
+		return true // resumed by the request it waited for
+	}
+	if err := m.resumeLocked(ctx, &rec, DefaultTimeout, false); err != nil {
 		m.logger.Info("auto-resume of a paused sandbox", "id", id, "err", err)
 		return false
 	}

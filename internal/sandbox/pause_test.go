@@ -44,7 +44,9 @@ func count(t *testing.T, m *Manager, id string) int {
 // counting in its memory stops counting while paused and goes on from
 // where it was after the resume (Connect), with the same id; while paused
 // the sandbox is listed paused, nothing routes to it, a second pause is
-// refused, and it keeps its slot (its memory is still held).
+// refused, and it gives its running slot back for a frozen one: another
+// sandbox of the key runs beside it, but it cannot be resumed while that
+// one runs, nor can another be paused with its memory.
 func TestPauseKeepsMemory(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
@@ -71,10 +73,23 @@ func TestPauseKeepsMemory(t *testing.T) {
 	if _, ok := m.Transport(sb.ID, envdapi.Port); ok {
 		t.Error("a paused sandbox is routable")
 	}
-	// It keeps its slot: no other sandbox of the key fits beside it.
+	// Its running slot is free: another sandbox of the key runs beside it.
+	other, err := m.Create(ctx, CreateRequest{Timeout: time.Minute})
+	if err != nil {
+		t.Fatalf("a create beside a paused sandbox: %v", err)
+	}
 	var le *LimitError
-	if _, err := m.Create(ctx, CreateRequest{}); !errors.As(err, &le) {
-		t.Errorf("a create past the cap beside a paused sandbox = %v, want a LimitError", err)
+	if _, _, err := m.Connect(ctx, "", sb.ID, time.Minute); !errors.As(err, &le) || le.Frozen {
+		t.Errorf("a resume past the running cap = %v, want a LimitError", err)
+	}
+	if err := m.Pause(ctx, "", other.ID, true); !errors.As(err, &le) || !le.Frozen {
+		t.Errorf("a pause with memory past the frozen cap = %v, want a LimitError for paused sandboxes", err)
+	}
+	if got, _ := m.Get(ctx, "", other.ID); got == nil || got.State != StateRunning {
+		t.Errorf("a refused pause left %+v", got)
+	}
+	if err := m.Kill(ctx, "", other.ID); err != nil {
+		t.Fatal(err)
 	}
 	// A paused sandbox has no expiry: a timeout or a refresh does not
 	// arm one (review 13: a paused sandbox was killed by its timer).
@@ -140,9 +155,6 @@ func TestPausedSurvivesRestart(t *testing.T) {
 	}
 	if err := second.Pause(ctx, "", "no-such-sandbox", true); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("pause of an unknown sandbox = %v, want not found", err)
-	}
-	if err := second.Pause(ctx, "", sb.ID, false); !errors.Is(err, errdefs.ErrNotImplemented) {
-		t.Errorf("pause without memory = %v, want not implemented", err)
 	}
 }
 

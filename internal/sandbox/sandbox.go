@@ -66,6 +66,12 @@ type Options struct {
 	// ReadyTimeout bounds the wait for a template's ready command;
 	// 0 means DefaultReadyTimeout.
 	ReadyTimeout time.Duration
+	// SnapshotTTL is how long a snapshot is kept when its request gave
+	// no retention; 0 keeps it until it is deleted.
+	SnapshotTTL time.Duration
+	// PausedRetention removes a sandbox paused that long; 0 keeps paused
+	// sandboxes until they are killed or resumed.
+	PausedRetention time.Duration
 	// CABundle, when not nil, are CA certificates every sandbox trusts
 	// beside its template's own: envd installs them at the /init of each
 	// create (so a warm sandbox gets them when it is handed out, not when
@@ -87,9 +93,11 @@ type Manager struct {
 	resources runtime.Resources
 	caBundle  string // PEM; "" for none
 	volumes   *volume.Manager
+	bundle    *cabundle.Bundle
 	logger    *slog.Logger
 
 	mu     sync.Mutex
+	ops    map[string]*opLock // see lockOp
 	timers map[string]*time.Timer
 	live   map[string]*live // every sandbox this manager runs
 	pools  map[string]*pool // warm pools by template; nil until Recover
@@ -99,14 +107,27 @@ type Manager struct {
 	// while there are any (pool.go).
 	cold atomic.Int32
 	// The caps on running sandboxes and what holds them (limits.go):
-	// held counts, per key, running sandboxes and creates in flight.
-	maxTotal, maxPerKey int
-	held                map[string]int
-	heldAll             int
+	// run counts, per key, running sandboxes and creates in flight;
+	// frozen, the sandboxes paused with their memory.
+	run, frozen *slots
 	// ctx ends with Close: it stops the sampler, the pool and the watches.
 	ctx          context.Context
 	cancel       context.CancelFunc
 	readyTimeout time.Duration // see Options.ReadyTimeout
+	// snapshotTTL and pausedTTL are Options.SnapshotTTL and PausedRetention.
+	snapshotTTL, pausedTTL time.Duration
+	// crash, set by tests only, is called at each step of pause, resume,
+	// snapshot and fork (see step): a test makes it end the goroutine there,
+	// as a server killed at that step would stop.
+	crash func(step string)
+}
+
+// step marks a point in a pause, resume, snapshot or fork where a server
+// may be killed; tests inject the kill there (crash).
+func (m *Manager) step(name string) {
+	if m.crash != nil {
+		m.crash(name)
+	}
 }
 
 // live is what the manager keeps of a running sandbox.
@@ -141,18 +162,20 @@ func New(opts Options) (*Manager, error) {
 	}
 	m := &Manager{
 		rt: opts.Runtime, store: opts.Store, templates: opts.Templates, sockets: sockets,
-		resources: opts.Resources, logger: logger, timers: map[string]*time.Timer{}, live: map[string]*live{}, warm: opts.Warm, net: opts.Network,
-		maxTotal: opts.MaxSandboxes, maxPerKey: opts.MaxPerKey, held: map[string]int{},
-		readyTimeout: opts.ReadyTimeout, volumes: opts.Volumes,
+		resources: opts.Resources, logger: logger, timers: map[string]*time.Timer{}, ops: map[string]*opLock{}, live: map[string]*live{}, warm: opts.Warm, net: opts.Network,
+		run: newSlots(opts.MaxPerKey, opts.MaxSandboxes, false), frozen: newSlots(opts.MaxPerKey, opts.MaxSandboxes, true),
+		readyTimeout: opts.ReadyTimeout, volumes: opts.Volumes, snapshotTTL: opts.SnapshotTTL, pausedTTL: opts.PausedRetention,
 	}
 	if m.readyTimeout <= 0 {
 		m.readyTimeout = DefaultReadyTimeout
 	}
 	if opts.CABundle != nil {
 		m.caBundle = string(opts.CABundle.PEM())
+		m.bundle = opts.CABundle
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	go m.sampleLoop()
+	go m.sweepLoop(time.Minute)
 	return m, nil
 }
 
@@ -176,14 +199,22 @@ type CreateRequest struct {
 	// through the API or the edge router, only through Exec,
 	// CaptureLayer and Discard. A restarted server sweeps it as an orphan.
 	Internal bool
+	// alias, when set, is reported as the name the template was asked
+	// for by (a fork's: its source's, not its build's id).
+	alias string
 }
 
 // runtimeInfo is what the store keeps for re-adopting a sandbox: its
 // envd's API and control sockets (Control is empty for a sandbox made
 // before envd had one).
 type runtimeInfo struct {
-	Socket  string `json:"socket"`
+	Socket  string `json:"socket,omitempty"`
 	Control string `json:"control,omitempty"`
+	// PausedBuild is the template store build that holds the files of a
+	// sandbox paused without its memory (which has no sockets then), and
+	// PausedAt when it was paused.
+	PausedBuild string    `json:"pausedBuild,omitempty"`
+	PausedAt    time.Time `json:"pausedAt,omitzero"`
 }
 
 // ErrPrivateInsecure is Create's error for a sandbox closed to public
@@ -234,6 +265,14 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (_ *Sandbox, re
 	if err := tpl.MayUse(req.KeyID); err != nil {
 		return nil, err
 	}
+	if tpl.Snapshot != nil && tpl.Snapshot.Kind == template.SnapshotPause {
+		// A paused sandbox's files are its own, resumed by a connect.
+		return nil, fmt.Errorf("template %q does not exist: %w", req.Template, errdefs.ErrNotFound)
+	}
+	alias := req.Template
+	if req.alias != "" {
+		alias = req.alias
+	}
 	if req.Timeout == 0 {
 		req.Timeout = DefaultTimeout
 	}
@@ -277,7 +316,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (_ *Sandbox, re
 	}()
 
 	sb := &Sandbox{
-		ID: st.sbx.ID(), TemplateID: tpl.Name, Alias: req.Template, KeyID: req.KeyID, State: StateRunning,
+		ID: st.sbx.ID(), TemplateID: tpl.Name, Alias: alias, KeyID: req.KeyID, State: StateRunning,
 		EnvdVersion: envdapi.Version, Secure: req.Secure,
 		Limits: Limits{CPUs: int(max(m.resources.CPUs, 1)), MemoryMB: int(m.resources.MemoryBytes >> 20),
 			DiskMB: int(m.resourcesOf(tpl).DiskBytes >> 20)},
@@ -358,6 +397,23 @@ func (m *Manager) holdVolumes(ctx context.Context, req CreateRequest) (_ []runti
 	return mounts, release, nil
 }
 
+// mountsOf is what the runtime mounts for the volumes of sb, a recorded
+// sandbox booted again (a resume without memory): its record keeps the
+// volumes in use, so they still exist.
+func (m *Manager) mountsOf(sb *Sandbox) ([]runtime.Mount, error) {
+	if len(sb.Volumes) == 0 {
+		return nil, nil
+	}
+	if m.volumes == nil {
+		return nil, fmt.Errorf("it mounts volumes, and volumes are not enabled on this server: %w", errdefs.ErrNotImplemented)
+	}
+	var out []runtime.Mount
+	for _, v := range sb.Volumes {
+		out = append(out, runtime.Mount{Source: m.volumes.Dir(v.VolumeID), Target: v.Path})
+	}
+	return out, nil
+}
+
 // orEmpty is m, or an empty map for nil: a sandbox's maps are never nil.
 func orEmpty(m map[string]string) map[string]string {
 	if m == nil {
@@ -374,7 +430,7 @@ func (m *Manager) unadopt(id string) {
 	defer m.mu.Unlock()
 	if l := m.live[id]; l != nil {
 		delete(m.live, id)
-		m.releaseLocked(l.keyID)
+		m.releaseLiveLocked(l)
 	}
 	if t := m.timers[id]; t != nil {
 		t.Stop()
@@ -408,7 +464,12 @@ func (s *started) discard() {
 // two sockets the manager made in DataDir/sockets (see route): the control
 // socket as descriptor 3, the API socket as 4.
 func (m *Manager) start(ctx context.Context, tpl *template.Template, mounts []runtime.Mount) (_ *started, retErr error) {
-	id := newID()
+	return m.startAs(ctx, newID(), tpl, mounts)
+}
+
+// startAs is start with the sandbox's id given: a sandbox paused without
+// its memory comes back under its own.
+func (m *Manager) startAs(ctx context.Context, id string, tpl *template.Template, mounts []runtime.Mount) (_ *started, retErr error) {
 	api, control := m.socketPaths(id)
 	var files []*os.File
 	defer func() {
@@ -492,16 +553,23 @@ func (m *Manager) watch(sbx runtime.Sandbox) {
 	if _, err := sbx.Wait(m.ctx); err != nil {
 		return // the manager is closing, or the sandbox is not ours to wait on
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	// Under the sandbox's lock: a pause of its files deletes the runtime
+	// sandbox on purpose, and a resume makes a new one of the same id.
+	unlock, err := m.lockOp(ctx, sbx.ID())
+	if err != nil {
+		return
+	}
+	defer unlock()
 	m.mu.Lock()
-	_, running := m.live[sbx.ID()]
+	l := m.live[sbx.ID()]
 	m.mu.Unlock()
-	if !running {
-		return // killed or expired through the manager
+	if l == nil || l.sbx != sbx {
+		return // killed, expired or paused through the manager
 	}
 	m.logger.Info("sandbox ended: its envd exited", "id", sbx.ID())
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := m.remove(ctx, sbx.ID()); err != nil {
+	if err := m.removeLocked(ctx, sbx.ID()); err != nil {
 		m.logger.Warn("remove ended sandbox", "id", sbx.ID(), "err", err)
 	}
 }
@@ -625,6 +693,16 @@ func (m *Manager) Kill(ctx context.Context, keyID, id string) error {
 }
 
 func (m *Manager) remove(ctx context.Context, id string) error {
+	unlock, err := m.lockOp(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return m.removeLocked(ctx, id)
+}
+
+// removeLocked is remove with the sandbox's operation lock held.
+func (m *Manager) removeLocked(ctx context.Context, id string) error {
 	m.mu.Lock()
 	if t := m.timers[id]; t != nil {
 		t.Stop()
@@ -633,7 +711,7 @@ func (m *Manager) remove(ctx context.Context, id string) error {
 	l := m.live[id]
 	delete(m.live, id)
 	if l != nil {
-		m.releaseLocked(l.keyID)
+		m.releaseLiveLocked(l)
 	}
 	m.mu.Unlock()
 	if l != nil {
@@ -659,6 +737,11 @@ func (m *Manager) remove(ctx context.Context, id string) error {
 	api, control := m.socketPaths(id)
 	os.Remove(api)
 	os.Remove(control)
+	// The files it was paused with, if it ever was; unmounted now, so
+	// collected at once.
+	if err := m.templates.Remove(pausedName(id), nil); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+		m.logger.Warn("remove a paused sandbox's files", "id", id, "err", err)
+	}
 	return nil
 }
 
@@ -684,16 +767,41 @@ func (m *Manager) SetTimeout(ctx context.Context, keyID, id string, d time.Durat
 // A paused sandbox is resumed (see pause.go): resumed reports it, and
 // its life is then d from now.
 func (m *Manager) Connect(ctx context.Context, keyID, id string, d time.Duration) (sb *Sandbox, resumed bool, err error) {
+	return m.connect(ctx, keyID, id, d, false)
+}
+
+// ConnectReboot is Connect that resumes a paused sandbox by booting it
+// again on its files (E2B's onResume "reboot"), whichever way it was
+// paused: a sandbox that kept its memory loses it.
+func (m *Manager) ConnectReboot(ctx context.Context, keyID, id string, d time.Duration) (sb *Sandbox, resumed bool, err error) {
+	return m.connect(ctx, keyID, id, d, true)
+}
+
+func (m *Manager) connect(ctx context.Context, keyID, id string, d time.Duration, reboot bool) (sb *Sandbox, resumed bool, err error) {
 	rec, err := m.store.GetSandbox(ctx, keyID, id)
 	if err != nil {
 		return nil, false, err
 	}
 	if rec.State == string(StatePaused) {
-		if err := m.resume(ctx, keyID, id, d); err != nil {
+		unlock, err := m.lockOp(ctx, id)
+		if err != nil {
 			return nil, false, err
 		}
-		sb, err := m.Get(ctx, keyID, id)
-		return sb, true, err
+		// Read again under the lock: another connect may have resumed
+		// it, a kill removed it.
+		rec, err = m.store.GetSandbox(ctx, keyID, id)
+		if err == nil && rec.State == string(StatePaused) {
+			err = m.resumeLocked(ctx, &rec, d, reboot)
+			resumed = err == nil
+		}
+		unlock()
+		if err != nil {
+			return nil, false, err
+		}
+		if resumed {
+			sb, err := m.Get(ctx, keyID, id)
+			return sb, true, err
+		}
 	}
 	if err := m.extend(ctx, id, d); err != nil {
 		return nil, false, err
@@ -718,10 +826,16 @@ func (m *Manager) schedule(id string, end time.Time) {
 	m.timers[id] = time.AfterFunc(time.Until(end), func() { m.expire(id) })
 }
 
-// expire kills a sandbox whose time is up, unless it was extended since.
+// expire kills a sandbox whose time is up, unless it was extended since,
+// or pauses it when its creator asked for that.
 func (m *Manager) expire(id string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
+	unlock, err := m.lockOp(ctx, id)
+	if err != nil {
+		return
+	}
+	defer unlock()
 	rec, err := m.store.GetSandbox(ctx, "", id)
 	if err != nil || rec.State == string(StatePaused) {
 		return // gone, or paused: a paused sandbox has no expiry
@@ -733,31 +847,23 @@ func (m *Manager) expire(id string) {
 	if rec.AutoPause {
 		// Paused rather than killed, as its creator asked (E2B's
 		// lifecycle onTimeout "pause").
-		if err := m.Pause(ctx, "", id, true); err != nil && !errors.Is(err, ErrAlreadyPaused) {
+		err := m.pauseLocked(ctx, "", id, !rec.AutoPauseFilesystem)
+		var limit *LimitError
+		if errors.As(err, &limit) {
+			// No room to keep its memory: its files are kept instead,
+			// rather than it running on past its time.
+			m.logger.Info("pausing without memory at the timeout", "id", id, "reason", err)
+			err = m.pauseLocked(ctx, "", id, false)
+		}
+		if err != nil && !errors.Is(err, ErrAlreadyPaused) {
 			m.logger.Warn("pause sandbox at its timeout", "id", id, "err", err)
 			return
 		}
-		m.logger.Info("sandbox paused at its timeout", "id", id)
+		m.logger.Info("sandbox paused at its timeout", "id", id, "keepMemory", !rec.AutoPauseFilesystem)
 		return
 	}
-	// Claimed under the lock: a pause that began meanwhile wins, one
-	// after finds it going (and says already paused, never 204 then kill).
-	m.mu.Lock()
-	if l := m.live[id]; l != nil {
-		if l.paused || l.pausing {
-			m.mu.Unlock()
-			return
-		}
-		l.pausing = true
-	}
-	m.mu.Unlock()
-	if err := m.remove(ctx, id); err != nil {
+	if err := m.removeLocked(ctx, id); err != nil {
 		m.logger.Warn("expire sandbox", "id", id, "err", err)
-		m.mu.Lock()
-		if l := m.live[id]; l != nil {
-			l.pausing = false // still here: pause and resume may have it again
-		}
-		m.mu.Unlock()
 		return
 	}
 	m.logger.Info("sandbox expired", "id", id)
@@ -791,12 +897,27 @@ func (m *Manager) Recover(ctx context.Context) error {
 		running := false
 		sbx, err := m.rt.Load(ctx, rec.ID)
 		paused := rec.State == string(StatePaused)
+		var info runtimeInfo
+		if paused && json.Unmarshal([]byte(rec.Runtime), &info) == nil && info.PausedBuild != "" {
+			// Paused as its files, which are in the template store. A
+			// runtime sandbox of its id is what a server killed after
+			// recording the pause, or mid-resume, left: the record wins.
+			if err == nil {
+				m.logger.Info("removing the processes of a sandbox recorded paused without memory", "id", rec.ID)
+				if err := sbx.Delete(ctx); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+					return fmt.Errorf("sandbox %s: %w", rec.ID, err)
+				}
+			}
+			api, control := m.socketPaths(rec.ID)
+			os.Remove(api)
+			os.Remove(control)
+			continue
+		}
 		if err == nil {
 			if st, err := sbx.Status(ctx); err == nil && (st.State == runtime.StateRunning || st.State == runtime.StateFrozen) {
 				running = agree(ctx, sbx, st.State, paused) == nil
 			}
 		}
-		var info runtimeInfo
 		if json.Unmarshal([]byte(rec.Runtime), &info) != nil || info.Socket == "" {
 			running = false
 		}
@@ -827,7 +948,13 @@ func (m *Manager) Recover(ctx context.Context) error {
 		}
 	}
 	for _, a := range alive {
-		m.hold(a.sb.KeyID)
+		m.mu.Lock()
+		if a.sb.State == StatePaused {
+			m.frozen.add(a.sb.KeyID)
+		} else {
+			m.run.add(a.sb.KeyID)
+		}
+		m.mu.Unlock()
 		m.adopt(a.sbx, newRoute(a.info.Socket, a.info.Control), a.sb, false)
 	}
 	statuses, err := m.rt.List(ctx)

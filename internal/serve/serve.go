@@ -62,6 +62,8 @@ type Config struct {
 	// ReadyTimeout bounds the wait for a template's ready command (see
 	// sandbox.Options.ReadyTimeout).
 	ReadyTimeout time.Duration
+	// SnapshotTTL and PausedRetention are sandbox.Options'.
+	SnapshotTTL, PausedRetention time.Duration
 	// RegistryAllow are the registries on loopback or private addresses
 	// template builds may pull from (see builder.Options.RegistryAllow).
 	RegistryAllow []string
@@ -145,6 +147,7 @@ func Open(ctx context.Context, cfg Config) (_ *Server, retErr error) {
 		Runtime: rt, Store: s.Store, Templates: templates, DataDir: cfg.DataDir, Logger: logger,
 		Resources: cfg.Resources, Warm: cfg.Warm, Network: s.nets.manager(),
 		MaxSandboxes: cfg.MaxSandboxes, MaxPerKey: cfg.MaxPerKey, CABundle: cfg.CABundle, ReadyTimeout: cfg.ReadyTimeout,
+		SnapshotTTL: cfg.SnapshotTTL, PausedRetention: cfg.PausedRetention,
 		Volumes: vols,
 	})
 	if err != nil {

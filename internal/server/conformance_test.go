@@ -126,18 +126,37 @@ func TestResponsesMatchDocument(t *testing.T) {
 	testTemplateAPI(t, call)
 
 	call("POST", "/v2/sandboxes", `{"templateID":"no-such-template"}`, valid, 404)
-	call("POST", "/v2/sandboxes", `{"templateID":"base","autoPause":true,"autoPauseMemory":false}`, valid, 501)
+	fsPaused := idOf(call("POST", "/v2/sandboxes", `{"templateID":"base","autoPause":true,"autoPauseMemory":false}`, valid, 201))
+	call("DELETE", "/sandboxes/"+fsPaused, "", valid, 204)
 	call("POST", "/v2/sandboxes", `{"templateID":"base","autoResume":{"enabled":true}}`, valid, 400)
 	call("POST", "/sandboxes/"+id+"/timeout", `{"timeout":-1}`, invalid, 400)
 	call("GET", "/sandboxes/nope", "", valid, 404)
-	call("POST", "/sandboxes/"+id+"/pause", `{"memory":false}`, valid, 501)
+	call("POST", "/sandboxes/"+id+"/pause", `{"memory":false}`, valid, 204)
+	call("POST", "/sandboxes/"+id+"/pause", `{"memory":false}`, valid, 409)
+	call("POST", "/v2/sandboxes/"+id+"/connect", `{"timeout":120}`, valid, 201)
 	call("POST", "/sandboxes/"+id+"/pause", `{}`, valid, 204)
 	call("POST", "/sandboxes/"+id+"/pause", ``, valid, 409)
 	call("GET", "/v2/sandboxes?state=paused", "", valid, 200)
-	call("POST", "/v2/sandboxes/"+id+"/connect", `{"memory":false}`, valid, 501)
-	call("POST", "/v2/sandboxes/"+id+"/connect", `{"timeout":120}`, valid, 201)
+	call("POST", "/v2/sandboxes/"+id+"/connect", `{"memory":false}`, valid, 201)
 	call("POST", "/sandboxes/"+id+"/connect", `{}`, valid, 200)
-	call("GET", "/snapshots", "", valid, 501)
+	call("POST", "/sandboxes/"+id+"/resume", `{}`, valid, 409)
+	call("POST", "/sandboxes/"+id+"/pause", `{}`, valid, 204)
+	call("POST", "/sandboxes/"+id+"/resume", `{"timeout":60}`, valid, 201)
+	var snap struct{ SnapshotID string }
+	json.Unmarshal(call("POST", "/sandboxes/"+id+"/snapshots", `{}`, valid, 201), &snap)
+	call("POST", "/sandboxes/"+id+"/snapshots", `{"name":"Bad Name"}`, valid, 400)
+	call("GET", "/snapshots", "", valid, 200)
+	call("GET", "/snapshots?sandboxID="+id+"&limit=1", "", valid, 200)
+	call("GET", "/snapshots?limit=0", "", invalid, 400)
+	call("DELETE", "/templates/"+snap.SnapshotID, "", valid, 204)
+	call("POST", "/sandboxes/nope/snapshots", `{}`, valid, 404)
+	var forks []struct{ Sandbox struct{ SandboxID string } }
+	json.Unmarshal(call("POST", "/sandboxes/"+id+"/fork", `{"count":1,"timeout":60}`, valid, 201), &forks)
+	for _, f := range forks {
+		call("DELETE", "/sandboxes/"+f.Sandbox.SandboxID, "", valid, 204)
+	}
+	call("POST", "/sandboxes/"+id+"/fork", `{"count":0}`, invalid, 400)
+	call("POST", "/sandboxes/nope/fork", `{}`, valid, 404)
 	// E2B's template calls Hutch does not serve: the exact paths' other
 	// methods, and the subtrees. A subtree's {path} is one segment to
 	// OpenAPI: deeper paths come with their slashes encoded, and answer

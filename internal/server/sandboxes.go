@@ -36,6 +36,7 @@ func (s *Server) routes() {
 	s.handle("GET /v2/sandboxes/{id}/logs", s.authed(s.logs))
 	s.handle("GET /sandboxes/{id}/logs", s.authed(s.legacyLogs))
 	s.templateRoutes()
+	s.snapshotRoutes()
 	// Known to the SDKs, not in Hutch yet: a clear 501 in E2B's error body,
 	// never a silent success, nor a 404 that reads like a mistyped URL.
 	// The template and secret APIs go whole, by path prefix and
@@ -43,15 +44,11 @@ func (s *Server) routes() {
 	// (build, status, logs, files, tags, aliases), deprecated ones besides.
 	const buildHint = "see docs/templates.md for the template calls Hutch serves"
 	for pattern, answer := range map[string]http.HandlerFunc{
-		"POST /sandboxes/{id}/resume":    s.notYet("resuming sandboxes", ""),
-		"POST /sandboxes/{id}/fork":      s.notYet("forking sandboxes", ""),
-		"POST /sandboxes/{id}/snapshots": s.notYet("snapshots", ""),
-		"GET /snapshots":                 s.notYet("snapshots", ""),
-		"/templates/":                    s.notYet("this call of the template API", buildHint),
-		"/v2/templates/":                 s.notYet("this call of the template API", buildHint),
-		"/v3/templates/":                 s.notYet("this call of the template API", buildHint),
-		"/secrets":                       s.notYet("the secrets API", ""),
-		"/secrets/":                      s.notYet("the secrets API", ""),
+		"/templates/":    s.notYet("this call of the template API", buildHint),
+		"/v2/templates/": s.notYet("this call of the template API", buildHint),
+		"/v3/templates/": s.notYet("this call of the template API", buildHint),
+		"/secrets":       s.notYet("the secrets API", ""),
+		"/secrets/":      s.notYet("the secrets API", ""),
 	} {
 		s.handle(pattern, s.authed(answer))
 	}
@@ -146,13 +143,10 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, req e2bapi.NewSa
 	case autoResume && !keepMemory:
 		e2bapi.Write(w, s.logger, e2bapi.BadRequest("autoResume needs a pause that keeps memory (autoPauseMemory true)"))
 		return
-	case autoPause && !keepMemory:
-		e2bapi.Write(w, s.logger, notSupported("pausing sandboxes at their timeout without memory (autoPauseMemory false, filesystem mode)",
-			"a pause that keeps memory is supported: leave autoPauseMemory out"))
-		return
 	}
 	if autoPause {
 		cr.Lifecycle.OnTimeout = sandbox.OnTimeoutPause
+		cr.Lifecycle.PauseFilesystem = !keepMemory
 	}
 	cr.Lifecycle.AutoResume = autoResume
 	if n := req.Network; n != nil {
@@ -318,11 +312,11 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 	if !s.decode(w, r, &req, true) {
 		return
 	}
+	connect := s.mgr.Connect
 	if req.Memory != nil && !*req.Memory {
-		e2bapi.Write(w, s.logger, e2bapi.NotSupported("resuming with a cold boot (memory false, onResume 'reboot')"))
-		return
+		connect = s.mgr.ConnectReboot // onResume 'reboot'
 	}
-	rec, resumed, err := s.mgr.Connect(r.Context(), keyID(r), id, time.Duration(req.TimeoutSeconds())*time.Second)
+	rec, resumed, err := connect(r.Context(), keyID(r), id, time.Duration(req.TimeoutSeconds())*time.Second)
 	if err != nil {
 		s.notFound(w, id, err)
 		return
@@ -335,8 +329,8 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 }
 
 // pause answers POST /sandboxes/{id}/pause: 204 paused (keeping its
-// memory, frozen in place), 409 already paused, 404 unknown, 501 for a
-// pause without memory.
+// memory, frozen in place; or, with memory false, keeping its files only),
+// 409 already paused, 404 unknown.
 func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	var req e2bapi.PauseRequest

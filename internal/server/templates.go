@@ -405,7 +405,7 @@ func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) {
 	out := []e2bapi.Template{}
 	seen := map[string]bool{}
 	for _, t := range ts {
-		if seen[t.Name] || t.MayUse(keyID(r)) != nil {
+		if seen[t.Name] || t.MayUse(keyID(r)) != nil || !t.Listed() {
 			continue
 		}
 		seen[t.Name] = true
@@ -460,10 +460,19 @@ func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) {
 // deleteTemplate answers DELETE /templates/{templateID} (204): the name,
 // every tag and build of it, unless a sandbox uses one (409).
 func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
+	ref := r.PathValue("templateID")
+	if s.mgr.IsSnapshot(keyID(r), ref) {
+		// E2B's deleteSnapshot: a sandbox made from it keeps its files.
+		if err := s.mgr.DeleteSnapshot(r.Context(), keyID(r), ref); err != nil {
+			e2bapi.Write(w, s.logger, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
 	if s.noBuilder(w) {
 		return
 	}
-	ref := r.PathValue("templateID")
 	if builtinRef(w, s, ref) {
 		return
 	}

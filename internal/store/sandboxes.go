@@ -343,6 +343,17 @@ func (s *Store) SetState(ctx context.Context, id, state string) error {
 	return s.updateOne(ctx, "set state of", id, `UPDATE sandboxes SET state = ? WHERE id = ?`, state, id)
 }
 
+// SetStateRuntime sets the sandbox's state and its Runtime record in one
+// step (a pause that replaced the sandbox's processes by a copy of its
+// files, a resume that made them again): a crash never leaves one changed
+// without the other. Errors are SetState's.
+func (s *Store) SetStateRuntime(ctx context.Context, id, state, runtime string) error {
+	if !validState(state) {
+		return fmt.Errorf("store: set state of %s: unknown state %q: %w", id, state, errdefs.ErrInvalidArgument)
+	}
+	return s.updateOne(ctx, "set state of", id, `UPDATE sandboxes SET state = ?, runtime = ? WHERE id = ?`, state, runtime, id)
+}
+
 // SetRuntime replaces the sandbox's opaque Runtime record (for example after
 // a resume gave it a new process). A missing sandbox gives
 // errdefs.ErrNotFound.

@@ -91,7 +91,39 @@ type Config struct {
 	HutchSHA256 string `json:"hutchSha256,omitempty"`
 
 	Built time.Time `json:"built"` // when the build finished (UTC)
+
+	// Snapshot is set on a build made from a sandbox's files rather than
+	// built: a snapshot, a fork's, or the files of a paused sandbox.
+	Snapshot *SnapshotOf `json:"snapshot,omitempty"`
 }
+
+// SnapshotOf says which sandbox a build was captured from, and why.
+type SnapshotOf struct {
+	// Sandbox is the id of the sandbox it was captured from.
+	Sandbox string `json:"sandbox"`
+	// Kind is what the capture is for: SnapshotUser, SnapshotPause or
+	// SnapshotFork.
+	Kind string `json:"kind"`
+	// Expires, when set, is when Hutch removes the snapshot (its
+	// retention); a snapshot in use is removed once unused.
+	Expires time.Time `json:"expires,omitzero"`
+}
+
+// The kinds of SnapshotOf.
+const (
+	// SnapshotUser is a snapshot a user asked for: listed, usable to
+	// create sandboxes, removed by its owner or at its Expires.
+	SnapshotUser = "snapshot"
+	// SnapshotPause keeps the files of a sandbox paused without its
+	// memory; it is the sandbox's own, neither listed nor usable by name.
+	SnapshotPause = "pause"
+	// SnapshotFork is the sandbox's files at a fork, shared by the forks.
+	SnapshotFork = "fork"
+)
+
+// Listed reports whether t belongs in a listing of templates: true for
+// everything but captures of a sandbox (snapshots are listed as such).
+func (t *Template) Listed() bool { return t.Snapshot == nil }
 
 // Origin names one build of a template.
 type Origin struct {

@@ -239,6 +239,9 @@ func (m *Manager) Delete(ctx context.Context, keyID, id string) error {
 	return nil
 }
 
+// Dir is the host directory of volume id, whether or not it exists.
+func (m *Manager) Dir(id string) string { return filepath.Join(m.dir, id) }
+
 // Sweep removes what deletions interrupted by a crash left behind.
 func (m *Manager) Sweep() {
 	ents, _ := os.ReadDir(m.dir)

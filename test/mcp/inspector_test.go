@@ -77,10 +77,11 @@ func checkToolList(t *testing.T, via string, result json.RawMessage) {
 	}
 }
 
-// allTools are the 23 tools of `hutch mcp` (as test/mcp/js/lib.mjs TOOLS).
+// allTools are the 27 tools of `hutch mcp` (as test/mcp/js/lib.mjs TOOLS).
 var allTools = []string{
 	"sandbox_create", "sandbox_connect", "sandbox_kill", "sandbox_get_info", "sandbox_list",
 	"sandbox_renew", "sandbox_healthcheck", "sandbox_get_metrics", "sandbox_get_endpoint",
+	"sandbox_pause", "sandbox_resume", "sandbox_snapshot", "sandbox_fork",
 	"command_run", "command_start", "command_output", "command_interrupt",
 	"file_read", "file_write", "file_delete", "file_list", "file_search",
 	"file_create_directories", "file_delete_directories", "file_move",

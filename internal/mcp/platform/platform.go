@@ -64,6 +64,7 @@ func NewServer(opts Options) *mcp.Server {
 		Logger:       opts.Logger,
 	})
 	s.addSandboxTools(srv)
+	s.addLifecycleTools(srv)
 	s.addCommandTools(srv)
 	s.addFileTools(srv)
 	return srv

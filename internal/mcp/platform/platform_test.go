@@ -132,8 +132,9 @@ func TestToolsAreDescribed(t *testing.T) {
 		"command_interrupt", "command_output", "command_run", "command_start",
 		"file_create_directories", "file_delete", "file_delete_directories", "file_edit", "file_list", "file_move",
 		"file_read", "file_replace_contents", "file_search", "file_write",
-		"sandbox_connect", "sandbox_create", "sandbox_get_endpoint", "sandbox_get_info", "sandbox_get_metrics",
-		"sandbox_healthcheck", "sandbox_kill", "sandbox_list", "sandbox_renew",
+		"sandbox_connect", "sandbox_create", "sandbox_fork", "sandbox_get_endpoint", "sandbox_get_info", "sandbox_get_metrics",
+		"sandbox_healthcheck", "sandbox_kill", "sandbox_list", "sandbox_pause", "sandbox_renew",
+		"sandbox_resume", "sandbox_snapshot",
 	}
 	slices.Sort(names)
 	if !slices.Equal(names, want) {
@@ -288,6 +289,37 @@ func TestPlatformTools(t *testing.T) {
 			t.Errorf("sandbox_get_endpoint = %+v", ep)
 		}
 		ok[MetricsOutput](t, cs, "sandbox_get_metrics", map[string]any{"sandbox_id": id})
+
+		// Keep, branch and come back.
+		snap := ok[SnapshotOutput](t, cs, "sandbox_snapshot", map[string]any{"sandbox_id": id})
+		if snap.SnapshotID == "" || len(snap.Names) != 1 {
+			t.Errorf("sandbox_snapshot = %+v", snap)
+		}
+		fromSnap := ok[SandboxInfo](t, cs, "sandbox_create", map[string]any{"template": snap.SnapshotID})
+		ok[KillOutput](t, cs, "sandbox_kill", map[string]any{"sandbox_id": fromSnap.SandboxID})
+		if c, err := sdk.NewClient(sdk.Config{APIURL: h.url, APIKey: h.keyA}); err == nil {
+			if gone, err := c.DeleteSnapshot(context.Background(), snap.SnapshotID); !gone || err != nil {
+				t.Errorf("delete the snapshot: %v, %v", gone, err)
+			}
+		}
+		fk := ok[ForkOutput](t, cs, "sandbox_fork", map[string]any{"sandbox_id": id, "count": 2})
+		if len(fk.Sandboxes) != 2 || len(fk.Errors) != 0 {
+			t.Errorf("sandbox_fork = %+v", fk)
+		}
+		for _, f := range fk.Sandboxes {
+			ok[KillOutput](t, cs, "sandbox_kill", map[string]any{"sandbox_id": f})
+		}
+		fails(t, cs, "sandbox_fork", map[string]any{"sandbox_id": id, "count": 0}, "count")
+		if p := ok[PauseOutput](t, cs, "sandbox_pause", map[string]any{"sandbox_id": id, "keep_memory": false}); !p.Paused {
+			t.Errorf("sandbox_pause = %+v", p)
+		}
+		if p := ok[PauseOutput](t, cs, "sandbox_pause", map[string]any{"sandbox_id": id}); p.Paused {
+			t.Errorf("second sandbox_pause = %+v, want already paused", p)
+		}
+		if r := ok[SandboxInfo](t, cs, "sandbox_resume", map[string]any{"sandbox_id": id, "timeout_seconds": 120}); r.State != "running" {
+			t.Errorf("sandbox_resume = %+v", r)
+		}
+		fails(t, cs, "sandbox_pause", map[string]any{"sandbox_id": "inosuchsandbox00000000"}, "not found")
 
 		// Another key sees none of it.
 		other := h.session(t, h.keyB)

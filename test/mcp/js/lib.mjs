@@ -5,10 +5,11 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StdioClientTransport, getDefaultEnvironment } from '@modelcontextprotocol/sdk/client/stdio.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 
-// The 23 tools of `hutch mcp`.
+// The 27 tools of `hutch mcp`.
 export const TOOLS = [
   'sandbox_create', 'sandbox_connect', 'sandbox_kill', 'sandbox_get_info', 'sandbox_list',
   'sandbox_renew', 'sandbox_healthcheck', 'sandbox_get_metrics', 'sandbox_get_endpoint',
+  'sandbox_pause', 'sandbox_resume', 'sandbox_snapshot', 'sandbox_fork',
   'command_run', 'command_start', 'command_output', 'command_interrupt',
   'file_read', 'file_write', 'file_delete', 'file_list', 'file_search',
   'file_create_directories', 'file_delete_directories', 'file_move',
@@ -23,7 +24,8 @@ export const READ_ONLY = [
 
 // Tools that change something: they must not claim readOnlyHint.
 export const MUTATING = [
-  'sandbox_create', 'sandbox_kill', 'sandbox_renew', 'command_run', 'command_start',
+  'sandbox_create', 'sandbox_kill', 'sandbox_renew', 'sandbox_pause', 'sandbox_resume',
+  'sandbox_snapshot', 'sandbox_fork', 'command_run', 'command_start',
   'command_interrupt', 'file_write', 'file_delete', 'file_create_directories',
   'file_delete_directories', 'file_move', 'file_replace_contents', 'file_edit',
 ]
