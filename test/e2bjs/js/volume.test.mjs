@@ -120,3 +120,31 @@ test('a volume is shared by two sandboxes, keeps owners, and outlives them', opt
   await assert.rejects(again.readFile('/from-a.txt'), /Unauthorized/)
   assert.ok(!(await Volume.list()).some((v) => v.volumeId === vol.volumeId), 'list still shows a destroyed volume')
 })
+
+test('a pause without memory, its resume and a fork keep the volumes mounted', opts, async () => {
+  const vol = await Volume.create(unique('volpause'))
+  const sbx = await Sandbox.create({ volumeMounts: { '/mnt/v': vol }, timeoutMs: 120_000 })
+  const forks = []
+  try {
+    await sbx.files.write('/mnt/v/before.txt', 'before')
+    assert.equal(await Sandbox.pause(sbx.sandboxId, { keepMemory: false }), true)
+    // Paused, it still holds the volume.
+    await rejectsWith(Volume.destroy(vol.volumeId), 409, 'destroying the volume of a paused sandbox')
+    await vol.writeFile('/while-paused.txt', 'while paused', { uid: 1000, gid: 1000 })
+    const back = await Sandbox.connect(sbx.sandboxId, { timeoutMs: 60_000 })
+    assert.equal(await back.files.read('/mnt/v/while-paused.txt'), 'while paused')
+    assert.deepEqual((await back.getInfo()).volumeMounts, [{ name: vol.name, path: '/mnt/v' }])
+
+    const made = await back.fork({ count: 1, timeoutMs: 60_000 })
+    assert.equal(made.length, 1)
+    assert.ok(made[0] instanceof Sandbox, `fork failed: ${made[0]}`)
+    forks.push(made[0])
+    // The fork shares the volume: what it writes, the source reads.
+    await made[0].files.write('/mnt/v/from-fork.txt', 'from the fork')
+    assert.equal(await back.files.read('/mnt/v/from-fork.txt'), 'from the fork')
+  } finally {
+    for (const f of forks) await f.kill()
+    await sbx.kill()
+  }
+  assert.equal(await Volume.destroy(vol.volumeId), true)
+})
