@@ -40,6 +40,9 @@ type Config struct {
 	// SandboxURL is the base URL of sandbox (envd) traffic; requests are
 	// routed to a sandbox by headers.
 	SandboxURL string
+	// VolumeAPIURL is the base URL of the volume content API; empty means
+	// APIURL (`hutch serve` answers it on the API's listener).
+	VolumeAPIURL string
 	// Domain is the sandbox domain, as E2B's SDKs use it: the API is at
 	// https://api.<Domain> and sandboxes at https://<port>-<id>.<Domain>.
 	Domain string
@@ -70,6 +73,7 @@ func (c Config) resolved() Config {
 	c.APIURL = env(c.APIURL, "HUTCH_API_URL", "E2B_API_URL")
 	c.SandboxURL = env(c.SandboxURL, "HUTCH_SANDBOX_URL", "E2B_SANDBOX_URL")
 	c.Domain = env(c.Domain, "HUTCH_DOMAIN", "E2B_DOMAIN")
+	c.VolumeAPIURL = env(c.VolumeAPIURL, "HUTCH_VOLUME_API_URL", "E2B_VOLUME_API_URL")
 	if c.APIURL == "" {
 		if c.Domain != "" {
 			c.APIURL = "https://api." + c.Domain
@@ -83,6 +87,10 @@ func (c Config) resolved() Config {
 	}
 	c.APIURL = strings.TrimRight(c.APIURL, "/")
 	c.SandboxURL = strings.TrimRight(c.SandboxURL, "/")
+	if c.VolumeAPIURL == "" {
+		c.VolumeAPIURL = c.APIURL
+	}
+	c.VolumeAPIURL = strings.TrimRight(c.VolumeAPIURL, "/")
 	if c.RequestTimeout == 0 {
 		c.RequestTimeout = DefaultRequestTimeout
 	}

@@ -65,6 +65,9 @@ type CreateOptions struct {
 	Network *Network
 	// MCP is the configuration of the sandbox's MCP gateway, sent as is.
 	MCP map[string]any
+	// Volumes are mounted into the sandbox, each volume (by name) at its
+	// absolute path.
+	Volumes []VolumeMount
 }
 
 // Network is a sandbox's network policy (E2B's network object).
@@ -115,6 +118,9 @@ func (c *Client) Create(ctx context.Context, opts CreateOptions) (*Sandbox, erro
 			return nil, &Error{Op: "create sandbox", Kind: ErrInvalidArgument, Message: "mcp: " + err.Error()}
 		}
 		req.MCP = b
+	}
+	for _, v := range opts.Volumes {
+		req.VolumeMounts = append(req.VolumeMounts, e2bapi.VolumeMount{Name: v.Name, Path: v.Path})
 	}
 	var out e2bapi.Sandbox
 	if _, err := c.api(ctx, "create sandbox", http.MethodPost, "/v2/sandboxes", nil, req, &out, http.StatusCreated); err != nil {
@@ -229,6 +235,8 @@ type SandboxInfo struct {
 	MemoryMB    int    `json:"memoryMB"`
 	DiskSizeMB  int    `json:"diskSizeMB"`
 	EnvdVersion string `json:"envdVersion"`
+	// VolumeMounts are the volumes mounted into the sandbox.
+	VolumeMounts []VolumeMount `json:"volumeMounts,omitempty"`
 	// AllowInternetAccess and Network are set by GetInfo only.
 	AllowInternetAccess *bool    `json:"allowInternetAccess,omitempty"`
 	Network             *Network `json:"network,omitempty"`
@@ -243,6 +251,7 @@ func infoOf(l e2bapi.ListedSandbox) SandboxInfo {
 		SandboxID: l.SandboxID, TemplateID: l.TemplateID, Name: l.Alias, Metadata: md,
 		StartedAt: time.Time(l.StartedAt), EndAt: time.Time(l.EndAt), State: l.State,
 		CPUCount: int(l.CPUCount), MemoryMB: int(l.MemoryMB), DiskSizeMB: int(l.DiskSizeMB), EnvdVersion: l.EnvdVersion,
+		VolumeMounts: volumeMounts(l.VolumeMounts),
 	}
 }
 

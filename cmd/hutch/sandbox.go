@@ -41,6 +41,7 @@ func newSandboxCreateCmd(g *globals) *cobra.Command {
 		envs       []string
 		noInternet bool
 		asJSON     bool
+		volumes    []string
 	)
 	cmd := &cobra.Command{
 		Use:   "create",
@@ -59,6 +60,9 @@ func newSandboxCreateCmd(g *globals) *cobra.Command {
 			}
 			if noInternet {
 				opts.AllowInternetAccess = new(false)
+			}
+			if opts.Volumes, err = parseVolumeMounts(volumes); err != nil {
+				return err
 			}
 			sbx, err := c.Create(cmd.Context(), opts)
 			if err != nil {
@@ -81,6 +85,7 @@ func newSandboxCreateCmd(g *globals) *cobra.Command {
 	f.StringArrayVar(&metadata, "metadata", nil, "KEY=VALUE kept with the sandbox, for filtering (repeatable)")
 	f.StringArrayVarP(&envs, "env", "e", nil, "KEY=VALUE in the environment of every command in the sandbox; KEY alone copies it from here (repeatable)")
 	f.BoolVar(&noInternet, "no-internet", false, "give the sandbox no route out")
+	f.StringArrayVar(&volumes, "volume", nil, "NAME:/PATH mounts the volume NAME at /PATH (repeatable; see hutch volume)")
 	f.BoolVar(&asJSON, "json", false, "print the sandbox's description as JSON instead of its id")
 	return cmd
 }

@@ -25,8 +25,8 @@ const (
 
 // NewSandboxV2 is the body of POST /v2/sandboxes (spec §2.4). The JS SDK
 // omits every field whose option is unset, so pointers distinguish "absent"
-// from the zero value. Hutch stores but does not act on every field (volumes,
-// IAM, MCP are opaque here); unknown fields are ignored by [DecodeJSON].
+// from the zero value. Hutch stores but does not act on every field (IAM,
+// MCP are opaque here); unknown fields are ignored by [DecodeJSON].
 // Call [NewSandboxV2.Normalize] after decoding.
 type NewSandboxV2 struct {
 	// TemplateID names the template: a name, name:tag, team/name or an ID.
@@ -54,8 +54,8 @@ type NewSandboxV2 struct {
 	// MCP is the MCP gateway configuration, kept verbatim (the SDK itself
 	// starts the gateway inside the sandbox).
 	MCP json.RawMessage `json:"mcp,omitempty"`
-	// VolumeMounts names volumes to mount; Hutch does not support volumes
-	// yet.
+	// VolumeMounts names the key's volumes to mount, by name, each at
+	// its path.
 	VolumeMounts []VolumeMount `json:"volumeMounts,omitempty"`
 	// IAM is {tokens:{name:{audience, tokenType}}}, kept verbatim.
 	IAM json.RawMessage `json:"iam,omitempty"`

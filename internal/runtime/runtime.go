@@ -22,10 +22,16 @@ package runtime
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
+	"path"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
+
+	"github.com/hutch-sandbox/hutch/internal/errdefs"
 )
 
 // Runtime creates and finds sandboxes. Implementations are safe for
@@ -211,6 +217,54 @@ type Spec struct {
 	Process Process
 	// Labels are free-form key/value pairs stored with the sandbox.
 	Labels map[string]string
+	// Mounts are host directories shown inside the sandbox (volumes), in
+	// order, over its root once that is built. A backend that cannot
+	// mount them fails Create.
+	Mounts []Mount
+}
+
+// Mount is a host directory shown inside a sandbox, read-write unless
+// ReadOnly. The sandbox never sees the host path, only Target.
+type Mount struct {
+	// Source is the directory on the host. Its files' owners are stored
+	// as the sandbox sees them (unshifted): the backend maps them into
+	// the sandbox's user namespace, so a file uid 1000 writes in one
+	// sandbox is owned by 1000 on disk and in every other sandbox that
+	// mounts Source. Device files and setuid bits have no effect inside.
+	Source string
+	// Target is where the sandbox sees it: see CheckMountTarget. Missing
+	// directories on the way are made; a component that is a symlink or
+	// not a directory fails Create.
+	Target   string
+	ReadOnly bool
+}
+
+// CheckMountTarget returns an errdefs.ErrInvalidArgument unless p may be a
+// mount's Target: an absolute, clean path without "..", not / itself, and
+// not /proc, /sys or /dev or under them (what the runtime mounts there
+// itself, and masks, must stay as it is).
+func CheckMountTarget(p string) error {
+	bad := func(why string) error {
+		return fmt.Errorf("mount path %q %s: %w", p, why, errdefs.ErrInvalidArgument)
+	}
+	switch {
+	case !path.IsAbs(p):
+		return bad("is not absolute")
+	case strings.ContainsRune(p, 0):
+		return bad("contains a NUL byte")
+	case slices.Contains(strings.Split(p, "/"), ".."):
+		return bad(`contains ".."`)
+	}
+	c := path.Clean(p)
+	if c == "/" {
+		return bad("is the root")
+	}
+	for _, reserved := range []string{"/proc", "/sys", "/dev"} {
+		if c == reserved || strings.HasPrefix(c, reserved+"/") {
+			return bad("is under " + reserved)
+		}
+	}
+	return nil
 }
 
 // Resources are a sandbox's cgroup limits. A zero field means "no limit".

@@ -103,6 +103,18 @@ type Sandbox struct {
 	Metadata, Envs map[string]string
 	// StartedAt is when the sandbox was made; EndAt is its timeout.
 	StartedAt, EndAt time.Time
+	// Volumes are the volumes mounted into the sandbox, in the order of
+	// the create request (nil for none).
+	Volumes []VolumeMount
+}
+
+// VolumeMount is a volume mounted into a sandbox.
+type VolumeMount struct {
+	// VolumeID is filled in by Create; a request names volumes by Name.
+	VolumeID string
+	Name     string
+	// Path is where the sandbox sees the volume.
+	Path string
 }
 
 // ListFilter selects and pages the sandboxes of Manager.List. The zero
@@ -139,8 +151,16 @@ func toRecord(sb *Sandbox, info string) *store.Sandbox {
 		AutoPause: sb.Lifecycle.OnTimeout == OnTimeoutPause, AutoResume: sb.Lifecycle.AutoResume,
 		AutoPauseFilesystem: sb.Lifecycle.PauseFilesystem,
 		Metadata:            sb.Metadata, EnvVars: sb.Envs, StartedAt: sb.StartedAt, EndAt: sb.EndAt,
-		Runtime: info,
+		Runtime: info, VolumeMounts: toStoreMounts(sb.Volumes),
 	}
+}
+
+func toStoreMounts(vs []VolumeMount) []store.VolumeMount {
+	var out []store.VolumeMount
+	for _, v := range vs {
+		out = append(out, store.VolumeMount{VolumeID: v.VolumeID, Name: v.Name, Path: v.Path})
+	}
+	return out
 }
 
 // fromRecord is the sandbox a store record describes.
@@ -156,6 +176,9 @@ func fromRecord(rec *store.Sandbox) *Sandbox {
 	}
 	if rec.AutoPause {
 		sb.Lifecycle.OnTimeout = OnTimeoutPause
+	}
+	for _, v := range rec.VolumeMounts {
+		sb.Volumes = append(sb.Volumes, VolumeMount{VolumeID: v.VolumeID, Name: v.Name, Path: v.Path})
 	}
 	return sb
 }

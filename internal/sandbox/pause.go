@@ -303,7 +303,11 @@ func (m *Manager) resumeFiles(ctx context.Context, rec *store.Sandbox, build str
 			m.release(rec.KeyID)
 		}
 	}()
-	st, err := m.startAs(ctx, id, tpl)
+	mounts, err := m.mountsOf(sb)
+	if err != nil {
+		return fmt.Errorf("resume sandbox %s: %w", id, err)
+	}
+	st, err := m.startAs(ctx, id, tpl, mounts)
 	if err != nil {
 		return fmt.Errorf("resume sandbox %s: %w", id, err)
 	}

@@ -134,7 +134,7 @@ func (m *Manager) startWarm(ctx context.Context, name string) (*started, error) 
 	if err != nil {
 		return nil, err
 	}
-	st, err := m.start(ctx, tpl)
+	st, err := m.start(ctx, tpl, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -19,6 +19,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,6 +32,7 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/runtime"
 	"github.com/hutch-sandbox/hutch/internal/store"
 	"github.com/hutch-sandbox/hutch/internal/template"
+	"github.com/hutch-sandbox/hutch/internal/volume"
 )
 
 // DefaultTemplate is the template of create requests that name none.
@@ -75,7 +77,10 @@ type Options struct {
 	// create (so a warm sandbox gets them when it is handed out, not when
 	// it is started), see cabundle.Install.
 	CABundle *cabundle.Bundle
-	Logger   *slog.Logger
+	// Volumes finds the volumes create requests name; nil refuses every
+	// request that names one (errdefs.ErrNotImplemented).
+	Volumes *volume.Manager
+	Logger  *slog.Logger
 }
 
 // Manager runs the sandboxes of one control plane. It is safe for
@@ -87,6 +92,7 @@ type Manager struct {
 	sockets   string
 	resources runtime.Resources
 	caBundle  string // PEM; "" for none
+	volumes   *volume.Manager
 	bundle    *cabundle.Bundle
 	logger    *slog.Logger
 
@@ -158,7 +164,7 @@ func New(opts Options) (*Manager, error) {
 		rt: opts.Runtime, store: opts.Store, templates: opts.Templates, sockets: sockets,
 		resources: opts.Resources, logger: logger, timers: map[string]*time.Timer{}, ops: map[string]*opLock{}, live: map[string]*live{}, warm: opts.Warm, net: opts.Network,
 		run: newSlots(opts.MaxPerKey, opts.MaxSandboxes, false), frozen: newSlots(opts.MaxPerKey, opts.MaxSandboxes, true),
-		readyTimeout: opts.ReadyTimeout, snapshotTTL: opts.SnapshotTTL, pausedTTL: opts.PausedRetention,
+		readyTimeout: opts.ReadyTimeout, volumes: opts.Volumes, snapshotTTL: opts.SnapshotTTL, pausedTTL: opts.PausedRetention,
 	}
 	if m.readyTimeout <= 0 {
 		m.readyTimeout = DefaultReadyTimeout
@@ -184,6 +190,10 @@ type CreateRequest struct {
 	Secure    bool
 	Network   Network
 	Lifecycle Lifecycle
+	// Volumes are mounted into the sandbox, by name (VolumeID is
+	// ignored): each must be a volume of KeyID, each Path a mount path
+	// runtime.CheckMountTarget accepts, no two the same.
+	Volumes []VolumeMount
 	// Internal makes a sandbox of Hutch's own (a template build's step):
 	// it holds a slot of KeyID but is not recorded, listed, or reachable
 	// through the API or the edge router, only through Exec,
@@ -237,6 +247,14 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (_ *Sandbox, re
 	if err != nil {
 		return nil, err
 	}
+	// holdVolumes fills in the volumes' ids: in a copy, not the caller's.
+	req.Volumes = slices.Clone(req.Volumes)
+	mounts, releaseVolumes, err := m.holdVolumes(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	// Until the record names the volumes, which then keeps them.
+	defer releaseVolumes()
 	if req.Template == "" {
 		req.Template = DefaultTemplate
 	}
@@ -275,7 +293,12 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (_ *Sandbox, re
 			m.release(req.KeyID)
 		}
 	}()
-	st := m.takeWarm(req.Template, tpl)
+	var st *started
+	if len(mounts) == 0 {
+		// A warm sandbox was started without mounts: one with volumes
+		// always starts on demand.
+		st = m.takeWarm(req.Template, tpl)
+	}
 	if st != nil && !st.alive(ctx) {
 		// Its envd died while it waited in the pool.
 		st.discard()
@@ -285,7 +308,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (_ *Sandbox, re
 		// Until this create is done: its sandbox's envd still starts.
 		m.cold.Add(1)
 		defer m.cold.Add(-1)
-		if st, err = m.start(ctx, tpl); err != nil {
+		if st, err = m.start(ctx, tpl, mounts); err != nil {
 			return nil, err
 		}
 	}
@@ -302,6 +325,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (_ *Sandbox, re
 			DiskMB: int(m.resourcesOf(tpl).DiskBytes >> 20)},
 		Network: req.Network, Lifecycle: req.Lifecycle,
 		Metadata: orEmpty(req.Metadata), Envs: orEmpty(req.Envs), StartedAt: time.Now().UTC(),
+		Volumes: req.Volumes,
 	}
 	sb.EndAt = sb.StartedAt.Add(req.Timeout)
 	if req.Secure {
@@ -337,6 +361,60 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (_ *Sandbox, re
 		return nil, err
 	}
 	return sb, nil
+}
+
+// holdVolumes checks req's volume mounts, fills in their VolumeIDs, and
+// holds the volumes (volume.Manager.Hold) until release is called. It
+// returns what the runtime mounts. A request without volumes holds
+// nothing.
+func (m *Manager) holdVolumes(ctx context.Context, req CreateRequest) (_ []runtime.Mount, release func(), _ error) {
+	if len(req.Volumes) == 0 {
+		return nil, func() {}, nil
+	}
+	if m.volumes == nil {
+		return nil, nil, fmt.Errorf("volumes are not enabled on this server: %w", errdefs.ErrNotImplemented)
+	}
+	names := make([]string, len(req.Volumes))
+	seen := map[string]bool{}
+	for i, v := range req.Volumes {
+		if err := runtime.CheckMountTarget(v.Path); err != nil {
+			return nil, nil, fmt.Errorf("volume %q: %w", v.Name, err)
+		}
+		p := filepath.Clean(v.Path)
+		if seen[p] {
+			return nil, nil, fmt.Errorf("two volumes mounted at %s: %w", p, errdefs.ErrInvalidArgument)
+		}
+		seen[p] = true
+		names[i] = v.Name
+	}
+	vols, release, err := m.volumes.Hold(ctx, req.KeyID, names)
+	if err != nil {
+		return nil, nil, err
+	}
+	mounts := make([]runtime.Mount, len(vols))
+	for i, v := range vols {
+		req.Volumes[i].VolumeID = v.ID
+		req.Volumes[i].Path = filepath.Clean(req.Volumes[i].Path)
+		mounts[i] = runtime.Mount{Source: v.Dir, Target: req.Volumes[i].Path}
+	}
+	return mounts, release, nil
+}
+
+// mountsOf is what the runtime mounts for the volumes of sb, a recorded
+// sandbox booted again (a resume without memory): its record keeps the
+// volumes in use, so they still exist.
+func (m *Manager) mountsOf(sb *Sandbox) ([]runtime.Mount, error) {
+	if len(sb.Volumes) == 0 {
+		return nil, nil
+	}
+	if m.volumes == nil {
+		return nil, fmt.Errorf("it mounts volumes, and volumes are not enabled on this server: %w", errdefs.ErrNotImplemented)
+	}
+	var out []runtime.Mount
+	for _, v := range sb.Volumes {
+		out = append(out, runtime.Mount{Source: m.volumes.Dir(v.VolumeID), Target: v.Path})
+	}
+	return out, nil
 }
 
 // orEmpty is m, or an empty map for nil: a sandbox's maps are never nil.
@@ -388,13 +466,13 @@ func (s *started) discard() {
 // start makes a sandbox of tpl with envd as its first process, serving the
 // two sockets the manager made in DataDir/sockets (see route): the control
 // socket as descriptor 3, the API socket as 4.
-func (m *Manager) start(ctx context.Context, tpl *template.Template) (_ *started, retErr error) {
-	return m.startAs(ctx, newID(), tpl)
+func (m *Manager) start(ctx context.Context, tpl *template.Template, mounts []runtime.Mount) (_ *started, retErr error) {
+	return m.startAs(ctx, newID(), tpl, mounts)
 }
 
 // startAs is start with the sandbox's id given: a sandbox paused without
 // its memory comes back under its own.
-func (m *Manager) startAs(ctx context.Context, id string, tpl *template.Template) (_ *started, retErr error) {
+func (m *Manager) startAs(ctx context.Context, id string, tpl *template.Template, mounts []runtime.Mount) (_ *started, retErr error) {
 	api, control := m.socketPaths(id)
 	var files []*os.File
 	defer func() {
@@ -423,7 +501,7 @@ func (m *Manager) startAs(ctx context.Context, id string, tpl *template.Template
 	}
 	sbx, err := m.rt.Create(ctx, runtime.Spec{
 		ID: id, Template: tpl.ID, Resources: m.resourcesOf(tpl),
-		Labels: map[string]string{controlPlaneLabel: "true"},
+		Labels: map[string]string{controlPlaneLabel: "true"}, Mounts: mounts,
 		Process: runtime.Process{
 			Args: envdapi.Command(runtime.SelfExe, tpl.DefaultUser),
 			User: "root", ExtraFiles: files,

@@ -331,7 +331,9 @@ func (m *Manager) Fork(ctx context.Context, keyID, id string, count int, d time.
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			sb, err := m.Create(ctx, CreateRequest{KeyID: keyID, Template: t.ID, alias: src.Alias, Timeout: d,
-				Metadata: src.Metadata, Envs: src.Envs, Secure: src.Secure, Network: src.Network, Lifecycle: src.Lifecycle})
+				Metadata: src.Metadata, Envs: src.Envs, Secure: src.Secure, Network: src.Network, Lifecycle: src.Lifecycle,
+				// A fork mounts its source's volumes (shared, not copied).
+				Volumes: src.Volumes})
 			out[i] = ForkResult{Sandbox: sb, Err: err}
 		}()
 	}

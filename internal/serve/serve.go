@@ -25,6 +25,7 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/server"
 	"github.com/hutch-sandbox/hutch/internal/store"
 	"github.com/hutch-sandbox/hutch/internal/template"
+	"github.com/hutch-sandbox/hutch/internal/volume"
 )
 
 // Config is what a server is made of.
@@ -137,11 +138,17 @@ func Open(ctx context.Context, cfg Config) (_ *Server, retErr error) {
 			return nil, err
 		}
 	}
+	vols, err := volume.New(s.Store, cfg.DataDir, logger)
+	if err != nil {
+		return nil, err
+	}
+	vols.Sweep()
 	s.Manager, err = sandbox.New(sandbox.Options{
 		Runtime: rt, Store: s.Store, Templates: templates, DataDir: cfg.DataDir, Logger: logger,
 		Resources: cfg.Resources, Warm: cfg.Warm, Network: s.nets.manager(),
 		MaxSandboxes: cfg.MaxSandboxes, MaxPerKey: cfg.MaxPerKey, CABundle: cfg.CABundle, ReadyTimeout: cfg.ReadyTimeout,
 		SnapshotTTL: cfg.SnapshotTTL, PausedRetention: cfg.PausedRetention,
+		Volumes: vols,
 	})
 	if err != nil {
 		return nil, err
@@ -155,7 +162,7 @@ func Open(ctx context.Context, cfg Config) (_ *Server, retErr error) {
 		}
 	}
 	s.builder = builder.New(builder.Options{Store: templates, Manager: s.Manager, CABundle: cfg.CABundle, RegistryAllow: cfg.RegistryAllow, Logger: logger})
-	s.Handler = server.New(server.Options{Manager: s.Manager, Domain: cfg.Domain, Logger: logger, Templates: templates, Builder: s.builder})
+	s.Handler = server.New(server.Options{Manager: s.Manager, Domain: cfg.Domain, Logger: logger, Templates: templates, Builder: s.builder, Volumes: vols})
 	return s, nil
 }
 

@@ -168,8 +168,8 @@ func TestResponsesMatchDocument(t *testing.T) {
 	call("PATCH", "/v2/templates/mine", `{"public":true}`, valid, 501)
 	call("POST", "/templates/mine%2Fbuilds%2Fb1", "", valid, 501)
 	call("GET", "/v3/templates/mine%2Fx", "", valid, 501)
-	call("DELETE", "/volumes/v1", "", valid, 501)
-	call("GET", "/volumecontent/v1%2Fdir", "", noKey, 501)
+	call("DELETE", "/volumes/v1", "", valid, 404)
+	call("GET", "/volumecontent/v1/dir?path=/", "", noKey, 401)
 
 	call("DELETE", "/sandboxes/"+id, "", valid, 204)
 	call("DELETE", "/sandboxes/"+id, "", valid, 404)

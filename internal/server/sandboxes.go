@@ -39,7 +39,7 @@ func (s *Server) routes() {
 	s.snapshotRoutes()
 	// Known to the SDKs, not in Hutch yet: a clear 501 in E2B's error body,
 	// never a silent success, nor a 404 that reads like a mistyped URL.
-	// The template, secret and volume APIs go whole, by path prefix and
+	// The template and secret APIs go whole, by path prefix and
 	// for every method: E2B's OpenAPI document has a dozen template paths
 	// (build, status, logs, files, tags, aliases), deprecated ones besides.
 	const buildHint = "see docs/templates.md for the template calls Hutch serves"
@@ -49,14 +49,10 @@ func (s *Server) routes() {
 		"/v3/templates/": s.notYet("this call of the template API", buildHint),
 		"/secrets":       s.notYet("the secrets API", ""),
 		"/secrets/":      s.notYet("the secrets API", ""),
-		"/volumes":       s.notYet("volumes", ""),
-		"/volumes/":      s.notYet("volumes", ""),
 	} {
 		s.handle(pattern, s.authed(answer))
 	}
-	// The volume content API takes a volume's own bearer token, not an API
-	// key, and no volume here can have issued one.
-	s.handle("/volumecontent/", s.notYet("volumes", ""))
+	s.volumeRoutes()
 	s.handle("/", func(w http.ResponseWriter, r *http.Request) {
 		e2bapi.Write(w, s.logger, e2bapi.NotFound("no such endpoint: "+r.Method+" "+r.URL.Path))
 	})
@@ -125,14 +121,13 @@ func (s *Server) createV1(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) create(w http.ResponseWriter, r *http.Request, req e2bapi.NewSandboxV2, secure bool) {
-	if len(req.VolumeMounts) > 0 {
-		e2bapi.Write(w, s.logger, e2bapi.NotSupported("volumes"))
-		return
-	}
 	cr := sandbox.CreateRequest{
 		KeyID: keyID(r), Template: req.TemplateID, Timeout: time.Duration(*req.Timeout) * time.Second,
 		Metadata: req.Metadata, Envs: req.EnvVars, Secure: secure,
 		Network: sandbox.Network{Internet: req.AllowInternetAccess},
+	}
+	for _, v := range req.VolumeMounts {
+		cr.Volumes = append(cr.Volumes, sandbox.VolumeMount{Name: v.Name, Path: v.Path})
 	}
 	autoPause := req.AutoPause != nil && *req.AutoPause
 	keepMemory := req.AutoPauseMemory == nil || *req.AutoPauseMemory
@@ -218,7 +213,17 @@ func listed(sb *sandbox.Sandbox) e2bapi.ListedSandbox {
 		StartedAt: e2bapi.Time(sb.StartedAt), EndAt: e2bapi.Time(sb.EndAt),
 		CPUCount: int32(sb.Limits.CPUs), MemoryMB: int32(sb.Limits.MemoryMB), DiskSizeMB: int32(sb.Limits.DiskMB),
 		Metadata: sb.Metadata, State: string(sb.State), EnvdVersion: sb.EnvdVersion,
+		VolumeMounts: volumeMountsJSON(sb.Volumes),
 	}
+}
+
+// volumeMountsJSON is a sandbox's volumes as E2B lists them (nil for none).
+func volumeMountsJSON(vs []sandbox.VolumeMount) []e2bapi.VolumeMount {
+	var out []e2bapi.VolumeMount
+	for _, v := range vs {
+		out = append(out, e2bapi.VolumeMount{Name: v.Name, Path: v.Path})
+	}
+	return out
 }
 
 // networkJSON is getInfo's network object: the policy in force, or nil for

@@ -21,6 +21,7 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
 	"github.com/hutch-sandbox/hutch/internal/template"
+	"github.com/hutch-sandbox/hutch/internal/volume"
 )
 
 // maxBody caps REST request bodies.
@@ -43,6 +44,9 @@ type Options struct {
 	// Templates and Builder serve the template API; nil answers it 501.
 	Templates *template.Store
 	Builder   *builder.Builder
+	// Volumes serves the volume and volume content APIs; nil answers
+	// them 501.
+	Volumes *volume.Manager
 }
 
 // Server serves the API and routes sandbox traffic. Safe for concurrent use.
@@ -57,6 +61,7 @@ type Server struct {
 	templates   *template.Store
 	builder     *builder.Builder
 	uploadKey   [32]byte // signs upload links (templates.go)
+	volumes     *volume.Manager
 }
 
 // New returns a server.
@@ -66,7 +71,7 @@ func New(opts Options) *Server {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{mgr: opts.Manager, domain: opts.Domain, logger: logger, api: http.NewServeMux(),
-		bodyGrace: opts.BodyGrace, bodyMinRate: int64(opts.BodyMinRate), templates: opts.Templates, builder: opts.Builder}
+		bodyGrace: opts.BodyGrace, bodyMinRate: int64(opts.BodyMinRate), templates: opts.Templates, builder: opts.Builder, volumes: opts.Volumes}
 	rand.Read(s.uploadKey[:])
 	if s.bodyGrace <= 0 {
 		s.bodyGrace = defaultBodyGrace

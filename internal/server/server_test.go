@@ -15,6 +15,7 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
 	"github.com/hutch-sandbox/hutch/internal/store"
 	"github.com/hutch-sandbox/hutch/internal/template"
+	"github.com/hutch-sandbox/hutch/internal/volume"
 )
 
 // newTestServer serves the API over a real store; its runtime never
@@ -49,11 +50,15 @@ func newTestServerWith(t *testing.T, opts Options, templates ...string) (*httpte
 	if err != nil {
 		t.Fatal(err)
 	}
-	mgr, err := sandbox.New(sandbox.Options{Runtime: rt, Store: st, Templates: tpl, DataDir: dir})
+	vols, err := volume.New(st, dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts.Manager, opts.Domain = mgr, "sandbox.test"
+	mgr, err := sandbox.New(sandbox.Options{Runtime: rt, Store: st, Templates: tpl, DataDir: dir, Volumes: vols})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Manager, opts.Domain, opts.Volumes = mgr, "sandbox.test", vols
 	opts.Templates = tpl
 	opts.Builder = builder.New(builder.Options{Store: tpl, Manager: mgr})
 	t.Cleanup(opts.Builder.Close)
@@ -147,9 +152,10 @@ func TestAPIErrors(t *testing.T) {
 		{name: "secrets list", method: "GET", path: "/secrets", wantStatus: 501, wantBody: "the secrets API is not supported by Hutch yet"},
 		{name: "secret create", method: "POST", path: "/secrets", body: `{}`, wantStatus: 501, wantBody: "the secrets API is not supported"},
 		{name: "secret delete", method: "DELETE", path: "/secrets/s1", wantStatus: 501, wantBody: "the secrets API is not supported"},
-		{name: "volumes list", method: "GET", path: "/volumes", wantStatus: 501, wantBody: "volumes is not supported by Hutch yet"},
-		{name: "volume delete", method: "DELETE", path: "/volumes/v1", wantStatus: 501, wantBody: "volumes is not supported"},
-		{name: "volume content with a volume token", method: "GET", path: "/volumecontent/v1/dir?path=/", header: map[string]string{"Authorization": "Bearer vol-token"}, wantStatus: 501, wantBody: "volumes is not supported"},
+		{name: "volumes list", method: "GET", path: "/volumes", wantStatus: 200, wantBody: "[]"},
+		{name: "volume delete", method: "DELETE", path: "/volumes/v1", wantStatus: 404, wantBody: "volume v1 not found"},
+		{name: "volume create, bad name", method: "POST", path: "/volumes", body: `{"name":"../x"}`, wantStatus: 400, wantBody: "invalid volume name"},
+		{name: "volume content with a wrong token", method: "GET", path: "/volumecontent/v1/dir?path=/", header: map[string]string{"Authorization": "Bearer vol-token"}, wantStatus: 401, wantBody: "invalid volume token"},
 		{name: "missing key for the template API", method: "POST", path: "/v3/templates", body: `{}`, wantStatus: 401, wantBody: `"code":401`},
 		{name: "envd of an unknown sandbox", method: "GET", path: "/health", header: map[string]string{"E2b-Sandbox-Id": "inope", "E2b-Sandbox-Port": "49983"}, wantStatus: 502, wantBody: `"sandboxId":"inope"`},
 		{name: "host-routed unknown sandbox", method: "GET", path: "/health", host: "49983-inope.sandbox.test", wantStatus: 502, wantBody: `"code":502`},

@@ -77,6 +77,18 @@ type Sandbox struct {
 	// Runtime is opaque JSON (or any text) the lifecycle layer keeps to
 	// re-adopt the sandbox after a restart, e.g. the runtime's handle.
 	Runtime string
+	// VolumeMounts are the volumes mounted into the sandbox (nil for
+	// none). A volume named here is in use: DeleteVolume refuses it.
+	VolumeMounts []VolumeMount
+}
+
+// VolumeMount is one volume mounted into a sandbox.
+type VolumeMount struct {
+	// VolumeID and Name identify the volume (Name as it was at create).
+	VolumeID string `json:"volumeID"`
+	Name     string `json:"name"`
+	// Path is where the sandbox sees it.
+	Path string `json:"path"`
 }
 
 // validSandboxID: 1 to 128 of [A-Za-z0-9-], not starting with "-". (Not a
@@ -101,7 +113,7 @@ const sandboxColumns = `id, template_id, alias, envd_version, envd_access_token,
 	traffic_access_token, secure, allow_internet_access, auto_pause, auto_resume,
 	allow_out, deny_out, allow_public_traffic, mask_request_host,
 	metadata, env_vars, started_at, end_at, cpu_count, memory_mb, disk_size_mb, state,
-	key_id, runtime, auto_pause_memory`
+	key_id, runtime, auto_pause_memory, volume_mounts`
 
 func nullString(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }
 
@@ -149,12 +161,19 @@ func scanSandbox(r rowScanner) (Sandbox, error) {
 		secure, ap, ar     bool
 		apMemory           bool
 		cpu, mem, diskSize int64
+		mounts             string
 	)
 	if err := r.Scan(&sb.ID, &sb.TemplateID, &sb.Alias, &sb.EnvdVersion,
 		&sb.EnvdAccessToken, &sb.TrafficAccessToken, &secure, &allowNet, &ap, &ar,
 		&allow, &deny, &public, &sb.MaskRequestHost, &meta, &envs, &startedAt, &endAt, &cpu, &mem, &diskSize, &sb.State,
-		&keyID, &sb.Runtime, &apMemory); err != nil {
+		&keyID, &sb.Runtime, &apMemory, &mounts); err != nil {
 		return Sandbox{}, err
+	}
+	if err := json.Unmarshal([]byte(mounts), &sb.VolumeMounts); err != nil {
+		return Sandbox{}, fmt.Errorf("sandbox %s: volumeMounts: %w", sb.ID, err)
+	}
+	if len(sb.VolumeMounts) == 0 {
+		sb.VolumeMounts = nil
 	}
 	sb.Secure, sb.AutoPause, sb.AutoResume, sb.AutoPauseFilesystem = secure, ap, ar, !apMemory
 	sb.AllowInternetAccess, sb.AllowPublicTraffic = boolPtr(allowNet), boolPtr(public)
@@ -229,13 +248,19 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox) error {
 	if err != nil {
 		return fmt.Errorf("store: create sandbox %s: denyOut: %w", sb.ID, err)
 	}
+	mounts := []byte("[]")
+	if len(sb.VolumeMounts) > 0 {
+		if mounts, err = json.Marshal(sb.VolumeMounts); err != nil {
+			return fmt.Errorf("store: create sandbox %s: volumeMounts: %w", sb.ID, err)
+		}
+	}
 	_, err = s.db.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		sb.ID, sb.TemplateID, sb.Alias, sb.EnvdVersion, sb.EnvdAccessToken,
 		sb.TrafficAccessToken, sb.Secure, nullBool(sb.AllowInternetAccess), sb.AutoPause, sb.AutoResume,
 		allow, deny, nullBool(sb.AllowPublicTraffic), sb.MaskRequestHost,
 		meta, envs, toNanos(sb.StartedAt), toNanos(sb.EndAt), sb.CPUCount, sb.MemoryMB, sb.DiskSizeMB,
-		sb.State, nullString(sb.KeyID), sb.Runtime, !sb.AutoPauseFilesystem)
+		sb.State, nullString(sb.KeyID), sb.Runtime, !sb.AutoPauseFilesystem, string(mounts))
 	switch {
 	case isUniqueViolation(err):
 		return fmt.Errorf("store: create sandbox %s: %w", sb.ID, errdefs.ErrAlreadyExists)

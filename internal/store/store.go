@@ -1,6 +1,6 @@
 // Package store is the durable state of Hutch's control plane (`hutch serve`):
-// API keys and the record of every sandbox the control plane must remember
-// across restarts. It is a thin layer of SQL over a single SQLite file
+// API keys, volumes and the record of every sandbox the control plane must
+// remember across restarts. It is a thin layer of SQL over a single SQLite file
 // (modernc.org/sqlite, pure Go, driver name "sqlite").
 //
 // Durability. The database runs in WAL journal mode with synchronous=FULL, so
@@ -196,6 +196,20 @@ ALTER TABLE sandboxes DROP COLUMN client_id;
 	// autoPauseMemory; true unless the create said false).
 	`
 ALTER TABLE sandboxes ADD COLUMN auto_pause_memory INTEGER NOT NULL DEFAULT 1;
+`,
+	// 5: volumes (E2B's persistent directories, mounted into sandboxes by
+	// name), and each sandbox's mounts of them, so that a restarted server
+	// still knows which volumes are in use and lists them.
+	`
+CREATE TABLE volumes (
+	id       TEXT PRIMARY KEY,
+	name     TEXT NOT NULL,
+	key_id   TEXT REFERENCES api_keys(id),
+	token    TEXT NOT NULL,
+	created  INTEGER NOT NULL
+) STRICT;
+CREATE UNIQUE INDEX volumes_key_name ON volumes (coalesce(key_id, ''), name);
+ALTER TABLE sandboxes ADD COLUMN volume_mounts TEXT NOT NULL DEFAULT '[]' CHECK (json_valid(volume_mounts));
 `,
 }
 

@@ -104,6 +104,7 @@ func runInit(sock *os.File, sigs <-chan os.Signal, notified <-chan struct{}) (in
 	if cfg.Disk {
 		want++
 	}
+	want += len(cfg.Mounts)
 	if len(fds) != want {
 		return 0, fmt.Errorf("expected %d mounts, got %d fds", want, len(fds))
 	}

@@ -187,6 +187,14 @@ func validateSpec(spec *runtime.Spec) error {
 	if spec.Process.Cwd != "" && !filepath.IsAbs(spec.Process.Cwd) {
 		return bad("working directory %q is not absolute", spec.Process.Cwd)
 	}
+	for _, m := range spec.Mounts {
+		if err := runtime.CheckMountTarget(m.Target); err != nil {
+			return err
+		}
+		if !filepath.IsAbs(m.Source) {
+			return bad("mount source %q is not absolute", m.Source)
+		}
+	}
 	return nil
 }
 
@@ -416,8 +424,17 @@ func (rt *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.San
 		}
 		mounts = append(mounts, dfd)
 	}
+	var targets []string
+	for _, m := range spec.Mounts {
+		vfd, err := idmappedBind(m.Source, pid, m.ReadOnly)
+		if err != nil {
+			return nil, err
+		}
+		mounts = append(mounts, vfd)
+		targets = append(targets, m.Target)
+	}
 	cfg := initConfig{
-		ID: spec.ID, Hostname: spec.Hostname, Dir: dir,
+		ID: spec.ID, Hostname: spec.Hostname, Dir: dir, Mounts: targets,
 		DefaultUser: tpl.DefaultUser, NoNewPrivileges: spec.NoNewPrivileges,
 		Layers: len(rec.TemplateLayers), TemplateID: tpl.ID, Disk: spec.Resources.DiskBytes > 0,
 		Args: spec.Process.Args, Env: spec.Process.Env, User: spec.Process.User, Cwd: spec.Process.Cwd,
@@ -487,6 +504,34 @@ func idmappedTree(rootfs string, pid int) (int, error) {
 	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, attr); err != nil {
 		unix.Close(fd)
 		return -1, fmt.Errorf("idmap template (needs Linux 5.12+ and a filesystem that supports idmapped mounts): %w", err)
+	}
+	return fd, nil
+}
+
+// idmappedBind returns a detached mount of the host directory dir (a
+// volume), writable unless readOnly, whose ids are shifted into the user
+// namespace of process pid as the template's are: a file the sandbox's
+// uid 1000 writes is owned by 1000 on disk, whichever sandbox wrote it.
+// Devices and setuid bits do nothing through it. Mounts below dir on the
+// host are not carried along.
+func idmappedBind(dir string, pid int, readOnly bool) (int, error) {
+	userns, err := unix.Open(fmt.Sprintf("/proc/%d/ns/user", pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("open sandbox user namespace: %w", err)
+	}
+	defer unix.Close(userns)
+	fd, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_SYMLINK_NOFOLLOW)
+	if err != nil {
+		return -1, fmt.Errorf("open_tree %s: %w", dir, err)
+	}
+	set := uint64(unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_NODEV | unix.MOUNT_ATTR_NOSUID)
+	if readOnly {
+		set |= unix.MOUNT_ATTR_RDONLY
+	}
+	attr := &unix.MountAttr{Attr_set: set, Userns_fd: uint64(userns)}
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, attr); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("idmap mount %s (needs a filesystem that supports idmapped mounts): %w", dir, err)
 	}
 	return fd, nil
 }

@@ -2,6 +2,7 @@ package native
 
 import (
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -11,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hutch-sandbox/hutch/internal/errdefs"
 	"github.com/hutch-sandbox/hutch/internal/template"
 )
 
@@ -51,7 +53,17 @@ func setupRootfs(cfg *initConfig, mountFds []int) error {
 			}
 		}
 	}
-	for _, fd := range mountFds {
+	// The volumes' mounts come last; they are attached once the root is
+	// complete, below.
+	nroot := cfg.Layers
+	if cfg.Disk {
+		nroot++
+	}
+	if len(mountFds) != nroot+len(cfg.Mounts) {
+		return fmt.Errorf("attach mounts: %d mounts for %d volumes", len(mountFds)-nroot, len(cfg.Mounts))
+	}
+	volumeFds := mountFds[nroot:]
+	for _, fd := range mountFds[:nroot] {
 		unix.Close(fd)
 	}
 	// Layers named relative to the sandbox directory: overlayfs shows the
@@ -115,6 +127,16 @@ func setupRootfs(cfg *initConfig, mountFds []int) error {
 	if err := writeEtc(root, cfg.Hostname); err != nil {
 		return err
 	}
+	for i, target := range cfg.Mounts {
+		err := attachAt(root, target, volumeFds[i])
+		unix.Close(volumeFds[i])
+		if err != nil {
+			for _, fd := range volumeFds[i+1:] {
+				unix.Close(fd)
+			}
+			return err
+		}
+	}
 
 	// pivot_root(".", ".") stacks the old root on top of the new one, so it
 	// can be detached without a directory to park it in (runc does the same).
@@ -129,6 +151,42 @@ func setupRootfs(cfg *initConfig, mountFds []int) error {
 	}
 	if err := unix.Chdir("/"); err != nil {
 		return err
+	}
+	return nil
+}
+
+// attachAt attaches the detached mount mfd at target (an absolute path in
+// the sandbox, checked by runtime.CheckMountTarget) under root, making
+// the missing directories on the way. Each component is opened beneath
+// the one before with openat2, refusing symlinks outright: the template
+// and the sandbox's layer are not trusted, and before pivot_root a link
+// would resolve against the host's tree. (filepath-securejoin's
+// MkdirAllHandle follows links inside the root, which is more than a
+// mount point needs; this is the few lines it takes to refuse them.)
+func attachAt(root, target string, mfd int) error {
+	cur, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("mount %s: %w", target, err)
+	}
+	defer func() { unix.Close(cur) }()
+	how := &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS}
+	for _, name := range strings.Split(strings.Trim(filepath.Clean(target), "/"), "/") {
+		if err := unix.Mkdirat(cur, name, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("mount %s: make %s: %w", target, name, err)
+		}
+		next, err := unix.Openat2(cur, name, how)
+		if err != nil {
+			if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.EXDEV) {
+				return fmt.Errorf("mount %s: %s is a symlink or not a directory: %w", target, name, errdefs.ErrInvalidArgument)
+			}
+			return fmt.Errorf("mount %s: open %s: %w", target, name, err)
+		}
+		unix.Close(cur)
+		cur = next
+	}
+	if err := unix.MoveMount(mfd, "", cur, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
+		return fmt.Errorf("mount %s: %w", target, err)
 	}
 	return nil
 }

@@ -13,21 +13,24 @@ import (
 
 // initConfig is the init's set-up, sent as the first sync message.
 type initConfig struct {
-	ID              string   `json:"id"`
-	Hostname        string   `json:"hostname"`
-	Dir             string   `json:"dir"` // host path of the sandbox directory
-	DefaultUser     string   `json:"defaultUser"`
-	NoNewPrivileges bool     `json:"noNewPrivileges"`
-	Layers          int      `json:"layers"`     // the template's layers: the first mount fds, bottom first
-	TemplateID      string   `json:"templateId"` // the template build, named in the root's mount source
-	Disk            bool     `json:"disk"`       // a disk layer mount follows the template's
-	Args            []string `json:"args"`
-	Env             []string `json:"env"`
-	User            string   `json:"user"`
-	Cwd             string   `json:"cwd"`
-	Terminal        bool     `json:"terminal"`
-	Rows            uint16   `json:"rows"`
-	Cols            uint16   `json:"cols"`
+	ID              string `json:"id"`
+	Hostname        string `json:"hostname"`
+	Dir             string `json:"dir"` // host path of the sandbox directory
+	DefaultUser     string `json:"defaultUser"`
+	NoNewPrivileges bool   `json:"noNewPrivileges"`
+	Layers          int    `json:"layers"`     // the template's layers: the first mount fds, bottom first
+	TemplateID      string `json:"templateId"` // the template build, named in the root's mount source
+	Disk            bool   `json:"disk"`       // a disk layer mount follows the template's
+	// Mounts are the targets of the host directories (volumes) whose
+	// mounts follow the disk layer's (or the template's), in order.
+	Mounts   []string `json:"mounts,omitempty"`
+	Args     []string `json:"args"`
+	Env      []string `json:"env"`
+	User     string   `json:"user"`
+	Cwd      string   `json:"cwd"`
+	Terminal bool     `json:"terminal"`
+	Rows     uint16   `json:"rows"`
+	Cols     uint16   `json:"cols"`
 	// Log: descriptors 5 and 6 are the output files, for the init to keep
 	// the process's output in; the process gets a pipe.
 	Log bool `json:"log"`

@@ -239,7 +239,9 @@ func (s *Server) killPaused() {
 
 // SDKEnv is what points an E2B SDK (or Hutch's) at the server.
 func (s *Server) SDKEnv() []string {
-	return []string{"E2B_API_URL=" + s.URL(), "E2B_SANDBOX_URL=" + s.URL(), "E2B_API_KEY=" + TestKey}
+	// E2B_VOLUME_API_URL: the volume content API is served on the same
+	// listener; without it the SDK would go to https://api.<E2B_DOMAIN>.
+	return []string{"E2B_API_URL=" + s.URL(), "E2B_SANDBOX_URL=" + s.URL(), "E2B_VOLUME_API_URL=" + s.URL(), "E2B_API_KEY=" + TestKey}
 }
 
 // RuntimeSandboxes lists the runtime's sandboxes in the server's data dir.
