@@ -183,30 +183,35 @@ func (m *Manager) pauseFiles(ctx context.Context, l *live, rec *store.Sandbox) e
 	delete(m.live, id)
 	m.releaseLiveLocked(l)
 	m.mu.Unlock()
-	m.dropRuntime(ctx, id, l)
+	l.route.close()
+	if _, err := m.dropRuntime(ctx, id); err != nil {
+		m.logger.Warn("a sandbox paused without memory", "id", id, "err", err)
+	}
 	return nil
 }
 
-// dropRuntime removes what sandbox id holds on the host while it runs: its
-// route, network link, runtime sandbox and envd sockets. Its record and
-// live entry are the caller's.
-func (m *Manager) dropRuntime(ctx context.Context, id string, l *live) {
-	if l != nil {
-		l.route.close()
-	}
+// dropRuntime removes what sandbox id holds on the host while it runs
+// beside its route: its network link, runtime sandbox and envd sockets.
+// It reports the template build the sandbox ran on. Its record, live
+// entry and route are the caller's.
+func (m *Manager) dropRuntime(ctx context.Context, id string) (build string, err error) {
 	if m.net != nil {
 		if err := m.net.Detach(ctx, id); err != nil {
 			m.logger.Warn("detach sandbox network", "id", id, "err", err)
 		}
 	}
 	if sbx, err := m.rt.Load(ctx, id); err == nil {
+		if st, err := sbx.Status(ctx); err == nil {
+			build = st.TemplateID
+		}
 		if err := sbx.Delete(ctx); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
-			m.logger.Warn("delete sandbox", "id", id, "err", err)
+			return build, fmt.Errorf("kill sandbox %s: %w", id, err)
 		}
 	}
 	api, control := m.socketPaths(id)
 	os.Remove(api)
 	os.Remove(control)
+	return build, nil
 }
 
 // minResumeLife is the least a resumed sandbox lives: clients connect

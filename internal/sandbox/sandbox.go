@@ -727,23 +727,10 @@ func (m *Manager) removeLocked(ctx context.Context, id string) error {
 	if err := m.store.DeleteSandbox(ctx, id); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 		return err
 	}
-	if m.net != nil {
-		if err := m.net.Detach(ctx, id); err != nil {
-			m.logger.Warn("detach sandbox network", "id", id, "err", err)
-		}
+	build, err := m.dropRuntime(ctx, id)
+	if err != nil {
+		return err
 	}
-	var build string
-	if sbx, err := m.rt.Load(ctx, id); err == nil {
-		if st, err := sbx.Status(ctx); err == nil {
-			build = st.TemplateID
-		}
-		if err := sbx.Delete(ctx); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
-			return fmt.Errorf("kill sandbox %s: %w", id, err)
-		}
-	}
-	api, control := m.socketPaths(id)
-	os.Remove(api)
-	os.Remove(control)
 	if t, err := m.templates.Get(build); build != "" && err == nil && t.Snapshot != nil && len(t.Tags) == 0 {
 		// Made from a fork's capture or a deleted snapshot, which waited
 		// for its last sandbox: collected now, not at the store's next
