@@ -1,0 +1,131 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hutch-sandbox/hutch/internal/errdefs"
+	"github.com/hutch-sandbox/hutch/internal/runtime"
+	"github.com/hutch-sandbox/hutch/internal/runtime/native"
+	"github.com/hutch-sandbox/hutch/internal/store"
+	"github.com/hutch-sandbox/hutch/internal/template"
+	"github.com/hutch-sandbox/hutch/internal/testenv"
+)
+
+// smallStore makes a template store on a tmpfs of size bytes holding the
+// machine's base template: its build and names copied, its layers bind
+// mounted (they take none of the tmpfs).
+func smallStore(t *testing.T, size string) *template.Store {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "templates")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size="+size+",mode=0755"); err != nil {
+		t.Skipf("no tmpfs here: %v", err)
+	}
+	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
+	big := template.Open(testenv.TemplatesDir())
+	base, err := big.Get(DefaultTemplate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"builds", "names", "layers"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.Chmod(filepath.Join(dir, "builds"), 0o755)
+	os.Chmod(filepath.Join(dir, "names"), 0o755)
+	for _, f := range []string{"builds/" + base.ID + ".json", "names/" + DefaultTemplate + ".json"} {
+		b, err := os.ReadFile(filepath.Join(big.Dir(), f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, l := range base.Layers {
+		target := filepath.Join(dir, "layers", l)
+		if err := os.Mkdir(target, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Mount(filepath.Join(big.Dir(), "layers", l), target, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { unix.Unmount(target, unix.MNT_DETACH) })
+	}
+	return template.Open(dir)
+}
+
+// TestSnapshotOnAFullDisk: a snapshot that fills the template store's disk
+// fails with a clear error, registers nothing, leaves no partial layer,
+// and the source runs on with its files; so does a pause of the files.
+func TestSnapshotOnAFullDisk(t *testing.T) {
+	testenv.RequireRoot(t, "namespaces, cgroups and mounts")
+	ctx := context.Background()
+	tpl := smallStore(t, "320m") // the store stops 256 MiB before full
+	dir := t.TempDir()
+	os.Chmod(filepath.Dir(dir), 0o711)
+	rt, err := native.New(native.Options{DataDir: dir, Templates: tpl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(ctx, filepath.Join(dir, "hutch.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	m, err := New(Options{Runtime: rt, Store: st, Templates: tpl, DataDir: dir,
+		Resources: runtime.Resources{MemoryBytes: 256 << 20, CPUs: 1, Pids: 256}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		m.Close()
+		all, _ := st.AllSandboxes(context.Background())
+		for _, s := range all {
+			m.remove(context.Background(), s.ID)
+		}
+	})
+	sb, err := m.Create(ctx, CreateRequest{Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run(t, m, sb.ID, "", "head -c 120000000 /dev/urandom > /home/user/big && echo kept > /home/user/f"); err != nil {
+		t.Fatal(err)
+	}
+	layersBefore, _ := os.ReadDir(filepath.Join(tpl.Dir(), "layers"))
+	_, err = m.CreateSnapshot(ctx, "", sb.ID, SnapshotRequest{Name: "full"})
+	if !errors.Is(err, errdefs.ErrResourceExhausted) || !strings.Contains(err.Error(), "left") {
+		t.Errorf("a snapshot past the store's room = %v; want a clear resource-exhausted error", err)
+	}
+	if l, _, _ := m.ListSnapshots(ctx, SnapshotFilter{}); len(l) != 0 {
+		t.Errorf("listed after the failure: %+v", l)
+	}
+	if _, err := tpl.Get("full"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("the failed snapshot's name: %v", err)
+	}
+	if err := m.Pause(ctx, "", sb.ID, false); !errors.Is(err, errdefs.ErrResourceExhausted) {
+		t.Errorf("a pause of the files past the store's room = %v; want resource exhausted", err)
+	}
+	layersAfter, _ := os.ReadDir(filepath.Join(tpl.Dir(), "layers"))
+	if len(layersAfter) != len(layersBefore) {
+		t.Errorf("layers %d before, %d after: a partial layer was left", len(layersBefore), len(layersAfter))
+	}
+	got, err := m.Get(ctx, "", sb.ID)
+	if err != nil || got.State != StateRunning {
+		t.Fatalf("the source after the failures: %+v, %v; want running", got, err)
+	}
+	if out := readFile(t, m, sb.ID, "/home/user/f"); out != "kept\n" {
+		t.Errorf("the source's file: %q", out)
+	}
+}
