@@ -419,3 +419,51 @@ func TestWarmPoolOfASnapshot(t *testing.T) {
 		t.Errorf("a warm sandbox of the snapshot has %q", out)
 	}
 }
+
+// TestPausesAtOnce: of two pauses of one sandbox at once, whatever their
+// modes, one pauses it and the other finds it paused; a kill racing a
+// pause leaves the sandbox gone, not half paused.
+func TestPausesAtOnce(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	m := e.manager(t)
+	for _, modes := range [][2]bool{{true, true}, {false, false}, {true, false}} {
+		sb, err := m.Create(ctx, CreateRequest{Timeout: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		errs := make(chan error, 2)
+		for _, keep := range modes {
+			go func() { errs <- m.Pause(ctx, "", sb.ID, keep) }()
+		}
+		e1, e2 := <-errs, <-errs
+		if (e1 == nil) == (e2 == nil) || !errors.Is(errors.Join(e1, e2), ErrAlreadyPaused) {
+			t.Errorf("pauses %v at once: %v and %v; want one nil and one already paused", modes, e1, e2)
+		}
+		if got, err := m.Get(ctx, "", sb.ID); err != nil || got.State != StatePaused {
+			t.Errorf("after the pauses: %+v, %v", got, err)
+		}
+		m.Kill(ctx, "", sb.ID)
+	}
+	sb, err := m.Create(ctx, CreateRequest{Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- m.Pause(ctx, "", sb.ID, false) }()
+	if err := m.Kill(ctx, "", sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("a pause racing a kill = %v; want success or not found", err)
+	}
+	if _, err := m.Get(ctx, "", sb.ID); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("after a kill racing a pause: %v; want gone", err)
+	}
+	if _, err := m.rt.Load(ctx, sb.ID); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("the runtime still has the sandbox: %v", err)
+	}
+	if _, err := m.templates.Get(pausedName(sb.ID)); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("its paused files are left: %v", err)
+	}
+}
