@@ -182,6 +182,25 @@ run(async () => {
     assert.equal(blob, bytes.toString('base64'), `file_read base64: ${JSON.stringify(bin)}`)
     await tool.fails('file_write', { sandbox_id: id, path: 'bad.bin', content: 'not base64!', encoding: 'base64' })
     log('file_write/file_read base64')
+
+    // Keep, branch and come back: a snapshot to start from, a fork, a
+    // pause of the files and a resume that boots it again with them.
+    await tool.ok('file_write', { sandbox_id: id, path: 'branch.txt', content: 'before the branch' })
+    const snap = await tool.ok('sandbox_snapshot', { sandbox_id: id })
+    assert.ok(snap.snapshot_id && snap.names.length === 1, JSON.stringify(snap))
+    const fromSnap = await tool.ok('sandbox_create', { template: snap.snapshot_id, timeout_seconds: 60 })
+    assert.equal((await tool.okText('file_read', { sandbox_id: fromSnap.sandbox_id, path: 'branch.txt' })).includes('before the branch'), true)
+    await tool.ok('sandbox_kill', { sandbox_id: fromSnap.sandbox_id })
+    const forks = await tool.ok('sandbox_fork', { sandbox_id: id, count: 2, timeout_seconds: 60 })
+    assert.equal(forks.sandboxes.length, 2, JSON.stringify(forks))
+    for (const f of forks.sandboxes) await tool.ok('sandbox_kill', { sandbox_id: f })
+    assert.match(await tool.fails('sandbox_fork', { sandbox_id: id, count: 101 }), /count/)
+    assert.deepEqual(await tool.ok('sandbox_pause', { sandbox_id: id, keep_memory: false }), { paused: true })
+    assert.deepEqual(await tool.ok('sandbox_pause', { sandbox_id: id }), { paused: false })
+    const resumed = await tool.ok('sandbox_resume', { sandbox_id: id, timeout_seconds: 300 })
+    assert.equal(resumed.state, 'running', JSON.stringify(resumed))
+    assert.equal((await tool.okText('file_read', { sandbox_id: id, path: 'branch.txt' })).includes('before the branch'), true)
+    log('sandbox_snapshot/fork/pause/resume')
   } finally {
     assert.deepEqual(await tool.ok('sandbox_kill', { sandbox_id: id }), { killed: true })
   }
