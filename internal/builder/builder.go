@@ -196,6 +196,9 @@ func (b *Builder) Request(keyID string, r Request) (*Build, error) {
 			return nil, fmt.Errorf("template tag %q: %w", t, errdefs.ErrInvalidArgument)
 		}
 	}
+	if template.Reserved(r.Name) {
+		return nil, fmt.Errorf("template name %q: names starting with %q are Hutch's own (the files of paused sandboxes): %w", r.Name, template.PausedPrefix, errdefs.ErrInvalidArgument)
+	}
 	if template.Builtin(r.Name) {
 		return nil, fmt.Errorf("%s is one of Hutch's own templates (built on the server's host by `hutch template build %s`); build yours under another name: %w", r.Name, r.Name, errdefs.ErrInvalidArgument)
 	}

@@ -11,6 +11,7 @@ import (
 	"path"
 
 	"github.com/hutch-sandbox/hutch/internal/cabundle"
+	"github.com/hutch-sandbox/hutch/internal/errdefs"
 	"github.com/hutch-sandbox/hutch/internal/runtime"
 	"github.com/hutch-sandbox/hutch/internal/template"
 )
@@ -29,9 +30,9 @@ import (
 // store as a layer held by lease. lower are the directories of the layers
 // it was made over (bottom first): the CA filter reads the bundle there.
 // keepCA keeps the CA certificates envd installed (a build that asked to).
-func (m *Manager) captureLayer(ctx context.Context, sbx runtime.Sandbox, lower []string, lease *template.Lease, source string, keepCA bool) (*template.Layer, error) {
+func (m *Manager) captureLayer(ctx context.Context, sbx runtime.Sandbox, lower []string, lease *template.Lease, source string, keepCA bool, limit int64) (*template.Layer, error) {
 	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(sbx.CaptureLayer(ctx, pw)) }()
+	go func() { pw.CloseWithError(sbx.CaptureLayer(ctx, m.guard(pw, limit))) }()
 	defer pr.Close()
 	layer, err := m.storeLayer(ctx, pr, lower, lease, source, keepCA)
 	if err != nil {
@@ -45,7 +46,7 @@ func (m *Manager) captureLayer(ctx context.Context, sbx runtime.Sandbox, lower [
 // called, and only then is the layer unpacked, hashed and synced into the
 // store. The sandbox is frozen for as long as reading its layer takes,
 // not for the store's work.
-func (m *Manager) captureSpooled(ctx context.Context, sbx runtime.Sandbox, lower []string, lease *template.Lease, source string, thaw func()) (*template.Layer, error) {
+func (m *Manager) captureSpooled(ctx context.Context, sbx runtime.Sandbox, lower []string, lease *template.Lease, source string, thaw func(), limit int64) (*template.Layer, error) {
 	if err := m.templates.CheckRoom(); err != nil {
 		return nil, err
 	}
@@ -55,7 +56,7 @@ func (m *Manager) captureSpooled(ctx context.Context, sbx runtime.Sandbox, lower
 	}
 	os.Remove(f.Name())
 	defer f.Close()
-	w := bufio.NewWriterSize(f, 1<<20)
+	w := bufio.NewWriterSize(m.guard(f, limit), 1<<20)
 	err = sbx.CaptureLayer(ctx, w)
 	if err == nil {
 		err = w.Flush()
@@ -69,6 +70,47 @@ func (m *Manager) captureSpooled(ctx context.Context, sbx runtime.Sandbox, lower
 		return nil, fmt.Errorf("capture the files of sandbox %s: %w", sbx.ID(), err)
 	}
 	return layer, nil
+}
+
+// captureLimit bounds the tar a capture of a sandbox made from tpl may
+// write: twice its disk limit (a layer's files, and the tar's headers), or
+// nothing beyond the store's room when it has none. The bound is needed
+// because a sparse file costs a sandbox no disk and a capture its whole
+// length.
+func (m *Manager) captureLimit(tpl *template.Template) int64 {
+	return 2 * m.resourcesOf(tpl).DiskBytes
+}
+
+// guard bounds what a capture writes to w: at most limit bytes (0: no
+// bound), and only while the template store's disk has room, checked
+// every roomEvery bytes (it stops 256 MiB short of full).
+func (m *Manager) guard(w io.Writer, limit int64) io.Writer {
+	return &captureGuard{w: w, limit: limit, room: m.templates.CheckRoom}
+}
+
+// roomEvery is how often a capture checks the store's room.
+const roomEvery = 32 << 20
+
+type captureGuard struct {
+	w            io.Writer
+	n, limit     int64
+	checkedUntil int64
+	room         func() error
+}
+
+func (g *captureGuard) Write(p []byte) (int, error) {
+	if g.limit > 0 && g.n+int64(len(p)) > g.limit {
+		return 0, fmt.Errorf("the sandbox's files take more than %d MiB once captured (sparse files count at their full length), twice its disk limit: %w", g.limit>>20, errdefs.ErrResourceExhausted)
+	}
+	if g.n >= g.checkedUntil {
+		if err := g.room(); err != nil {
+			return 0, err
+		}
+		g.checkedUntil = g.n + roomEvery
+	}
+	n, err := g.w.Write(p)
+	g.n += int64(n)
+	return n, err
 }
 
 // storeLayer adds the captured layer tar r to the store: without the
@@ -97,7 +139,13 @@ func (m *Manager) CaptureToStore(ctx context.Context, id string, lower []string,
 	if err := l.sbx.Freeze(ctx); err != nil {
 		return nil, fmt.Errorf("freeze sandbox %s: %w", id, err)
 	}
-	return m.captureLayer(ctx, l.sbx, lower, lease, source, keepCA)
+	var limit int64
+	if st, err := l.sbx.Status(ctx); err == nil {
+		if tpl, err := m.templates.Get(st.TemplateID); err == nil {
+			limit = m.captureLimit(tpl)
+		}
+	}
+	return m.captureLayer(ctx, l.sbx, lower, lease, source, keepCA, limit)
 }
 
 // withoutRuntimeFiles drops from a captured layer the files the runtime

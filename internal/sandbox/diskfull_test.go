@@ -129,3 +129,78 @@ func TestSnapshotOnAFullDisk(t *testing.T) {
 		t.Errorf("the source's file: %q", out)
 	}
 }
+
+// TestSparseFilesCannotFillTheStore: a sparse file costs a sandbox no disk
+// and a capture its whole length; a capture is bounded by twice the
+// sandbox's disk limit, so a sparse file far past it fails the snapshot
+// (and the pause of the files) with a clear error, and the sandbox runs on.
+func TestSparseFilesCannotFillTheStore(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	m, err := New(Options{Runtime: e.rt, Store: e.st, Templates: e.tpl, DataDir: e.dataDir,
+		Resources: runtime.Resources{MemoryBytes: 256 << 20, CPUs: 1, Pids: 256, DiskBytes: 128 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		m.Close()
+		all, _ := e.st.AllSandboxes(context.Background())
+		for _, s := range all {
+			m.remove(context.Background(), s.ID)
+		}
+	})
+	sb, err := m.Create(ctx, CreateRequest{Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run(t, m, sb.ID, "", "truncate -s 4G /home/user/sparse && echo kept > /home/user/f"); err != nil {
+		t.Fatal(err)
+	}
+	for what, call := range map[string]func() error{
+		"snapshot": func() error { _, err := m.CreateSnapshot(ctx, "", sb.ID, SnapshotRequest{}); return err },
+		"fork":     func() error { _, err := m.Fork(ctx, "", sb.ID, 1, time.Minute); return err },
+		"pause":    func() error { return m.Pause(ctx, "", sb.ID, false) },
+	} {
+		if err := call(); !errors.Is(err, errdefs.ErrResourceExhausted) || !strings.Contains(err.Error(), "sparse") {
+			t.Errorf("%s of a sandbox with a 4 GiB sparse file = %v; want a resource-exhausted error naming sparse files", what, err)
+		}
+	}
+	got, err := m.Get(ctx, "", sb.ID)
+	if err != nil || got.State != StateRunning {
+		t.Fatalf("after the refused captures: %+v, %v; want running", got, err)
+	}
+	if out := readFile(t, m, sb.ID, "/home/user/f"); out != "kept\n" {
+		t.Errorf("the sandbox's file: %q", out)
+	}
+	if l, _, _ := m.ListSnapshots(ctx, SnapshotFilter{Sandbox: sb.ID}); len(l) != 0 {
+		t.Errorf("snapshots left: %+v", l)
+	}
+
+	// One made to pause its files at its timeout, whose files cannot be
+	// kept, is paused with its memory instead: not left running past its
+	// end, nor tried again and again (review 16).
+	auto, err := m.Create(ctx, CreateRequest{Timeout: time.Second, Lifecycle: Lifecycle{OnTimeout: OnTimeoutPause, PauseFilesystem: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run(t, m, auto.ID, "", "truncate -s 4G /home/user/sparse && echo kept > /home/user/f"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2500 * time.Millisecond)
+	got, err = m.Get(ctx, "", auto.ID)
+	if err != nil || got.State != StatePaused {
+		t.Fatalf("at its timeout: %+v, %v; want paused", got, err)
+	}
+	m.mu.Lock()
+	frozen := m.live[auto.ID] != nil && m.live[auto.ID].paused
+	m.mu.Unlock()
+	if !frozen {
+		t.Error("not paused with its memory")
+	}
+	if _, _, err := m.Connect(ctx, "", auto.ID, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if out := readFile(t, m, auto.ID, "/home/user/f"); out != "kept\n" {
+		t.Errorf("after the resume: %q", out)
+	}
+}

@@ -47,7 +47,7 @@ var ErrAlreadyPaused = fmt.Errorf("sandbox is already paused: %w", errdefs.ErrFa
 
 // pausedName is the template store name of the files of sandbox id paused
 // without its memory.
-func pausedName(id string) string { return "paused-" + id }
+func pausedName(id string) string { return template.PausedPrefix + id }
 
 // opLock is one sandbox's operation lock; refs counts holders and waiters.
 type opLock struct {
@@ -385,6 +385,22 @@ func (m *Manager) extend(ctx context.Context, id string, d time.Duration) error 
 	}
 	m.schedule(id, end)
 	return nil
+}
+
+// WakeRules tells, for a paused sandbox that traffic resumes (Wake), what
+// a request must carry before it may wake it: the sandbox's traffic
+// access token for its ports (empty: none needed) and envd's access token
+// for envd (empty: none). ok is false for every other sandbox. The router
+// checks them first: a request that would be refused once the sandbox runs
+// must not resume it (and take a slot of its key) on the way.
+func (m *Manager) WakeRules(id string) (traffic, envd string, ok bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l := m.live[id]
+	if l == nil || !(l.paused || l.pausing) || !l.autoResume || l.internal {
+		return "", "", false
+	}
+	return l.trafficToken, l.route.accessToken(), true
 }
 
 // Wake resumes paused sandbox id when it was made to resume on traffic

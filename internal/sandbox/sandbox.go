@@ -826,6 +826,10 @@ func (m *Manager) schedule(id string, end time.Time) {
 	m.timers[id] = time.AfterFunc(time.Until(end), func() { m.expire(id) })
 }
 
+// pauseRetry is how long after a failed pause at the timeout the next is
+// tried.
+const pauseRetry = time.Minute
+
 // expire kills a sandbox whose time is up, unless it was extended since,
 // or pauses it when its creator asked for that.
 func (m *Manager) expire(id string) {
@@ -847,19 +851,36 @@ func (m *Manager) expire(id string) {
 	if rec.AutoPause {
 		// Paused rather than killed, as its creator asked (E2B's
 		// lifecycle onTimeout "pause").
-		err := m.pauseLocked(ctx, "", id, !rec.AutoPauseFilesystem)
+		keep := !rec.AutoPauseFilesystem
+		err := m.pauseLocked(ctx, "", id, keep)
 		var limit *LimitError
-		if errors.As(err, &limit) {
+		switch {
+		case err == nil || errors.Is(err, ErrAlreadyPaused):
+		case keep && errors.As(err, &limit):
 			// No room to keep its memory: its files are kept instead,
 			// rather than it running on past its time.
 			m.logger.Info("pausing without memory at the timeout", "id", id, "reason", err)
+			keep = false
 			err = m.pauseLocked(ctx, "", id, false)
+		case !keep:
+			// Its files could not be kept (the store's disk is full, or
+			// the sandbox made them fail to capture): frozen with its
+			// memory instead, which keeps everything.
+			m.logger.Warn("pausing with memory at the timeout: its files could not be kept", "id", id, "reason", err)
+			keep = true
+			err = m.pauseLocked(ctx, "", id, true)
 		}
 		if err != nil && !errors.Is(err, ErrAlreadyPaused) {
-			m.logger.Warn("pause sandbox at its timeout", "id", id, "err", err)
+			// Neither way: again in a while, not at once (a failed pause
+			// left the sandbox running with its end already past).
+			retry := time.Now().Add(pauseRetry)
+			m.logger.Warn("pause sandbox at its timeout; trying again later", "id", id, "err", err, "at", retry)
+			if err := m.store.SetEndAt(ctx, id, retry); err == nil {
+				m.schedule(id, retry)
+			}
 			return
 		}
-		m.logger.Info("sandbox paused at its timeout", "id", id, "keepMemory", !rec.AutoPauseFilesystem)
+		m.logger.Info("sandbox paused at its timeout", "id", id, "keepMemory", keep)
 		return
 	}
 	if err := m.removeLocked(ctx, id); err != nil {

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -68,7 +67,7 @@ func (m *Manager) CreateSnapshot(ctx context.Context, keyID, id string, req Snap
 	if name == "" {
 		name = "snapshot-" + randomHex(6)
 	}
-	if !template.ValidName(name) || template.Builtin(name) || strings.HasPrefix(name, "paused-") {
+	if !template.ValidName(name) || template.Builtin(name) || template.Reserved(name) {
 		return nil, fmt.Errorf("snapshot name %q: 1-63 characters of a-z, 0-9, '.', '_' and '-', starting with a letter or digit, not one of Hutch's own: %w", name, errdefs.ErrInvalidArgument)
 	}
 	if prev, err := m.templates.Get(name); err == nil && (prev.Snapshot == nil || prev.Snapshot.Kind != template.SnapshotUser) {
@@ -163,9 +162,9 @@ func (m *Manager) captureBuild(ctx context.Context, l *live, keyID, name string,
 	defer lease.Release()
 	var layer *template.Layer
 	if thaw != nil {
-		layer, err = m.captureSpooled(ctx, l.sbx, src.LowerDirs(), lease, "sandbox "+snap.Sandbox, thaw)
+		layer, err = m.captureSpooled(ctx, l.sbx, src.LowerDirs(), lease, "sandbox "+snap.Sandbox, thaw, m.captureLimit(src))
 	} else {
-		layer, err = m.captureLayer(ctx, l.sbx, src.LowerDirs(), lease, "sandbox "+snap.Sandbox, false)
+		layer, err = m.captureLayer(ctx, l.sbx, src.LowerDirs(), lease, "sandbox "+snap.Sandbox, false, m.captureLimit(src))
 	}
 	if err != nil {
 		return nil, err

@@ -22,6 +22,26 @@ import (
 // "restrict public access").
 const trafficTokenHeader = "E2b-Traffic-Access-Token"
 
+// mayWake reports whether r may resume paused sandbox id (made to resume
+// on traffic) on its way to port: only with the credentials the request
+// would need once the sandbox runs — its traffic access token for a port
+// of a sandbox closed to public traffic, envd's access token (or a signed
+// URL, which envd checks then) for envd. Anyone else is answered as for a
+// sandbox that is not running, and wakes nothing.
+func mayWake(mgr *sandbox.Manager, r *http.Request, id string, port int) bool {
+	traffic, envd, ok := mgr.WakeRules(id)
+	switch {
+	case !ok:
+		return false
+	case port != envdapi.Port:
+		return traffic == "" || subtle.ConstantTimeCompare([]byte(r.Header.Get(trafficTokenHeader)), []byte(traffic)) == 1
+	case envd == "":
+		return true
+	}
+	return subtle.ConstantTimeCompare([]byte(r.Header.Get(envdapi.HeaderAccessToken)), []byte(envd)) == 1 ||
+		r.URL.Query().Get("signature") != ""
+}
+
 // proxy sends a request to a port of a sandbox: envd's (49983) or any
 // other, tunnelled through envd's socket. Unknown and dead sandboxes answer
 // 502 with the edge proxy's JSON (spec §2.8): the SDKs read it as "not
@@ -32,7 +52,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id string, port i
 	// envd authenticates requests itself (access token); the routing only
 	// needs the sandbox to exist.
 	transport, ok := s.mgr.Transport(id, port)
-	if !ok && s.mgr.Wake(r.Context(), id) {
+	if !ok && mayWake(s.mgr, r, id, port) && s.mgr.Wake(r.Context(), id) {
 		// Paused, made to resume on traffic: resumed, then on its way.
 		transport, ok = s.mgr.Transport(id, port)
 	}

@@ -638,11 +638,12 @@ func (s *Store) cacheDrop(key, id string) {
 	}
 }
 
-// AddLayerFromTar adds the layer an uncompressed OCI layer tar holds
-// (see unpack for what is refused); its id is the tar's diff id.
+// AddLayerFromTar adds the layer an uncompressed OCI layer tar captured of
+// a sandbox holds (see unpack for what is refused; a symlink may point
+// anywhere); its id is the tar's diff id.
 func (s *Store) AddLayerFromTar(ctx context.Context, lease *Lease, source string, r io.Reader) (*Layer, error) {
 	return s.addLayer(lease, source, true, func(root string) (string, error) {
-		return unpack(ctx, root, r, unpackOptions{room: func(int64) error {
+		return unpack(ctx, root, r, unpackOptions{anySymlink: true, room: func(int64) error {
 			if free, err := freeBytes(root); err == nil && free < minFree {
 				return fmt.Errorf("stopped with %d MiB left on the template store's disk: %w: %w", free>>20, errNoRoom, errdefs.ErrResourceExhausted)
 			}

@@ -121,6 +121,21 @@ const (
 	SnapshotFork = "fork"
 )
 
+// PausedPrefix starts the names under which the files of sandboxes paused
+// without their memory are kept ("paused-<sandbox id>"). Such names are
+// Hutch's own: no build, import, tag or snapshot may take one, or it could
+// keep a sandbox of another key from pausing.
+const PausedPrefix = "paused-"
+
+// Reserved reports whether name is one no template may be built, tagged or
+// committed under except by Hutch itself (PausedPrefix).
+func Reserved(name string) bool { return strings.HasPrefix(name, PausedPrefix) }
+
+// errReserved is the error for a reserved name.
+func errReserved(name string) error {
+	return fmt.Errorf("template name %q: names starting with %q are Hutch's own: %w", name, PausedPrefix, errdefs.ErrInvalidArgument)
+}
+
 // Listed reports whether t belongs in a listing of templates: true for
 // everything but captures of a sandbox (snapshots are listed as such).
 func (t *Template) Listed() bool { return t.Snapshot == nil }
@@ -518,6 +533,9 @@ func (s *Store) CommitAs(id, name string, tags []string, layers []string, cfg Co
 	if !isBuildID(id) {
 		return nil, fmt.Errorf("template build id %q: %w", id, errdefs.ErrInvalidArgument)
 	}
+	if Reserved(name) && (cfg.Snapshot == nil || cfg.Snapshot.Kind != SnapshotPause) {
+		return nil, errReserved(name)
+	}
 	if _, err := os.Stat(s.buildPath(id)); err == nil {
 		return nil, fmt.Errorf("template build %s: %w", id, errdefs.ErrAlreadyExists)
 	}
@@ -615,6 +633,9 @@ func (s *Store) TagAs(by, ref string, tags ...string) (*Template, error) {
 	t, err := s.Get(ref)
 	if err != nil {
 		return nil, err
+	}
+	if Reserved(t.Name) {
+		return nil, errReserved(t.Name)
 	}
 	for _, tag := range tags {
 		if !ValidName(tag) {

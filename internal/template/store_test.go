@@ -755,3 +755,30 @@ func TestStoreModes(t *testing.T) {
 		t.Errorf("layers/ left at %v", fi.Mode().Perm())
 	}
 }
+
+// TestReservedNames: names starting with PausedPrefix hold the files of
+// paused sandboxes: nothing but such a build may be committed under one,
+// and none may be tagged (review 16: a key took "paused-<id>" to keep
+// another key's sandbox from pausing).
+func TestReservedNames(t *testing.T) {
+	s := Open(t.TempDir())
+	lease, err := s.NewLease()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Release()
+	layer := addLayer(t, s, lease, files{"f": "x"})
+	if _, err := s.Commit("paused-i123", nil, []string{layer}, Config{}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("a template committed as paused-i123 = %v; want invalid argument", err)
+	}
+	if _, err := s.Commit("paused-i123", nil, []string{layer}, Config{Snapshot: &SnapshotOf{Sandbox: "i123", Kind: SnapshotUser}}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("a snapshot committed as paused-i123 = %v; want invalid argument", err)
+	}
+	p, err := s.Commit("paused-i123", nil, []string{layer}, Config{Snapshot: &SnapshotOf{Sandbox: "i123", Kind: SnapshotPause}})
+	if err != nil {
+		t.Fatalf("a paused sandbox's files: %v", err)
+	}
+	if _, err := s.Tag(p.ID, "mine"); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("a tag on paused-i123 = %v; want invalid argument", err)
+	}
+}

@@ -50,6 +50,13 @@ type unpackOptions struct {
 	// room, when set, is checked every so many bytes written; an error
 	// stops the unpack before the disk is full.
 	room func(written int64) error
+	// anySymlink keeps a symlink whatever its target: a sandbox's own
+	// files may point anywhere in its root ("../../../etc/passwd" from
+	// /tmp is /etc/passwd inside, as the kernel clamps ".." at a root),
+	// and a capture of them must not fail for it. Nothing on the host
+	// follows a layer's symlinks: the unpacker resolves paths inside the
+	// layer.
+	anySymlink bool
 }
 
 // unpack applies one uncompressed OCI layer tar to root, an empty
@@ -84,7 +91,7 @@ func unpack(ctx context.Context, root string, r io.Reader, opts unpackOptions) (
 				return false, &BadLayerError{Entry: name, Reason: "hard link target " + err.Error()}
 			}
 		case tar.TypeSymlink:
-			if !path.IsAbs(hdr.Linkname) {
+			if !opts.anySymlink && !path.IsAbs(hdr.Linkname) {
 				depth := strings.Count(strings.Trim(path.Clean(name), "/"), "/") // of its directory
 				if climbs(hdr.Linkname) > depth {
 					return false, &BadLayerError{Entry: name, Reason: fmt.Sprintf("symlink to %q points outside the root", hdr.Linkname)}

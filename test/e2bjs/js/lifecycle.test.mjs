@@ -104,6 +104,21 @@ test("lifecycle onTimeout 'pause' pauses at the timeout; autoResume resumes on t
   assert.equal(await res.text(), 'served across a pause')
   assert.equal((await Sandbox.getInfo(web.sandboxId)).state, 'running')
   await Sandbox.kill(web.sandboxId)
+
+  // A request that would be refused once the sandbox runs does not wake
+  // it: here, one without the traffic token of a private sandbox, and one
+  // to envd without its access token (review 16).
+  const priv = await Sandbox.create({ metadata: { pause: tag }, lifecycle: { onTimeout: 'pause', autoResume: true }, timeoutMs: 3_000, network: { allowPublicTraffic: false } })
+  assert.ok(priv.trafficAccessToken, 'a private sandbox has a traffic token')
+  await priv.commands.run('python3 -m http.server 8001', { background: true, timeoutMs: 0 })
+  await waitFor(async () => (await Sandbox.getInfo(priv.sandboxId)).state === 'paused', 15_000, 'paused at its timeout')
+  const toPort = (headers) => fetch(new URL('/', base), { headers: { 'E2b-Sandbox-Id': priv.sandboxId, 'E2b-Sandbox-Port': '8001', ...headers } })
+  assert.notEqual((await toPort({})).status, 200)
+  assert.notEqual((await fetch(new URL('/health', base), { headers: { 'E2b-Sandbox-Id': priv.sandboxId, 'E2b-Sandbox-Port': '49983' } })).status, 204)
+  assert.equal((await Sandbox.getInfo(priv.sandboxId)).state, 'paused', 'woken by requests without credentials')
+  await waitFor(async () => (await toPort({ 'E2b-Traffic-Access-Token': priv.trafficAccessToken })).status === 200, 10_000, 'the port with the token')
+  assert.equal((await Sandbox.getInfo(priv.sandboxId)).state, 'running')
+  await Sandbox.kill(priv.sandboxId)
 })
 
 test('Template.exists says which templates a create can use', opts, async () => {
