@@ -62,6 +62,8 @@ type Config struct {
 	// ReadyTimeout bounds the wait for a template's ready command (see
 	// sandbox.Options.ReadyTimeout).
 	ReadyTimeout time.Duration
+	// VolumeSize is each volume's size limit (volume.New); 0: none.
+	VolumeSize int64
 	// SnapshotTTL and PausedRetention are sandbox.Options'.
 	SnapshotTTL, PausedRetention time.Duration
 	// RegistryAllow are the registries on loopback or private addresses
@@ -110,6 +112,11 @@ func Open(ctx context.Context, cfg Config) (_ *Server, retErr error) {
 			return nil, fmt.Errorf("sandboxes' disk limits (a disk size of 0 runs without them): %w", err)
 		}
 	}
+	if cfg.VolumeSize > 0 {
+		if err := volume.CheckLimits(); err != nil {
+			return nil, fmt.Errorf("volumes' size limits (a volume size of 0 runs without them): %w", err)
+		}
+	}
 	s := &Server{}
 	defer func() {
 		if retErr != nil {
@@ -138,7 +145,7 @@ func Open(ctx context.Context, cfg Config) (_ *Server, retErr error) {
 			return nil, err
 		}
 	}
-	vols, err := volume.New(s.Store, cfg.DataDir, logger)
+	vols, err := volume.New(s.Store, cfg.DataDir, cfg.VolumeSize, logger)
 	if err != nil {
 		return nil, err
 	}

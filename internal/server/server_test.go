@@ -50,7 +50,7 @@ func newTestServerWith(t *testing.T, opts Options, templates ...string) (*httpte
 	if err != nil {
 		t.Fatal(err)
 	}
-	vols, err := volume.New(st, dir, nil)
+	vols, err := volume.New(st, dir, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

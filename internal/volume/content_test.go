@@ -25,7 +25,7 @@ func newVolume(t *testing.T) (*Manager, Volume, *Content) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	m, err := New(st, data, nil)
+	m, err := New(st, data, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

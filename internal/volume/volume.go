@@ -66,6 +66,7 @@ func ValidateName(name string) error {
 type Manager struct {
 	store  *store.Store
 	dir    string // DataDir/volumes
+	size   int64  // each volume's size limit; 0: none (fs.go)
 	logger *slog.Logger
 
 	mu sync.Mutex
@@ -75,8 +76,12 @@ type Manager struct {
 }
 
 // New returns a manager keeping volumes in dataDir/volumes, which it
-// creates (mode 0700) if needed. A nil logger discards.
-func New(st *store.Store, dataDir string, logger *slog.Logger) (*Manager, error) {
+// creates (mode 0700) if needed. size, when positive, gives each new
+// volume a file system of its own of that many bytes (see fs.go); 0 makes
+// volumes directories of the host's file system, without a limit. The
+// images of volumes made with a limit are mounted if they are not. A nil
+// logger discards.
+func New(st *store.Store, dataDir string, size int64, logger *slog.Logger) (*Manager, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -89,7 +94,9 @@ func New(st *store.Store, dataDir string, logger *slog.Logger) (*Manager, error)
 	if err := os.Chmod(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("volumes dir: %w", err)
 	}
-	return &Manager{store: st, dir: dir, logger: logger, held: map[string]int{}}, nil
+	m := &Manager{store: st, dir: dir, size: size, logger: logger, held: map[string]int{}}
+	m.mountAll(context.Background())
+	return m, nil
 }
 
 func (m *Manager) fromRecord(r store.Volume) Volume {
@@ -110,9 +117,15 @@ func (m *Manager) Create(ctx context.Context, keyID, name string) (_ Volume, ret
 	}
 	defer func() {
 		if retErr != nil {
+			m.unmount(rec.ID, dir)
 			os.RemoveAll(dir)
 		}
 	}()
+	if m.size > 0 {
+		if err := m.makeImage(rec.ID, dir); err != nil {
+			return Volume{}, fmt.Errorf("volume %s: %w", name, err)
+		}
+	}
 	// Mkdir's mode passes through the umask; the sticky bit does not
 	// pass through Mkdir at all.
 	if err := os.Chmod(dir, 0o777|os.ModeSticky); err != nil {
@@ -223,6 +236,10 @@ func (m *Manager) Delete(ctx context.Context, keyID, id string) error {
 	// The record is gone: rename first, so that a half-finished removal
 	// never leaves a directory under a live volume's name, then remove.
 	dir := filepath.Join(m.dir, id)
+	if err := m.unmount(id, dir); err != nil {
+		m.logger.Error("volume: remove files of a deleted volume", "volume", id, "err", err)
+		return nil
+	}
 	trash := filepath.Join(m.dir, ".deleted-"+id)
 	if err := os.Rename(dir, trash); err != nil {
 		if errors.Is(err, os.ErrNotExist) {

@@ -13,6 +13,7 @@ import (
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 
+	"github.com/hutch-sandbox/hutch/internal/loopfs"
 	"github.com/hutch-sandbox/hutch/internal/testenv"
 )
 
@@ -286,7 +287,7 @@ func TestAttachLoopConcurrent(t *testing.T) {
 			}
 			var dev *os.File
 			if err == nil {
-				dev, err = attachLoop(f, unix.LO_FLAGS_READ_ONLY)
+				dev, err = loopfs.Attach(f, unix.LO_FLAGS_READ_ONLY)
 			}
 			errs <- err
 			devs <- dev

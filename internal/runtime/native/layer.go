@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
+	"github.com/hutch-sandbox/hutch/internal/loopfs"
 )
 
 // A sandbox's writable layer is the upper directory of its overlay root:
@@ -99,7 +100,7 @@ func mountDiskImage(image string) (int, error) {
 	loop := findLoop(image, &st)
 	shared := loop != nil
 	if !shared {
-		if loop, err = attachLoop(img, unix.LO_FLAGS_READ_ONLY); err != nil {
+		if loop, err = loopfs.Attach(img, unix.LO_FLAGS_READ_ONLY); err != nil {
 			return -1, err
 		}
 	}
@@ -113,7 +114,7 @@ func mountDiskImage(image string) (int, error) {
 	if !shared {
 		flags = []string{"ro"}
 	}
-	return mountExt4(loop.Name(), flags, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NOEXEC)
+	return loopfs.MountExt4(loop.Name(), flags, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NOEXEC)
 }
 
 // findLoop opens the loop device image (whose stat is st) is attached to,

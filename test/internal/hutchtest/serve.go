@@ -102,6 +102,7 @@ func NewServer(t *testing.T, bin, data string) *Server {
 		s.killPaused()
 		s.Stop(syscall.SIGTERM)
 		s.RemoveSandboxes()
+		unmountUnder(data)
 	})
 	return s
 }
@@ -202,6 +203,21 @@ func (s *Server) RemoveSandboxes() {
 	rm.Env = s.Env
 	if out, err := rm.CombinedOutput(); err != nil {
 		s.t.Logf("hutch rm %v: %v\n%s", ids, err, out)
+	}
+}
+
+// unmountUnder unmounts what is mounted below dir (the volumes a test
+// left), so that the data dir can be removed without reaching into them.
+func unmountUnder(dir string) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return
+	}
+	prefix := filepath.Clean(dir) + "/"
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], prefix) {
+			syscall.Unmount(f[4], 2 /* MNT_DETACH */)
+		}
 	}
 }
 

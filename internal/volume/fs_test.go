@@ -1,0 +1,88 @@
+package volume
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hutch-sandbox/hutch/internal/store"
+	"github.com/hutch-sandbox/hutch/internal/testenv"
+)
+
+// TestSizeLimit: a volume made with a size limit is a file system of its
+// own: writes past its size fail with ENOSPC and leave the host's disk
+// alone; it is mounted again by a new manager once unmounted (a reboot);
+// Delete unmounts it and removes its image.
+func TestSizeLimit(t *testing.T) {
+	testenv.RequireRoot(t, "loop devices and mounts")
+	if err := CheckLimits(); err != nil {
+		t.Skipf("no size limits on this host: %v", err)
+	}
+	ctx := context.Background()
+	data := t.TempDir()
+	st, err := store.Open(ctx, filepath.Join(data, "hutch.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	m, err := New(st, data, 32<<20, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := m.Create(ctx, "", "small")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(v.Dir, unix.MNT_DETACH) })
+	if !mounted(v.Dir) {
+		t.Fatal("the volume is not a file system of its own")
+	}
+	if ents, _ := os.ReadDir(v.Dir); len(ents) != 0 {
+		t.Errorf("a new volume holds %v", ents)
+	}
+	if fi, err := os.Stat(v.Dir); err != nil || fi.Mode().Perm() != 0o777 || fi.Mode()&os.ModeSticky == 0 {
+		t.Errorf("the volume's root: %v, %v; want 1777", fi.Mode(), err)
+	}
+	c, err := m.Open(ctx, v.ID, v.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.WriteFile("/big", io.LimitReader(zeros{}, 64<<20), Owner{})
+	c.Close()
+	if !errors.Is(err, syscall.ENOSPC) && !strings.Contains(strings.ToLower(err.Error()), "no space") {
+		t.Errorf("writing 64 MiB into a 32 MiB volume = %v; want ENOSPC", err)
+	}
+
+	// A reboot: unmounted; a new manager mounts it again, files and all.
+	os.WriteFile(filepath.Join(v.Dir, "kept"), []byte("kept"), 0o644)
+	if err := unix.Unmount(v.Dir, 0); err != nil {
+		t.Fatal(err)
+	}
+	m2, err := New(st, data, 32<<20, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(v.Dir, "kept")); err != nil || string(b) != "kept" {
+		t.Errorf("after mounting again: %q, %v", b, err)
+	}
+	if err := m2.Delete(ctx, "", v.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(m2.image(v.ID)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the image after Delete: %v", err)
+	}
+	if _, err := os.Stat(v.Dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the directory after Delete: %v", err)
+	}
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
