@@ -204,3 +204,55 @@ func TestSparseFilesCannotFillTheStore(t *testing.T) {
 		t.Errorf("after the resume: %q", out)
 	}
 }
+
+// TestSnapshotsCannotExhaustInodes: snapshots of a sandbox holding many
+// empty files take inodes, not bytes; the store keeps a floor of free
+// inodes as it does of bytes (review 17: snapshot after snapshot took the
+// host's inodes), and the source runs on.
+func TestSnapshotsCannotExhaustInodes(t *testing.T) {
+	testenv.RequireRoot(t, "namespaces, cgroups and mounts")
+	ctx := context.Background()
+	// 320 MiB and 80,000 inodes: room for 14,000 above the 65,536 floor.
+	tpl := smallStore(t, "320m,nr_inodes=80000")
+	dir := t.TempDir()
+	os.Chmod(filepath.Dir(dir), 0o711)
+	rt, err := native.New(native.Options{DataDir: dir, Templates: tpl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(ctx, filepath.Join(dir, "hutch.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	m, err := New(Options{Runtime: rt, Store: st, Templates: tpl, DataDir: dir,
+		Resources: runtime.Resources{MemoryBytes: 256 << 20, CPUs: 1, Pids: 256}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		m.Close()
+		all, _ := st.AllSandboxes(context.Background())
+		for _, s := range all {
+			m.remove(context.Background(), s.ID)
+		}
+	})
+	sb, err := m.Create(ctx, CreateRequest{Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run(t, m, sb.ID, "", "mkdir /home/user/many && cd /home/user/many && seq 1 20000 | xargs touch && echo kept > /home/user/f"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = m.CreateSnapshot(ctx, "", sb.ID, SnapshotRequest{})
+	if !errors.Is(err, errdefs.ErrResourceExhausted) || !strings.Contains(err.Error(), "inodes") {
+		t.Errorf("a snapshot past the store's inodes = %v; want a resource-exhausted error naming inodes", err)
+	}
+	var fs unix.Statfs_t
+	if err := unix.Statfs(tpl.Dir(), &fs); err != nil || fs.Ffree < 60000 {
+		t.Errorf("free inodes after the refused snapshot: %d, %v", fs.Ffree, err)
+	}
+	if out := readFile(t, m, sb.ID, "/home/user/f"); out != "kept\n" {
+		t.Errorf("the source's file: %q", out)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/e2bapi"
 	"github.com/hutch-sandbox/hutch/internal/envdapi"
@@ -25,8 +26,8 @@ const trafficTokenHeader = "E2b-Traffic-Access-Token"
 // mayWake reports whether r may resume paused sandbox id (made to resume
 // on traffic) on its way to port: only with the credentials the request
 // would need once the sandbox runs — its traffic access token for a port
-// of a sandbox closed to public traffic, envd's access token (or a signed
-// URL, which envd checks then) for envd. Anyone else is answered as for a
+// of a sandbox closed to public traffic, envd's access token or a valid,
+// unexpired URL signature for envd. Anyone else is answered as for a
 // sandbox that is not running, and wakes nothing.
 func mayWake(mgr *sandbox.Manager, r *http.Request, id string, port int) bool {
 	traffic, envd, ok := mgr.WakeRules(id)
@@ -37,9 +38,31 @@ func mayWake(mgr *sandbox.Manager, r *http.Request, id string, port int) bool {
 		return traffic == "" || subtle.ConstantTimeCompare([]byte(r.Header.Get(trafficTokenHeader)), []byte(traffic)) == 1
 	case envd == "":
 		return true
+	case r.Header.Get(envdapi.HeaderAccessToken) != "":
+		return subtle.ConstantTimeCompare([]byte(r.Header.Get(envdapi.HeaderAccessToken)), []byte(envd)) == 1
 	}
-	return subtle.ConstantTimeCompare([]byte(r.Header.Get(envdapi.HeaderAccessToken)), []byte(envd)) == 1 ||
-		r.URL.Query().Get("signature") != ""
+	return signedURL(r, envd, time.Now())
+}
+
+// signedURL reports whether r is a /files URL signed with envd's token
+// (signature, signature_expiration) that has not expired: what envd
+// accepts in place of the token (envd's files.authorize).
+func signedURL(r *http.Request, token string, now time.Time) bool {
+	q := r.URL.Query()
+	sig := q.Get("signature")
+	if sig == "" || path.Clean("/"+r.URL.Path) != "/files" {
+		return false
+	}
+	op := "read"
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		op = "write"
+	}
+	exp, expires, err := envdapi.Expiration(q)
+	if err != nil || (exp != "" && expires < now.Unix()) {
+		return false
+	}
+	want := envdapi.SignExpiration(q.Get("path"), op, q.Get("username"), token, exp)
+	return subtle.ConstantTimeCompare([]byte(sig), []byte(want)) == 1
 }
 
 // proxy sends a request to a port of a sandbox: envd's (49983) or any

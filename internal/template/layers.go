@@ -643,12 +643,7 @@ func (s *Store) cacheDrop(key, id string) {
 // anywhere); its id is the tar's diff id.
 func (s *Store) AddLayerFromTar(ctx context.Context, lease *Lease, source string, r io.Reader) (*Layer, error) {
 	return s.addLayer(lease, source, true, func(root string) (string, error) {
-		return unpack(ctx, root, r, unpackOptions{anySymlink: true, room: func(int64) error {
-			if free, err := freeBytes(root); err == nil && free < minFree {
-				return fmt.Errorf("stopped with %d MiB left on the template store's disk: %w: %w", free>>20, errNoRoom, errdefs.ErrResourceExhausted)
-			}
-			return nil
-		}})
+		return unpack(ctx, root, r, unpackOptions{anySymlink: true, room: func(int64) error { return room(root) }})
 	})
 }
 
@@ -682,18 +677,12 @@ func (s *Store) FilePath(owner, hash string) string {
 }
 
 // CheckRoom reports, as an error wrapping errdefs.ErrResourceExhausted,
-// whether the template store's file system is down to its last 256 MiB:
-// imports, uploads and builds stop there rather than fill the disk.
+// whether the template store's file system is down to its last 256 MiB or
+// its last inodes (see room): imports, uploads, builds and captures stop
+// there rather than fill the disk.
 func (s *Store) CheckRoom() error {
 	if err := s.init(); err != nil {
 		return err
 	}
-	free, err := freeBytes(s.dir)
-	if err != nil {
-		return err
-	}
-	if free < minFree {
-		return fmt.Errorf("the template store's disk has %d MiB left: %w: %w", free>>20, errNoRoom, errdefs.ErrResourceExhausted)
-	}
-	return nil
+	return room(s.dir)
 }

@@ -345,12 +345,7 @@ func (s *Store) ImportLayers(ctx context.Context, img v1.Image, desc string, pro
 			}
 			got, err := unpack(ctx, root, in, unpackOptions{
 				warn: func(msg string) { progressf(progress, "layer %d/%d: %s", i+1, len(ls), msg) },
-				room: func(int64) error {
-					if free, err := freeBytes(root); err == nil && free < minFree {
-						return fmt.Errorf("image %s: layer %d: stopped with %d MiB left on the template store's disk: %w: %w", desc, i+1, free>>20, errNoRoom, errdefs.ErrResourceExhausted)
-					}
-					return nil
-				},
+				room: func(int64) error { return room(root) },
 			})
 			if err != nil {
 				return "", fmt.Errorf("image %s: layer %d/%d (%s): %w", desc, i+1, len(ls), want, err)

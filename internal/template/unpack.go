@@ -80,8 +80,16 @@ func unpack(ctx context.Context, root string, r io.Reader, opts unpackOptions) (
 	if opts.room != nil {
 		tr = &roomReader{r: tr, check: opts.room}
 	}
+	entries := 0
 	filter := func(hdr *tar.Header) (bool, error) {
 		name := hdr.Name
+		// Inodes run out by entries, not bytes: room is asked every so
+		// many entries too.
+		if entries++; opts.room != nil && entries%roomEntries == 0 {
+			if err := opts.room(0); err != nil {
+				return false, err
+			}
+		}
 		if err := checkName(name); err != nil {
 			return false, &BadLayerError{Entry: name, Reason: err.Error()}
 		}
@@ -174,6 +182,9 @@ func climbs(p string) int {
 // errNoRoom is unpack's error when the disk would fill up.
 var errNoRoom = errors.New("not enough disk space")
 
+// roomEntries is how often, in entries, unpack asks for room.
+const roomEntries = 4096
+
 // roomReader calls check every 32 MiB read.
 type roomReader struct {
 	r         io.Reader
@@ -194,6 +205,31 @@ func (r *roomReader) Read(p []byte) (int, error) {
 }
 
 // freeBytes is the space left for root on the store's file system.
+// minFreeInodes is the least number of free inodes the store's file
+// system keeps, beside minFree bytes: a layer of many empty files (a
+// sandbox's snapshot of them, again and again) takes inodes, not bytes, and
+// the host's other users need some too.
+const minFreeInodes = 1 << 16
+
+// room reports, as an error wrapping errNoRoom and
+// errdefs.ErrResourceExhausted, whether the file system holding dir is
+// down to its last minFree bytes or its last minFreeInodes inodes (or 1 %
+// of them, when that is more): what adds to the store stops there.
+func room(dir string) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return nil // unknown: the write itself will say
+	}
+	if free := int64(st.Bavail) * int64(st.Bsize); free < minFree {
+		return fmt.Errorf("stopped with %d MiB left on the template store's disk: %w: %w", free>>20, errNoRoom, errdefs.ErrResourceExhausted)
+	}
+	// File systems without an inode count (btrfs) report 0 of them.
+	if floor := max(minFreeInodes, st.Files/100); st.Files > 0 && st.Ffree < floor {
+		return fmt.Errorf("stopped with %d inodes left on the template store's disk: %w: %w", st.Ffree, errNoRoom, errdefs.ErrResourceExhausted)
+	}
+	return nil
+}
+
 func freeBytes(dir string) (int64, error) {
 	var st unix.Statfs_t
 	if err := unix.Statfs(dir, &st); err != nil {
@@ -208,12 +244,7 @@ func freeBytes(dir string) (int64, error) {
 // are device nodes and whiteouts. It is how uploaded files are copied
 // into a build.
 func Extract(ctx context.Context, root string, r io.Reader) error {
-	r = &roomReader{r: r, check: func(int64) error {
-		if free, err := freeBytes(root); err == nil && free < minFree {
-			return fmt.Errorf("stopped with %d MiB left on the template store's disk: %w: %w", free>>20, errNoRoom, errdefs.ErrResourceExhausted)
-		}
-		return nil
-	}}
+	r = &roomReader{r: r, check: func(int64) error { return room(root) }}
 	filter := func(hdr *tar.Header) (bool, error) {
 		if err := checkName(hdr.Name); err != nil {
 			return false, &BadLayerError{Entry: hdr.Name, Reason: err.Error()}

@@ -80,6 +80,9 @@ var ErrEscapes = fmt.Errorf("path leads outside the volume: %w", errdefs.ErrInva
 // would stay inside: a client writing it means something else than it
 // asked for.
 func clean(p string) (string, error) {
+	if len(p) > MaxPath {
+		return "", fmt.Errorf("path of %d bytes: at most %d: %w", len(p), MaxPath, errdefs.ErrInvalidArgument)
+	}
 	if strings.ContainsRune(p, 0) {
 		return "", fmt.Errorf("path %q: %w", p, errdefs.ErrInvalidArgument)
 	}
@@ -94,6 +97,15 @@ func clean(p string) (string, error) {
 	}
 	return rel, nil
 }
+
+// The bounds of a path and of a listing of the content API: PATH_MAX, and
+// what one answer may hold (E2B's SDKs list with depth 1 by default).
+const (
+	MaxPath          = 4096
+	MaxListDepth     = 32
+	MaxListEntries   = 10000
+	maxListPathBytes = 16 << 20
+)
 
 // apiPath is the volume path of rel.
 func apiPath(rel string) string {
@@ -200,33 +212,48 @@ func (c *Content) List(p string, depth int) ([]Entry, error) {
 	if err != nil {
 		return nil, err
 	}
+	if depth > MaxListDepth {
+		return nil, fmt.Errorf("depth %d: at most %d: %w", depth, MaxListDepth, errdefs.ErrInvalidArgument)
+	}
 	depth = max(depth, 1)
 	out := []Entry{}
+	// A sandbox makes the tree: what one listing holds is bounded, in
+	// entries and in the bytes of their paths (which grow with the depth).
+	var pathBytes int
+	tooMany := fmt.Errorf("list %s: more than %d entries or %d MiB of paths: list a directory further down, or with a lower depth: %w",
+		apiPath(rel), MaxListEntries, maxListPathBytes>>20, errdefs.ErrInvalidArgument)
 	var walk func(rel string, level int) error
 	walk = func(rel string, level int) error {
 		d, err := c.root.Open(rel)
 		if err != nil {
 			return wrap("list", apiPath(rel), err)
 		}
-		fis, err := d.Readdir(-1)
-		d.Close()
-		if err != nil {
-			return wrap("list", apiPath(rel), err)
-		}
-		for _, fi := range fis {
-			child := path.Join(rel, fi.Name())
-			e := fromInfo(child, fi)
-			if e.Type == TypeSymlink {
-				e.Target, _ = c.root.Readlink(child)
+		defer d.Close()
+		for {
+			fis, err := d.Readdir(256)
+			if errors.Is(err, io.EOF) {
+				return nil
 			}
-			out = append(out, e)
-			if e.Type == TypeDirectory && level < depth {
-				if err := walk(child, level+1); err != nil {
-					return err
+			if err != nil {
+				return wrap("list", apiPath(rel), err)
+			}
+			for _, fi := range fis {
+				child := path.Join(rel, fi.Name())
+				if pathBytes += len(child); len(out) >= MaxListEntries || pathBytes > maxListPathBytes {
+					return tooMany
+				}
+				e := fromInfo(child, fi)
+				if e.Type == TypeSymlink {
+					e.Target, _ = c.root.Readlink(child)
+				}
+				out = append(out, e)
+				if e.Type == TypeDirectory && level < depth {
+					if err := walk(child, level+1); err != nil {
+						return err
+					}
 				}
 			}
 		}
-		return nil
 	}
 	// The directory itself must be one: Open of a file would succeed.
 	if e, err := c.entry(rel); err != nil {

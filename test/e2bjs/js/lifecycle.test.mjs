@@ -115,6 +115,7 @@ test("lifecycle onTimeout 'pause' pauses at the timeout; autoResume resumes on t
   const toPort = (headers) => fetch(new URL('/', base), { headers: { 'E2b-Sandbox-Id': priv.sandboxId, 'E2b-Sandbox-Port': '8001', ...headers } })
   assert.notEqual((await toPort({})).status, 200)
   assert.notEqual((await fetch(new URL('/health', base), { headers: { 'E2b-Sandbox-Id': priv.sandboxId, 'E2b-Sandbox-Port': '49983' } })).status, 204)
+  assert.notEqual((await fetch(new URL('/files?path=/etc/hostname&signature=v1_forged', base), { headers: { 'E2b-Sandbox-Id': priv.sandboxId, 'E2b-Sandbox-Port': '49983' } })).status, 200)
   assert.equal((await Sandbox.getInfo(priv.sandboxId)).state, 'paused', 'woken by requests without credentials')
   await waitFor(async () => (await toPort({ 'E2b-Traffic-Access-Token': priv.trafficAccessToken })).status === 200, 10_000, 'the port with the token')
   assert.equal((await Sandbox.getInfo(priv.sandboxId)).state, 'running')
