@@ -30,6 +30,7 @@ func newServeCmd(g *globals) *cobra.Command {
 		readyTimeout   time.Duration
 		snapshotTTL    time.Duration
 		volumeSize     string
+		maxVolumes     int
 		pausedKeep     time.Duration
 		registryAllow  []string
 		withNet        bool
@@ -95,7 +96,7 @@ Stopping the server leaves sandboxes running; a restart adopts them.`,
 				Resources: resources, Warm: pools, MaxSandboxes: total, MaxPerKey: perKey,
 				TuneHost: true, Logger: logger, SandboxBinary: sandboxBinary(logger), CABundle: extraCAs,
 				ReadyTimeout: readyTimeout, RegistryAllow: registryAllow,
-				SnapshotTTL: snapshotTTL, PausedRetention: pausedKeep, VolumeSize: volumeBytes,
+				SnapshotTTL: snapshotTTL, PausedRetention: pausedKeep, VolumeSize: volumeBytes, MaxVolumesPerKey: maxVolumes,
 			}
 			if withNet {
 				cfg.Network = &serve.NetworkConfig{CIDR: netCIDR, DNSUpstream: dnsUpstream, MaxConns: maxConns}
@@ -141,6 +142,7 @@ Stopping the server leaves sandboxes running; a restart adopts them.`,
 	cmd.Flags().StringToIntVar(&warmTemplates, "warm-template", nil, "warm pools of other templates, NAME=N (repeatable; base=N overrides --warm)")
 	cmd.Flags().StringSliceVar(&registryAllow, "registry-allow", nil, "a registry (HOST:PORT as image references write it, or HOST for every port) on a loopback or private address that template builds through the API may pull from; they pull from public addresses only otherwise (repeatable)")
 	cmd.Flags().StringVar(&volumeSize, "volume-size", "10G", "each new volume's size: a file system of its own, so that sandboxes writing to it cannot fill the host's disk (0: no limit, not for untrusted code)")
+	cmd.Flags().IntVar(&maxVolumes, "max-volumes-per-key", 20, "the most volumes one API key may have (0: no cap)")
 	cmd.Flags().DurationVar(&snapshotTTL, "snapshot-ttl", 0, "remove a snapshot this long after it is taken, unless its request said otherwise (0: keep until deleted)")
 	cmd.Flags().DurationVar(&pausedKeep, "paused-retention", 0, "kill a sandbox that has been paused this long (0: keep paused sandboxes until killed or resumed)")
 	cmd.Flags().DurationVar(&readyTimeout, "ready-timeout", sandbox.DefaultReadyTimeout, "how long a create waits for a template's ready command to pass before it fails")

@@ -505,3 +505,43 @@ func TestCaptureKeepsAnySymlink(t *testing.T) {
 		}
 	}
 }
+
+// TestCaptureBounds: a capture reads the tree a sandbox made inside the
+// server: a tree nested past the bound fails it with a clear error and the
+// sandbox runs on; a directory of many entries is read a chunk at a time
+// and captured whole (review 17: millions of names were held at once).
+func TestCaptureBounds(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	m := e.manager(t)
+	sb, err := m.Create(ctx, CreateRequest{Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run(t, m, sb.ID, "", `mkdir /home/user/wide && cd /home/user/wide && seq 1 3000 | xargs touch && ln 1 link && cd /home/user && python3 -c '
+import os
+os.makedirs("deep", exist_ok=True); os.chdir("deep")
+for i in range(300):
+    os.mkdir("d"); os.chdir("d")
+'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.CreateSnapshot(ctx, "", sb.ID, SnapshotRequest{}); !errors.Is(err, errdefs.ErrResourceExhausted) || !strings.Contains(err.Error(), "nested deeper") {
+		t.Errorf("a snapshot of a tree 300 deep = %v; want a resource-exhausted error naming the depth", err)
+	}
+	if _, err := run(t, m, sb.ID, "", "rm -rf /home/user/deep"); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := m.CreateSnapshot(ctx, "", sb.ID, SnapshotRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.DeleteSnapshot(ctx, "", snap.ID)
+	copy, err := m.Create(ctx, CreateRequest{Template: snap.ID, Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := run(t, m, copy.ID, "", "ls /home/user/wide | wc -l; stat -c %h /home/user/wide/1"); err != nil || out != "3001\n2\n" {
+		t.Errorf("the wide directory in the snapshot: %q, %v; want 3001 entries and the hard link", out, err)
+	}
+}

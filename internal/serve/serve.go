@@ -64,6 +64,8 @@ type Config struct {
 	ReadyTimeout time.Duration
 	// VolumeSize is each volume's size limit (volume.New); 0: none.
 	VolumeSize int64
+	// MaxVolumesPerKey caps the volumes of one key; 0: none.
+	MaxVolumesPerKey int
 	// SnapshotTTL and PausedRetention are sandbox.Options'.
 	SnapshotTTL, PausedRetention time.Duration
 	// RegistryAllow are the registries on loopback or private addresses
@@ -145,7 +147,7 @@ func Open(ctx context.Context, cfg Config) (_ *Server, retErr error) {
 			return nil, err
 		}
 	}
-	vols, err := volume.New(s.Store, cfg.DataDir, cfg.VolumeSize, logger)
+	vols, err := volume.NewWithCap(s.Store, cfg.DataDir, cfg.VolumeSize, cfg.MaxVolumesPerKey, logger)
 	if err != nil {
 		return nil, err
 	}

@@ -86,3 +86,43 @@ func TestSizeLimit(t *testing.T) {
 type zeros struct{}
 
 func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
+
+// TestVolumeCosts: a key has at most its cap of volumes (review 17: 100
+// volumes in 2.6 s), and an empty volume takes little of the host's disk
+// whatever its size (it took 69 MB for a 10 GiB one with its journal
+// written out).
+func TestVolumeCosts(t *testing.T) {
+	testenv.RequireRoot(t, "loop devices and mounts")
+	if err := CheckLimits(); err != nil {
+		t.Skipf("no size limits on this host: %v", err)
+	}
+	ctx := context.Background()
+	data := t.TempDir()
+	st, err := store.Open(ctx, filepath.Join(data, "hutch.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	m, err := NewWithCap(st, data, 10<<30, 2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"a", "b"} {
+		v, err := m.Create(ctx, "", name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { m.Delete(context.Background(), "", v.ID) })
+		var st unix.Stat_t
+		if err := unix.Stat(m.image(v.ID), &st); err != nil {
+			t.Fatal(err)
+		}
+		if used := st.Blocks * 512; used > 16<<20 {
+			t.Errorf("an empty 10 GiB volume takes %d MiB of the host's disk", used>>20)
+		}
+	}
+	var le *LimitError
+	if _, err := m.Create(ctx, "", "c"); !errors.As(err, &le) || le.Limit != 2 {
+		t.Errorf("a third volume past a cap of 2 = %v; want a LimitError", err)
+	}
+}

@@ -67,6 +67,7 @@ type Manager struct {
 	store  *store.Store
 	dir    string // DataDir/volumes
 	size   int64  // each volume's size limit; 0: none (fs.go)
+	perKey int    // the most volumes one key may have; 0: no cap
 	logger *slog.Logger
 
 	mu sync.Mutex
@@ -82,6 +83,12 @@ type Manager struct {
 // images of volumes made with a limit are mounted if they are not. A nil
 // logger discards.
 func New(st *store.Store, dataDir string, size int64, logger *slog.Logger) (*Manager, error) {
+	return NewWithCap(st, dataDir, size, 0, logger)
+}
+
+// NewWithCap is New with a cap on the volumes one key may have (0: none).
+// Past it a Create fails with a *LimitError.
+func NewWithCap(st *store.Store, dataDir string, size int64, perKey int, logger *slog.Logger) (*Manager, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -94,7 +101,7 @@ func New(st *store.Store, dataDir string, size int64, logger *slog.Logger) (*Man
 	if err := os.Chmod(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("volumes dir: %w", err)
 	}
-	m := &Manager{store: st, dir: dir, size: size, logger: logger, held: map[string]int{}}
+	m := &Manager{store: st, dir: dir, size: size, perKey: perKey, logger: logger, held: map[string]int{}}
 	m.mountAll(context.Background())
 	return m, nil
 }
@@ -108,6 +115,18 @@ func (m *Manager) fromRecord(r store.Volume) Volume {
 // errdefs.ErrAlreadyExists.
 func (m *Manager) Create(ctx context.Context, keyID, name string) (_ Volume, retErr error) {
 	if err := ValidateName(name); err != nil {
+		return Volume{}, err
+	}
+	if m.perKey > 0 {
+		mine, err := m.store.ListVolumes(ctx, keyID)
+		if err != nil {
+			return Volume{}, err
+		}
+		if len(mine) >= m.perKey {
+			return Volume{}, &LimitError{Limit: m.perKey}
+		}
+	}
+	if err := m.checkRoom(); err != nil {
 		return Volume{}, err
 	}
 	rec := store.Volume{ID: "vol-" + randomHex(10), Name: name, KeyID: keyID, Token: "vol_" + randomHex(24)}
@@ -193,6 +212,10 @@ func (m *Manager) Hold(ctx context.Context, keyID string, names []string) (_ []V
 			m.release(vols)
 			return nil, nil, fmt.Errorf("volume %q: %w", v.Name, err)
 		}
+		if err := m.ensureMounted(v.ID); err != nil {
+			m.release(vols)
+			return nil, nil, err
+		}
 	}
 	var once sync.Once
 	return vols, func() { once.Do(func() { m.release(vols) }) }, nil
@@ -269,6 +292,20 @@ func (m *Manager) Sweep() {
 	}
 }
 
+// LimitError is Create's error when the key has as many volumes as it may.
+// It matches errdefs.ErrResourceExhausted (E2B's 429).
+type LimitError struct {
+	Limit int
+}
+
+// Error names the cap.
+func (e *LimitError) Error() string {
+	return fmt.Sprintf("volume limit reached: an API key may have at most %d volumes; destroy one first", e.Limit)
+}
+
+// Is makes a LimitError match errdefs.ErrResourceExhausted.
+func (e *LimitError) Is(target error) bool { return target == errdefs.ErrResourceExhausted }
+
 // ErrBadToken is Open's error for a wrong token or an unknown volume (the
 // same, so that tokens cannot be used to probe for ids). It matches
 // errdefs.ErrPermissionDenied; E2B answers it 401.
@@ -284,6 +321,9 @@ func (m *Manager) Open(ctx context.Context, id, token string) (*Content, error) 
 	}
 	if err != nil || token == "" || subtle.ConstantTimeCompare([]byte(r.Token), []byte(token)) != 1 {
 		return nil, ErrBadToken
+	}
+	if err := m.ensureMounted(r.ID); err != nil {
+		return nil, err
 	}
 	root, err := os.OpenRoot(filepath.Join(m.dir, r.ID))
 	if err != nil {

@@ -169,8 +169,22 @@ type layerWriter struct {
 	tw      *tar.Writer
 	hostUID int               // the host uid of the sandbox's root
 	links   map[uint64]string // inode → name of files with several links, once written
+	linked  int               // bytes of the names in links
+	depth   int               // directories open, the root's included
 	buf     []byte
 }
+
+// The sandbox makes the tree a capture reads, in the server's process: what
+// the capture holds in memory at once is bounded. A directory's names are
+// read a chunk at a time (never all of a directory of millions), the
+// directories open at once (each with its chunk and its name) by a depth,
+// and the names of hard-linked files kept to link their other names to by
+// a budget. A tree past them fails the capture, saying which.
+const (
+	layerChunk     = 256
+	maxLayerDepth  = 256
+	maxLinkedBytes = 64 << 20
+)
 
 // writeLayer writes the tree at dir to w as an OCI layer tar stream,
 // entries in name order, parents first.
@@ -189,23 +203,33 @@ func writeLayer(ctx context.Context, w io.Writer, dir string, hostUID int) error
 
 // dir writes the entries of the directory open as fd (whose archive name is
 // prefix, "" for the root) and closes fd.
+// Entries come in name order within each chunk of layerChunk names (all of
+// a directory of up to that many), parents before children.
 func (lw *layerWriter) dir(fd int, prefix string) error {
 	f := os.NewFile(uintptr(fd), prefix)
 	defer f.Close()
-	names, err := f.Readdirnames(-1)
-	if err != nil {
-		return fmt.Errorf("read %s: %w", orRoot(prefix), err)
+	if lw.depth++; lw.depth > maxLayerDepth {
+		return fmt.Errorf("%s: directories nested deeper than %d, which a capture does not follow: %w", orRoot(prefix), maxLayerDepth, errdefs.ErrResourceExhausted)
 	}
-	sort.Strings(names)
-	for _, n := range names {
-		if err := lw.ctx.Err(); err != nil {
-			return err
+	defer func() { lw.depth-- }()
+	for {
+		names, err := f.Readdirnames(layerChunk)
+		if errors.Is(err, io.EOF) {
+			return nil
 		}
-		if err := lw.entry(fd, prefix, n); err != nil {
-			return err
+		if err != nil {
+			return fmt.Errorf("read %s: %w", orRoot(prefix), err)
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			if err := lw.ctx.Err(); err != nil {
+				return err
+			}
+			if err := lw.entry(fd, prefix, n); err != nil {
+				return err
+			}
 		}
 	}
-	return nil
 }
 
 func orRoot(name string) string {
@@ -297,6 +321,9 @@ func (lw *layerWriter) entry(dirfd int, prefix, n string) error {
 			if first, ok := lw.links[st.Ino]; ok {
 				hdr.Typeflag, hdr.Linkname = tar.TypeLink, first
 				return lw.write(hdr, nil)
+			}
+			if lw.linked += len(name); lw.linked > maxLinkedBytes {
+				return fmt.Errorf("%s: more hard-linked files than a capture keeps track of (%d MiB of their names): %w", name, maxLinkedBytes>>20, errdefs.ErrResourceExhausted)
 			}
 			lw.links[st.Ino] = name
 		}
