@@ -186,10 +186,15 @@ func TestSparseFilesCannotFillTheStore(t *testing.T) {
 	if _, err := run(t, m, auto.ID, "", "truncate -s 4G /home/user/sparse && echo kept > /home/user/f"); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2500 * time.Millisecond)
-	got, err = m.Get(ctx, "", auto.ID)
-	if err != nil || got.State != StatePaused {
-		t.Fatalf("at its timeout: %+v, %v; want paused", got, err)
+	// The pause of its files reads up to its capture bound first.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		got, err = m.Get(ctx, "", auto.ID)
+		if err == nil && got.State == StatePaused {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a minute after its timeout: %+v, %v; want paused", got, err)
+		}
 	}
 	m.mu.Lock()
 	frozen := m.live[auto.ID] != nil && m.live[auto.ID].paused

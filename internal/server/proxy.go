@@ -50,7 +50,8 @@ func mayWake(mgr *sandbox.Manager, r *http.Request, id string, port int) bool {
 func signedURL(r *http.Request, token string, now time.Time) bool {
 	q := r.URL.Query()
 	sig := q.Get("signature")
-	if sig == "" || path.Clean("/"+r.URL.Path) != "/files" {
+	// The path as envd compares it: exactly /files.
+	if sig == "" || r.URL.Path != "/files" {
 		return false
 	}
 	op := "read"

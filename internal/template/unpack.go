@@ -244,8 +244,18 @@ func freeBytes(dir string) (int64, error) {
 // are device nodes and whiteouts. It is how uploaded files are copied
 // into a build.
 func Extract(ctx context.Context, root string, r io.Reader) error {
+	if err := room(root); err != nil {
+		return err
+	}
 	r = &roomReader{r: r, check: func(int64) error { return room(root) }}
+	entries := 0
 	filter := func(hdr *tar.Header) (bool, error) {
+		// Inodes run out by entries, not bytes (see unpack).
+		if entries++; entries%roomEntries == 0 {
+			if err := room(root); err != nil {
+				return false, err
+			}
+		}
 		if err := checkName(hdr.Name); err != nil {
 			return false, &BadLayerError{Entry: hdr.Name, Reason: err.Error()}
 		}

@@ -23,7 +23,8 @@ import (
 //
 // Safe for concurrent use; Close releases it.
 type Content struct {
-	root *os.Root
+	root  *os.Root
+	lists chan struct{} // the manager's bound on listings at once; nil: none
 }
 
 // Close releases the volume's directory.
@@ -104,7 +105,10 @@ const (
 	MaxPath          = 4096
 	MaxListDepth     = 32
 	MaxListEntries   = 10000
-	maxListPathBytes = 16 << 20
+	maxListPathBytes = 4 << 20
+	// maxListsAtOnce bounds the listings a server answers at once: with
+	// JSON's escapes, one may take some 30 MiB to answer.
+	maxListsAtOnce = 4
 )
 
 // apiPath is the volume path of rel.
@@ -216,9 +220,14 @@ func (c *Content) List(p string, depth int) ([]Entry, error) {
 		return nil, fmt.Errorf("depth %d: at most %d: %w", depth, MaxListDepth, errdefs.ErrInvalidArgument)
 	}
 	depth = max(depth, 1)
+	if c.lists != nil {
+		c.lists <- struct{}{}
+		defer func() { <-c.lists }()
+	}
 	out := []Entry{}
 	// A sandbox makes the tree: what one listing holds is bounded, in
-	// entries and in the bytes of their paths (which grow with the depth).
+	// entries and in the bytes of their paths and symlink targets (paths
+	// grow with the depth; JSON may write a byte as six).
 	var pathBytes int
 	tooMany := fmt.Errorf("list %s: more than %d entries or %d MiB of paths: list a directory further down, or with a lower depth: %w",
 		apiPath(rel), MaxListEntries, maxListPathBytes>>20, errdefs.ErrInvalidArgument)
@@ -245,6 +254,9 @@ func (c *Content) List(p string, depth int) ([]Entry, error) {
 				e := fromInfo(child, fi)
 				if e.Type == TypeSymlink {
 					e.Target, _ = c.root.Readlink(child)
+					if pathBytes += len(e.Target); pathBytes > maxListPathBytes {
+						return tooMany
+					}
 				}
 				out = append(out, e)
 				if e.Type == TypeDirectory && level < depth {

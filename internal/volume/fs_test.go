@@ -3,6 +3,7 @@ package volume
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -124,5 +125,38 @@ func TestVolumeCosts(t *testing.T) {
 	var le *LimitError
 	if _, err := m.Create(ctx, "", "c"); !errors.As(err, &le) || le.Limit != 2 {
 		t.Errorf("a third volume past a cap of 2 = %v; want a LimitError", err)
+	}
+
+	// Creates at once do not all pass the cap (review 18: 12 of 12 did).
+	data2 := t.TempDir()
+	st2, err := store.Open(ctx, filepath.Join(data2, "hutch.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st2.Close() })
+	other, err := NewWithCap(st2, data2, 64<<20, 3, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 12)
+	for i := range 12 {
+		go func() {
+			v, err := other.Create(ctx, "", fmt.Sprintf("race%d", i))
+			if err == nil {
+				t.Cleanup(func() { other.Delete(context.Background(), "", v.ID) })
+			}
+			errs <- err
+		}()
+	}
+	made := 0
+	for range 12 {
+		if err := <-errs; err == nil {
+			made++
+		} else if !errors.As(err, &le) {
+			t.Errorf("a create at once: %v", err)
+		}
+	}
+	if made != 3 {
+		t.Errorf("%d of 12 creates at once were made under a cap of 3", made)
 	}
 }

@@ -70,6 +70,13 @@ type Manager struct {
 	perKey int    // the most volumes one key may have; 0: no cap
 	logger *slog.Logger
 
+	// creating is held across a Create, from the checks of the cap and
+	// the room to the record: concurrent creates must not all pass them.
+	creating sync.Mutex
+	// lists bounds the content listings served at once (each holds up to
+	// its bound of entries in memory).
+	lists chan struct{}
+
 	mu sync.Mutex
 	// held counts, per volume id, sandboxes being created with the volume
 	// that are not recorded yet (Hold): Delete refuses these as well.
@@ -101,7 +108,7 @@ func NewWithCap(st *store.Store, dataDir string, size int64, perKey int, logger 
 	if err := os.Chmod(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("volumes dir: %w", err)
 	}
-	m := &Manager{store: st, dir: dir, size: size, perKey: perKey, logger: logger, held: map[string]int{}}
+	m := &Manager{store: st, dir: dir, size: size, perKey: perKey, logger: logger, held: map[string]int{}, lists: make(chan struct{}, maxListsAtOnce)}
 	m.mountAll(context.Background())
 	return m, nil
 }
@@ -117,6 +124,8 @@ func (m *Manager) Create(ctx context.Context, keyID, name string) (_ Volume, ret
 	if err := ValidateName(name); err != nil {
 		return Volume{}, err
 	}
+	m.creating.Lock()
+	defer m.creating.Unlock()
 	if m.perKey > 0 {
 		mine, err := m.store.ListVolumes(ctx, keyID)
 		if err != nil {
@@ -329,7 +338,7 @@ func (m *Manager) Open(ctx context.Context, id, token string) (*Content, error) 
 	if err != nil {
 		return nil, fmt.Errorf("open volume %s: %w", id, err)
 	}
-	return &Content{root: root}, nil
+	return &Content{root: root, lists: m.lists}, nil
 }
 
 func randomHex(n int) string {
