@@ -85,7 +85,7 @@ type Sandbox struct {
 // VolumeMount is one volume mounted into a sandbox.
 type VolumeMount struct {
 	// VolumeID and Name identify the volume (Name as it was at create).
-	VolumeID string `json:"volumeID"`
+	VolumeID string `json:"volume"`
 	Name     string `json:"name"`
 	// Path is where the sandbox sees it.
 	Path string `json:"path"`

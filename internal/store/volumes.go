@@ -130,7 +130,7 @@ func (s *Store) ListVolumes(ctx context.Context, keyID string) ([]Volume, error)
 // records mount the volume id.
 func (s *Store) VolumeUsers(ctx context.Context, id string) ([]string, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT DISTINCT sandboxes.id FROM sandboxes, json_each(sandboxes.volume_mounts) AS m
-		WHERE json_extract(m.value, '$.volumeID') = ? ORDER BY sandboxes.id`, id)
+		WHERE json_extract(m.value, '$.volume') = ? ORDER BY sandboxes.id`, id)
 	if err != nil {
 		return nil, fmt.Errorf("store: users of volume %s: %w", id, err)
 	}
@@ -166,7 +166,7 @@ func (s *Store) DeleteVolume(ctx context.Context, keyID, id string) error {
 	}
 	var users int
 	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM sandboxes, json_each(sandboxes.volume_mounts) AS m
-		WHERE json_extract(m.value, '$.volumeID') = ?`, id).Scan(&users); err != nil {
+		WHERE json_extract(m.value, '$.volume') = ?`, id).Scan(&users); err != nil {
 		return fmt.Errorf("store: delete volume %s: %w", id, err)
 	}
 	if users > 0 {
