@@ -175,7 +175,7 @@ func (s *Server) listDir(w http.ResponseWriter, r *http.Request, c *volume.Conte
 			return e2bapi.BadRequestf("depth %q: want a positive number", v)
 		}
 	}
-	entries, err := c.List(p, depth)
+	entries, err := c.List(r.Context(), p, depth)
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package volume
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -199,6 +200,14 @@ func fromInfo(rel string, fi fs.FileInfo) Entry {
 	return e
 }
 
+// openDir opens directory rel to read it. A sandbox may have swapped it
+// for a FIFO or a symlink since it was seen to be a directory (review 19:
+// a listing waited forever on a FIFO, holding its slot): the open never
+// waits and never follows, and fails for anything but a directory.
+func (c *Content) openDir(rel string) (*os.File, error) {
+	return c.root.OpenFile(rel, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+}
+
 // Stat describes the entry at p (a symlink itself, not its target).
 func (c *Content) Stat(p string) (Entry, error) {
 	rel, err := clean(p)
@@ -210,8 +219,10 @@ func (c *Content) Stat(p string) (Entry, error) {
 
 // List describes the entries of the directory p and, to depth levels
 // (1: its own entries only; less than 1 counts as 1), of its
-// subdirectories. Symlinks are listed, never entered.
-func (c *Content) List(p string, depth int) ([]Entry, error) {
+// subdirectories. Symlinks are listed, never entered. It waits for its
+// turn among the listings of the server (see maxListsAtOnce) until ctx
+// ends.
+func (c *Content) List(ctx context.Context, p string, depth int) ([]Entry, error) {
 	rel, err := clean(p)
 	if err != nil {
 		return nil, err
@@ -221,8 +232,12 @@ func (c *Content) List(p string, depth int) ([]Entry, error) {
 	}
 	depth = max(depth, 1)
 	if c.lists != nil {
-		c.lists <- struct{}{}
-		defer func() { <-c.lists }()
+		select {
+		case c.lists <- struct{}{}:
+			defer func() { <-c.lists }()
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
 	out := []Entry{}
 	// A sandbox makes the tree: what one listing holds is bounded, in
@@ -233,7 +248,7 @@ func (c *Content) List(p string, depth int) ([]Entry, error) {
 		apiPath(rel), MaxListEntries, maxListPathBytes>>20, errdefs.ErrInvalidArgument)
 	var walk func(rel string, level int) error
 	walk = func(rel string, level int) error {
-		d, err := c.root.Open(rel)
+		d, err := c.openDir(rel)
 		if err != nil {
 			return wrap("list", apiPath(rel), err)
 		}

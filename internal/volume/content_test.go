@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
 	"github.com/hutch-sandbox/hutch/internal/store"
@@ -77,7 +78,7 @@ func TestContentEscapes(t *testing.T) {
 			return err
 		},
 		"write":  func(p string) error { _, err := c.WriteFile(p, strings.NewReader("x"), Owner{}); return err },
-		"list":   func(p string) error { _, err := c.List(p, 1); return err },
+		"list":   func(p string) error { _, err := c.List(context.Background(), p, 1); return err },
 		"mkdir":  func(p string) error { _, err := c.MakeDir(p, Owner{}, true); return err },
 		"update": func(p string) error { m := uint32(0o777); _, err := c.Update(p, Owner{Mode: &m}); return err },
 	}
@@ -166,7 +167,7 @@ func TestContentRoundTrip(t *testing.T) {
 	if e, err = c.WriteFile("/dir/sub/f.txt", strings.NewReader("hi"), Owner{}); err != nil || e.Size != 2 || e.UID != 1000 || e.Mode != 0o640 {
 		t.Errorf("overwrite = %+v, %v", e, err)
 	}
-	list, err := c.List("/", 3)
+	list, err := c.List(context.Background(), "/", 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +178,7 @@ func TestContentRoundTrip(t *testing.T) {
 	if got := strings.Join(paths, " "); got != "/dir /dir/sub /dir/sub/f.txt" {
 		t.Errorf("List depth 3 = %s", got)
 	}
-	if list, _ := c.List("/", 1); len(list) != 1 {
+	if list, _ := c.List(context.Background(), "/", 1); len(list) != 1 {
 		t.Errorf("List depth 1 = %+v", list)
 	}
 	if _, err := c.MakeDir("/dir", Owner{}, false); !errors.Is(err, errdefs.ErrAlreadyExists) {
@@ -274,13 +275,13 @@ func TestListBounds(t *testing.T) {
 	if err := os.MkdirAll(deep, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.List("/", MaxListDepth+1); !errors.Is(err, errdefs.ErrInvalidArgument) {
+	if _, err := c.List(context.Background(), "/", MaxListDepth+1); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("depth %d = %v; want invalid argument", MaxListDepth+1, err)
 	}
-	if got, err := c.List("/", MaxListDepth); err != nil || len(got) != MaxListDepth {
+	if got, err := c.List(context.Background(), "/", MaxListDepth); err != nil || len(got) != MaxListDepth {
 		t.Errorf("depth %d: %d entries, %v", MaxListDepth, len(got), err)
 	}
-	if _, err := c.List("/"+strings.Repeat("x/", MaxPath), 1); !errors.Is(err, errdefs.ErrInvalidArgument) {
+	if _, err := c.List(context.Background(), "/"+strings.Repeat("x/", MaxPath), 1); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("a path past PATH_MAX = %v; want invalid argument", err)
 	}
 	many := filepath.Join(v.Dir, "many")
@@ -290,7 +291,47 @@ func TestListBounds(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := c.List("/many", 1); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "entries") {
+	if _, err := c.List(context.Background(), "/many", 1); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "entries") {
 		t.Errorf("%d entries = %v; want invalid argument naming the bound", MaxListEntries+1, err)
+	}
+}
+
+// TestListNeverWaitsForever: a listing opens what it reads without waiting
+// (a FIFO a sandbox swapped in for a directory fails at once), and waits
+// for its turn among the server's listings only as long as its request
+// (review 19: four listings stuck on FIFOs stopped every listing).
+func TestListNeverWaitsForever(t *testing.T) {
+	_, v, c := newVolume(t)
+	if err := syscall.Mkfifo(filepath.Join(v.Dir, "f"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		f, err := c.openDir("f")
+		if err == nil {
+			f.Close()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Error("a FIFO opened as a directory")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("opening a FIFO as a directory waits for a writer")
+	}
+	for range cap(c.lists) {
+		c.lists <- struct{}{}
+	}
+	defer func() {
+		for range cap(c.lists) {
+			<-c.lists
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := c.List(ctx, "/", 1); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("a listing with every slot taken = %v; want its request's deadline", err)
 	}
 }
