@@ -11,11 +11,26 @@ import (
 	"fmt"
 	mrand "math/rand/v2"
 	"os"
+	"os/exec"
 	"strconv"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
+
+// Check reports whether this host can make such file systems: mkfs.ext4
+// (from e2fsprogs) and loop devices. The sandboxes' disk limits and the
+// volumes' size limits both need it.
+func Check() error {
+	if _, err := exec.LookPath("mkfs.ext4"); err != nil {
+		return fmt.Errorf("mkfs.ext4 (from e2fsprogs): %w", err)
+	}
+	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR, 0)
+	if err != nil {
+		return fmt.Errorf("loop devices: %w", err)
+	}
+	return ctl.Close()
+}
 
 // MountExt4 returns a detached mount of the ext4 file system on device
 // dev, with the superblock flags given and the mount's attributes.

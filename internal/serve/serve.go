@@ -19,6 +19,7 @@ import (
 
 	"github.com/hutch-sandbox/hutch/internal/builder"
 	"github.com/hutch-sandbox/hutch/internal/cabundle"
+	"github.com/hutch-sandbox/hutch/internal/loopfs"
 	"github.com/hutch-sandbox/hutch/internal/runtime"
 	"github.com/hutch-sandbox/hutch/internal/runtime/native"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
@@ -37,7 +38,7 @@ type Config struct {
 	// Domain routes Host "<port>-<id>.<domain>" to sandboxes; "" for none.
 	Domain string
 	// Resources are each sandbox's limits (a template's disk size
-	// overrides DiskBytes). DiskBytes > 0 needs native.CheckDisk.
+	// overrides DiskBytes). DiskBytes > 0 needs loopfs.Check.
 	Resources runtime.Resources
 	// Warm is how many sandboxes of each template are kept started ahead
 	// of demand (see sandbox.Options.Warm).
@@ -110,12 +111,12 @@ func Open(ctx context.Context, cfg Config) (_ *Server, retErr error) {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
 	if cfg.Resources.DiskBytes > 0 {
-		if err := native.CheckDisk(); err != nil {
+		if err := loopfs.Check(); err != nil {
 			return nil, fmt.Errorf("sandboxes' disk limits (a disk size of 0 runs without them): %w", err)
 		}
 	}
 	if cfg.VolumeSize > 0 {
-		if err := volume.CheckLimits(); err != nil {
+		if err := loopfs.Check(); err != nil {
 			return nil, fmt.Errorf("volumes' size limits (a volume size of 0 runs without them): %w", err)
 		}
 	}

@@ -27,19 +27,6 @@ import (
 // It has a journal, unlike a sandbox's disk layer: a volume's files are
 // meant to outlive a crash of the host.
 
-// CheckLimits reports whether this host can give volumes a size limit:
-// mkfs.ext4 and loop devices.
-func CheckLimits() error {
-	if _, err := exec.LookPath("mkfs.ext4"); err != nil {
-		return fmt.Errorf("mkfs.ext4 (from e2fsprogs): %w", err)
-	}
-	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR, 0)
-	if err != nil {
-		return fmt.Errorf("loop devices: %w", err)
-	}
-	return ctl.Close()
-}
-
 func (m *Manager) image(id string) string { return filepath.Join(m.dir, id+".img") }
 
 // minFree is the space the data dir's file system keeps beyond a new

@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hutch-sandbox/hutch/internal/loopfs"
 	"github.com/hutch-sandbox/hutch/internal/store"
 	"github.com/hutch-sandbox/hutch/internal/testenv"
 )
@@ -23,7 +24,7 @@ import (
 // Delete unmounts it and removes its image.
 func TestSizeLimit(t *testing.T) {
 	testenv.RequireRoot(t, "loop devices and mounts")
-	if err := CheckLimits(); err != nil {
+	if err := loopfs.Check(); err != nil {
 		t.Skipf("no size limits on this host: %v", err)
 	}
 	ctx := context.Background()
@@ -94,7 +95,7 @@ func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
 // written out).
 func TestVolumeCosts(t *testing.T) {
 	testenv.RequireRoot(t, "loop devices and mounts")
-	if err := CheckLimits(); err != nil {
+	if err := loopfs.Check(); err != nil {
 		t.Skipf("no size limits on this host: %v", err)
 	}
 	ctx := context.Background()

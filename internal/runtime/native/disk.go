@@ -25,19 +25,6 @@ const minDisk = 64 << 20
 // own file system, never the host's.
 const BytesPerInode = 16 << 10
 
-// CheckDisk reports whether this host can give sandboxes disk limits: a
-// loop device and mkfs.ext4 (from e2fsprogs).
-func CheckDisk() error {
-	if _, err := exec.LookPath("mkfs.ext4"); err != nil {
-		return fmt.Errorf("mkfs.ext4 (from e2fsprogs): %w", err)
-	}
-	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR, 0)
-	if err != nil {
-		return fmt.Errorf("loop devices: %w", err)
-	}
-	return ctl.Close()
-}
-
 // A sandbox with a disk limit gets its writable layer on a file system of
 // its own: a sparse ext4 image in its directory, attached to a loop device
 // and mounted (detached) by the parent, then attached by the init inside

@@ -76,7 +76,7 @@ func TestCopySparse(t *testing.T) {
 // file system per size, each with its root given to its sandbox's root.
 func TestDiskLayerFromBlank(t *testing.T) {
 	testenv.RequireRoot(t, "loop devices and mounts")
-	if err := CheckDisk(); err != nil {
+	if err := loopfs.Check(); err != nil {
 		t.Skipf("no disk limits on this host: %v", err)
 	}
 	rt := testRuntime(t)
@@ -271,7 +271,7 @@ func TestPersonalise(t *testing.T) {
 // each get one (GET_FREE hands them all the same free device first).
 func TestAttachLoopConcurrent(t *testing.T) {
 	testenv.RequireRoot(t, "loop devices")
-	if err := CheckDisk(); err != nil {
+	if err := loopfs.Check(); err != nil {
 		t.Skipf("no loop devices: %v", err)
 	}
 	const n = 64
