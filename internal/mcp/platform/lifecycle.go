@@ -89,26 +89,7 @@ func (s *Server) pause(ctx context.Context, req *mcp.CallToolRequest, in PauseIn
 }
 
 func (s *Server) resume(ctx context.Context, req *mcp.CallToolRequest, in ResumeInput) (*mcp.CallToolResult, SandboxInfo, error) {
-	c, err := s.client(ctx, req)
-	if err != nil {
-		return nil, SandboxInfo{}, err
-	}
-	timeout, err := timeoutOf(in.TimeoutSeconds)
-	if err != nil {
-		return nil, SandboxInfo{}, err
-	}
-	if in.SandboxID == "" {
-		return nil, SandboxInfo{}, fmt.Errorf("sandbox_id is required")
-	}
-	sbx, err := c.Connect(ctx, in.SandboxID, sdk.ConnectOptions{Timeout: max(timeout, s.opts.IdleTimeout), Reboot: in.Reboot})
-	if err != nil {
-		return nil, SandboxInfo{}, explain(err, in.SandboxID)
-	}
-	info, err := sbx.GetInfo(ctx)
-	if err != nil {
-		return nil, SandboxInfo{}, explain(err, in.SandboxID)
-	}
-	return nil, infoOf(info), nil
+	return s.connectTo(ctx, req, in.SandboxID, in.TimeoutSeconds, in.Reboot)
 }
 
 func (s *Server) snapshot(ctx context.Context, req *mcp.CallToolRequest, in SnapshotInput) (*mcp.CallToolResult, SnapshotOutput, error) {

@@ -198,24 +198,31 @@ type ConnectInput struct {
 }
 
 func (s *Server) connect(ctx context.Context, req *mcp.CallToolRequest, in ConnectInput) (*mcp.CallToolResult, SandboxInfo, error) {
+	return s.connectTo(ctx, req, in.SandboxID, in.TimeoutSeconds, false)
+}
+
+// connectTo connects to sandbox id for sandbox_connect and sandbox_resume
+// (which resumes a paused one; reboot boots it again on its files) and
+// describes it.
+func (s *Server) connectTo(ctx context.Context, req *mcp.CallToolRequest, id string, timeoutSeconds int, reboot bool) (*mcp.CallToolResult, SandboxInfo, error) {
 	c, err := s.client(ctx, req)
 	if err != nil {
 		return nil, SandboxInfo{}, err
 	}
-	timeout, err := timeoutOf(in.TimeoutSeconds)
+	timeout, err := timeoutOf(timeoutSeconds)
 	if err != nil {
 		return nil, SandboxInfo{}, err
 	}
-	if in.SandboxID == "" {
+	if id == "" {
 		return nil, SandboxInfo{}, fmt.Errorf("sandbox_id is required")
 	}
-	sbx, err := c.Connect(ctx, in.SandboxID, sdk.ConnectOptions{Timeout: max(timeout, s.opts.IdleTimeout)})
+	sbx, err := c.Connect(ctx, id, sdk.ConnectOptions{Timeout: max(timeout, s.opts.IdleTimeout), Reboot: reboot})
 	if err != nil {
-		return nil, SandboxInfo{}, explain(err, in.SandboxID)
+		return nil, SandboxInfo{}, explain(err, id)
 	}
 	info, err := sbx.GetInfo(ctx)
 	if err != nil {
-		return nil, SandboxInfo{}, explain(err, in.SandboxID)
+		return nil, SandboxInfo{}, explain(err, id)
 	}
 	return nil, infoOf(info), nil
 }
