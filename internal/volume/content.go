@@ -68,6 +68,18 @@ type Owner struct {
 	Mode     *uint32
 }
 
+// ids are o's uid and gid as chown takes them: -1 for one not given.
+func (o Owner) ids() (uid, gid int) {
+	uid, gid = -1, -1
+	if o.UID != nil {
+		uid = int(*o.UID)
+	}
+	if o.GID != nil {
+		gid = int(*o.GID)
+	}
+	return uid, gid
+}
+
 // MaxID is the highest uid or gid a volume's files may be given: ids
 // above the sandboxes' user namespaces would show as nobody in every one.
 const MaxID = 65535
@@ -363,13 +375,7 @@ func (c *Content) apply(rel string, o Owner, mode uint32) error {
 	if o.Mode != nil {
 		mode = *o.Mode
 	}
-	uid, gid := -1, -1
-	if o.UID != nil {
-		uid = int(*o.UID)
-	}
-	if o.GID != nil {
-		gid = int(*o.GID)
-	}
+	uid, gid := o.ids()
 	// Lchown: rel may have been replaced by a symlink meanwhile (by a
 	// sandbox); the link is changed then, never its target.
 	if uid >= 0 || gid >= 0 {
@@ -488,13 +494,7 @@ func (c *Content) WriteFile(p string, r io.Reader, o Owner) (Entry, error) {
 	}
 	// Owner and mode on the descriptor: the name may be swapped meanwhile.
 	fd := int(f.Fd())
-	uid, gid := -1, -1
-	if o.UID != nil {
-		uid = int(*o.UID)
-	}
-	if o.GID != nil {
-		gid = int(*o.GID)
-	}
+	uid, gid := o.ids()
 	if uid >= 0 || gid >= 0 {
 		if err := syscall.Fchown(fd, uid, gid); err != nil {
 			return Entry{}, wrap("chown", apiPath(rel), err)
