@@ -738,9 +738,12 @@ func (m *Manager) removeLocked(ctx context.Context, id string) error {
 		go m.templates.Collect()
 	}
 	// The files it was paused with, if it ever was; unmounted now, so
-	// collected at once.
-	if err := m.templates.Remove(pausedName(id), nil); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
-		m.logger.Warn("remove a paused sandbox's files", "id", id, "err", err)
+	// collected at once. (Looked up first: most sandboxes never were, and a
+	// removal takes the store's lock.)
+	if _, err := m.templates.Get(pausedName(id)); err == nil {
+		if err := m.templates.Remove(pausedName(id), nil); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			m.logger.Warn("remove a paused sandbox's files", "id", id, "err", err)
+		}
 	}
 	return nil
 }

@@ -125,8 +125,8 @@ func (m *Manager) capture(ctx context.Context, keyID, id, name string, tagged bo
 	}
 	// A running sandbox is frozen while its layer is read, and thawed
 	// before the store's work (captureSpooled); a paused one stays as it
-	// is.
-	thaw := func() {}
+	// is, and needs no spool: its layer is read straight into the store.
+	var thaw func()
 	if rec.State != string(StatePaused) {
 		if err := l.sbx.Freeze(ctx); err != nil {
 			return nil, fmt.Errorf("snapshot of sandbox %s: %w", id, err)

@@ -45,25 +45,15 @@ func mayWake(mgr *sandbox.Manager, r *http.Request, id string, port int) bool {
 }
 
 // signedURL reports whether r is a /files URL signed with envd's token
-// (signature, signature_expiration) that has not expired: what envd
-// accepts in place of the token (envd's files.authorize).
+// that has not expired: what envd accepts in place of the token (envd's
+// files.authorize).
 func signedURL(r *http.Request, token string, now time.Time) bool {
-	q := r.URL.Query()
-	sig := q.Get("signature")
 	// The path as envd compares it: exactly /files.
-	if sig == "" || r.URL.Path != "/files" {
+	if r.URL.Path != "/files" {
 		return false
 	}
-	op := "read"
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		op = "write"
-	}
-	exp, expires, err := envdapi.Expiration(q)
-	if err != nil || (exp != "" && expires < now.Unix()) {
-		return false
-	}
-	want := envdapi.SignExpiration(q.Get("path"), op, q.Get("username"), token, exp)
-	return subtle.ConstantTimeCompare([]byte(sig), []byte(want)) == 1
+	signed, ok := fileSignature(r)
+	return ok && (!signed.hasExpires || signed.expires >= now.Unix()) && signed.by(token)
 }
 
 // proxy sends a request to a port of a sandbox: envd's (49983) or any

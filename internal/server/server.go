@@ -126,29 +126,50 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 
 // signedBy finds the sandbox whose access token signed a /files URL.
 func (s *Server) signedBy(r *http.Request) (string, bool) {
+	signed, ok := fileSignature(r)
+	if !ok {
+		return "", false
+	}
+	// Each running sandbox's token is tried: what the URL names is hashed
+	// once (envdapi.Signer).
+	return s.mgr.FindByEnvdToken(signed.by)
+}
+
+// signedFile is a signed /files URL, read once.
+type signedFile struct {
+	want []byte
+	sign func(token string) string
+	// expires is the signature_expiration, when the URL has one.
+	expires    int64
+	hasExpires bool
+}
+
+// by reports whether token made the URL's signature.
+func (f signedFile) by(token string) bool {
+	return subtle.ConstantTimeCompare([]byte(f.sign(token)), f.want) == 1
+}
+
+// fileSignature reads r's signature and what it signs (the operation is
+// a write for POST, a read otherwise, as envd's handlers decide); ok is
+// false for a URL no token can have signed: no signature, an expiration
+// that is not a number, or a path or username longer than any a sandbox
+// can open, which are refused before anything is hashed (review 7: a 1 MB
+// path cost 0.3 s of CPU with 78 sandboxes).
+func fileSignature(r *http.Request) (signedFile, bool) {
 	q := r.URL.Query()
+	if q.Get("signature") == "" || len(q.Get("path")) > maxSignedPath || len(q.Get("username")) > maxSignedPath {
+		return signedFile{}, false
+	}
 	op := envdapi.OpRead
 	if r.Method == http.MethodPost {
 		op = envdapi.OpWrite
 	}
-	exp, _, err := envdapi.Expiration(q)
+	exp, unix, err := envdapi.Expiration(q)
 	if err != nil {
-		return "", false
+		return signedFile{}, false
 	}
-	// Each running sandbox's token is tried: what the URL names is hashed
-	// once (envdapi.Signer) and bounded, whatever the client sends (review
-	// 7: a 1 MB path cost 0.3 s of CPU with 78 sandboxes). No path a
-	// sandbox can open is longer.
-	if len(q.Get("path")) > maxSignedPath || len(q.Get("username")) > maxSignedPath {
-		return "", false
-	}
-	want := []byte(q.Get("signature"))
-	sign := envdapi.Signer(q.Get("path"), op, q.Get("username"), exp)
-	id, ok := s.mgr.FindByEnvdToken(func(token string) bool {
-		got := sign(token)
-		return subtle.ConstantTimeCompare([]byte(got), want) == 1
-	})
-	return id, ok
+	return signedFile{want: []byte(q.Get("signature")), sign: envdapi.Signer(q.Get("path"), op, q.Get("username"), exp),
+		expires: unix, hasExpires: exp != ""}, true
 }
 
 // maxSignedPath is the longest path or username a signed URL may name:

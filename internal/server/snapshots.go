@@ -71,7 +71,7 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
 		out = append(out, snapshotJSON(snap))
 	}
 	if next != "" {
-		w.Header().Set("X-Next-Token", next)
+		w.Header().Set(e2bapi.HeaderNextToken, next)
 	}
 	writeJSON(w, http.StatusOK, out)
 }
