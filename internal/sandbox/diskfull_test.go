@@ -13,8 +13,6 @@ import (
 
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
 	"github.com/hutch-sandbox/hutch/internal/runtime"
-	"github.com/hutch-sandbox/hutch/internal/runtime/native"
-	"github.com/hutch-sandbox/hutch/internal/store"
 	"github.com/hutch-sandbox/hutch/internal/template"
 	"github.com/hutch-sandbox/hutch/internal/testenv"
 )
@@ -73,29 +71,7 @@ func TestSnapshotOnAFullDisk(t *testing.T) {
 	testenv.RequireRoot(t, "namespaces, cgroups and mounts")
 	ctx := context.Background()
 	tpl := smallStore(t, "320m") // the store stops 256 MiB before full
-	dir := t.TempDir()
-	os.Chmod(filepath.Dir(dir), 0o711)
-	rt, err := native.New(native.Options{DataDir: dir, Templates: tpl})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.Open(ctx, filepath.Join(dir, "hutch.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	m, err := New(Options{Runtime: rt, Store: st, Templates: tpl, DataDir: dir,
-		Resources: runtime.Resources{MemoryBytes: 256 << 20, CPUs: 1, Pids: 256}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		m.Close()
-		all, _ := st.AllSandboxes(context.Background())
-		for _, s := range all {
-			m.remove(context.Background(), s.ID)
-		}
-	})
+	m := newEnvOn(t, tpl).manager(t)
 	sb, err := m.Create(ctx, CreateRequest{Timeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
@@ -137,18 +113,7 @@ func TestSnapshotOnAFullDisk(t *testing.T) {
 func TestSparseFilesCannotFillTheStore(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	m, err := New(Options{Runtime: e.rt, Store: e.st, Templates: e.tpl, DataDir: e.dataDir,
-		Resources: runtime.Resources{MemoryBytes: 256 << 20, CPUs: 1, Pids: 256, DiskBytes: 128 << 20}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		m.Close()
-		all, _ := e.st.AllSandboxes(context.Background())
-		for _, s := range all {
-			m.remove(context.Background(), s.ID)
-		}
-	})
+	m := e.managerWith(t, Options{Resources: runtime.Resources{MemoryBytes: 256 << 20, CPUs: 1, Pids: 256, DiskBytes: 128 << 20}})
 	sb, err := m.Create(ctx, CreateRequest{Timeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
@@ -219,29 +184,7 @@ func TestSnapshotsCannotExhaustInodes(t *testing.T) {
 	ctx := context.Background()
 	// 320 MiB and 80,000 inodes: room for 14,000 above the 65,536 floor.
 	tpl := smallStore(t, "320m,nr_inodes=80000")
-	dir := t.TempDir()
-	os.Chmod(filepath.Dir(dir), 0o711)
-	rt, err := native.New(native.Options{DataDir: dir, Templates: tpl})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.Open(ctx, filepath.Join(dir, "hutch.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	m, err := New(Options{Runtime: rt, Store: st, Templates: tpl, DataDir: dir,
-		Resources: runtime.Resources{MemoryBytes: 256 << 20, CPUs: 1, Pids: 256}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		m.Close()
-		all, _ := st.AllSandboxes(context.Background())
-		for _, s := range all {
-			m.remove(context.Background(), s.ID)
-		}
-	})
+	m := newEnvOn(t, tpl).manager(t)
 	sb, err := m.Create(ctx, CreateRequest{Timeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)

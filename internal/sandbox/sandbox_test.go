@@ -39,9 +39,15 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	testenv.RequireRoot(t, "namespaces, cgroups and mounts")
+	return newEnvOn(t, template.Open(testenv.TemplatesDir()))
+}
+
+// newEnvOn is newEnv with the template store given.
+func newEnvOn(t *testing.T, tpl *template.Store) *env {
+	t.Helper()
 	dir := t.TempDir()
 	os.Chmod(filepath.Dir(dir), 0o711)
-	e := &env{tpl: template.Open(testenv.TemplatesDir()), dataDir: dir}
+	e := &env{tpl: tpl, dataDir: dir}
 	var err error
 	if e.rt, err = native.New(native.Options{DataDir: dir, Templates: e.tpl}); err != nil {
 		t.Fatal(err)
@@ -66,7 +72,9 @@ func (e *env) managerWarm(t *testing.T, warm int) *Manager {
 func (e *env) managerWith(t *testing.T, opts Options) *Manager {
 	t.Helper()
 	opts.Runtime, opts.Store, opts.Templates, opts.DataDir = e.rt, e.st, e.tpl, e.dataDir
-	opts.Resources = runtime.Resources{MemoryBytes: 256 << 20, CPUs: 1, Pids: 256}
+	if opts.Resources == (runtime.Resources{}) {
+		opts.Resources = runtime.Resources{MemoryBytes: 256 << 20, CPUs: 1, Pids: 256}
+	}
 	m, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
