@@ -52,7 +52,7 @@ func signedURL(r *http.Request, token string, now time.Time) bool {
 	if r.URL.Path != "/files" {
 		return false
 	}
-	signed, ok := fileSignature(r)
+	signed, ok := fileSignature(r.Method, r.URL.Query())
 	return ok && (!signed.hasExpires || signed.expires >= now.Unix()) && signed.by(token)
 }
 

@@ -11,6 +11,7 @@ import (
 	"crypto/subtle"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -107,11 +108,11 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.proxy(w, r, id, port)
 		return
 	}
-	if r.URL.Path == "/files" && r.URL.Query().Get("signature") != "" {
+	if q := r.URL.Query(); r.URL.Path == "/files" && q.Get("signature") != "" {
 		// A signed file URL made with E2B_SANDBOX_URL names no sandbox
 		// (spec §3.9): the signature hashes the sandbox's token, so at
 		// most one sandbox's token produces it.
-		if id, ok := s.signedBy(r); ok {
+		if id, ok := s.signedBy(r.Method, q); ok {
 			s.proxy(w, r, id, envdapi.Port)
 			return
 		}
@@ -124,9 +125,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	s.api.ServeHTTP(w, r)
 }
 
-// signedBy finds the sandbox whose access token signed a /files URL.
-func (s *Server) signedBy(r *http.Request) (string, bool) {
-	signed, ok := fileSignature(r)
+// signedBy finds the sandbox whose access token signed a /files URL of
+// query q.
+func (s *Server) signedBy(method string, q url.Values) (string, bool) {
+	signed, ok := fileSignature(method, q)
 	if !ok {
 		return "", false
 	}
@@ -149,20 +151,25 @@ func (f signedFile) by(token string) bool {
 	return subtle.ConstantTimeCompare([]byte(f.sign(token)), f.want) == 1
 }
 
-// fileSignature reads r's signature and what it signs (the operation is
-// a write for POST, a read otherwise, as envd's handlers decide); ok is
-// false for a URL no token can have signed: no signature, an expiration
-// that is not a number, or a path or username longer than any a sandbox
-// can open, which are refused before anything is hashed (review 7: a 1 MB
-// path cost 0.3 s of CPU with 78 sandboxes).
-func fileSignature(r *http.Request) (signedFile, bool) {
-	q := r.URL.Query()
+// fileSignature reads the signature of a /files request (method, query
+// q) and what it signs: the operation is a read for GET and HEAD, a write
+// for POST, as envd's handlers decide. ok is false for a request no token
+// can have signed for envd: another method (envd answers it 405), no
+// signature, an expiration that is not a number, or a path or username
+// longer than any a sandbox can open, which are refused before anything
+// is hashed (review 7: a 1 MB path cost 0.3 s of CPU with 78 sandboxes).
+func fileSignature(method string, q url.Values) (signedFile, bool) {
 	if q.Get("signature") == "" || len(q.Get("path")) > maxSignedPath || len(q.Get("username")) > maxSignedPath {
 		return signedFile{}, false
 	}
-	op := envdapi.OpRead
-	if r.Method == http.MethodPost {
+	var op string
+	switch method {
+	case http.MethodGet, http.MethodHead:
+		op = envdapi.OpRead
+	case http.MethodPost:
 		op = envdapi.OpWrite
+	default:
+		return signedFile{}, false
 	}
 	exp, unix, err := envdapi.Expiration(q)
 	if err != nil {

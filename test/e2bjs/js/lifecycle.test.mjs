@@ -116,6 +116,9 @@ test("lifecycle onTimeout 'pause' pauses at the timeout; autoResume resumes on t
   assert.notEqual((await toPort({})).status, 200)
   assert.notEqual((await fetch(new URL('/health', base), { headers: { 'E2b-Sandbox-Id': priv.sandboxId, 'E2b-Sandbox-Port': '49983' } })).status, 204)
   assert.notEqual((await fetch(new URL('/files?path=/etc/hostname&signature=v1_forged', base), { headers: { 'E2b-Sandbox-Id': priv.sandboxId, 'E2b-Sandbox-Port': '49983' } })).status, 200)
+  // A valid read signature with a method envd refuses (review 20).
+  const signed = new URL(await priv.downloadUrl('/etc/hostname', { useSignatureExpiration: 60_000 }))
+  assert.notEqual((await fetch(new URL(signed.pathname + signed.search, base), { method: 'PUT', headers: { 'E2b-Sandbox-Id': priv.sandboxId, 'E2b-Sandbox-Port': '49983' } })).status, 200)
   assert.equal((await Sandbox.getInfo(priv.sandboxId)).state, 'paused', 'woken by requests without credentials')
   await waitFor(async () => (await toPort({ 'E2b-Traffic-Access-Token': priv.trafficAccessToken })).status === 200, 10_000, 'the port with the token')
   assert.equal((await Sandbox.getInfo(priv.sandboxId)).state, 'running')
