@@ -47,6 +47,23 @@ CGO_ENABLED=0 "$GO" build -trimpath -tags "$stamp" -o /usr/local/bin/hutch-sandb
 mv /usr/local/bin/hutch-sandbox.new /usr/local/bin/hutch-sandbox
 mv /usr/local/bin/hutch.new /usr/local/bin/hutch
 
+# gVisor's runsc, for the gvisor runtime tier (docs/runtime.md): pinned,
+# built once from the Go module proxy (Debian's bookworm-backports runsc,
+# 20240729, cannot network inside a network namespace on newer kernels:
+# gVisor issue 10704), kept in the cache beside the templates' packages.
+RUNSC_VERSION=v0.0.0-20260905035102-160fafc42237
+RUNSC_DIR=/var/cache/hutch/runsc/$RUNSC_VERSION
+if ! [ -x "$RUNSC_DIR/runsc" ]; then
+	echo "==> building gVisor's runsc $RUNSC_VERSION (once: about two minutes)"
+	rm -rf "$RUNSC_DIR.new"
+	GOBIN="$RUNSC_DIR.new" CGO_ENABLED=0 "$GO" install "gvisor.dev/gvisor/runsc@$RUNSC_VERSION"
+	rm -rf "$RUNSC_DIR"
+	mv "$RUNSC_DIR.new" "$RUNSC_DIR"
+fi
+mkdir -p /usr/local/lib/hutch
+install -m 0755 "$RUNSC_DIR/runsc" /usr/local/lib/hutch/runsc.new
+mv /usr/local/lib/hutch/runsc.new /usr/local/lib/hutch/runsc
+
 echo "==> building the base template (cached: quick when the recipe is unchanged)"
 /usr/local/bin/hutch template build base
 
