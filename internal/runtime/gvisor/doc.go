@@ -27,6 +27,24 @@
 //     them up. Container ids that prefix one another are ambiguous: use
 //     fixed-length ids (Hutch's are).
 //
+// Reaching envd inside (tried 2026-11-26 with the pinned runsc, systrap,
+// --network=none, --overlay2=root:memory, root over the base layer):
+//
+//   - A listening unix socket donated with `runsc run --pass-fd M:N` is
+//     not usable inside: it shows as host:[N], getsockname is empty and
+//     accept fails with EINVAL. The native backend's way (envd serves
+//     listening sockets it inherits as fds 3 and 4) does not carry over.
+//   - A connected socket (one end of a socketpair) donated the same way
+//     works both ways. So envd could be reached over one donated
+//     connection, multiplexed (hashicorp/yamux) into control and API
+//     streams: nothing a process of the sandbox can reach by a path.
+//   - A socket envd binds inside a bind-mounted host directory, with
+//     runsc --host-uds=create, is reachable from the host by its path. But
+//     the path is visible inside the sandbox too: its root (sudo) could
+//     dial envd's control socket, which the native backend never allows.
+//     Either hide the directory from user processes (a mount namespace
+//     inside, without it) or use the donated connection above.
+//
 // The plan (issue 19): implement runtime.Runtime and runtime.Checkpointer
 // (Checkpoint, Restore) here, pass internal/runtime/runtimetest, and let
 // internal/sandbox use Checkpointer where Capabilities says it works: a
