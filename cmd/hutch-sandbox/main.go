@@ -17,6 +17,7 @@ import (
 	"syscall"
 
 	"github.com/hutch-sandbox/hutch/internal/envd"
+	"github.com/hutch-sandbox/hutch/internal/runtime/gvisor"
 	"github.com/hutch-sandbox/hutch/internal/runtime/native"
 )
 
@@ -25,6 +26,14 @@ func main() {
 	// take over before anything else runs (see native.Init).
 	if native.IsInit() {
 		native.Init() // never returns
+	}
+	// A gVisor sandbox's shim (on the host) and PID 1 (inside) are this
+	// binary too (see package gvisor).
+	if gvisor.IsShim() {
+		gvisor.Main() // never returns
+	}
+	if gvisor.IsGuestInit() {
+		gvisor.GuestInit() // never returns
 	}
 	if len(os.Args) < 2 || os.Args[1] != "envd" {
 		fmt.Fprintln(os.Stderr, "hutch-sandbox runs inside Hutch's sandboxes (as their init, and as `hutch-sandbox envd`); it is not for people to run")

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"github.com/hutch-sandbox/hutch/internal/runtime/gvisor"
 	"github.com/hutch-sandbox/hutch/internal/runtime/native"
 )
 
@@ -16,6 +17,14 @@ func main() {
 	// anything else runs (see native.Init).
 	if native.IsInit() {
 		native.Init() // never returns
+	}
+	// A gVisor sandbox's shim (on the host) and PID 1 (inside) are this
+	// binary too (see package gvisor).
+	if gvisor.IsShim() {
+		gvisor.Main() // never returns
+	}
+	if gvisor.IsGuestInit() {
+		gvisor.GuestInit() // never returns
 	}
 	args := os.Args[1:]
 	if filepath.Base(os.Args[0]) == gatewayName {

@@ -137,6 +137,12 @@ type Capabilities struct {
 	// Memory never outlives the host's own restart this way; that takes
 	// Checkpoint.
 	KeepsMemoryAcrossRestart bool
+	// LayerAfterExit is true when an exited sandbox keeps its writable
+	// layer until Delete, so CaptureLayer works on it; otherwise
+	// CaptureLayer of an exited sandbox fails with
+	// errdefs.ErrFailedPrecondition (gVisor's layer lives in its sentry,
+	// which ends with the first process).
+	LayerAfterExit bool
 	// Freeze tells whether Sandbox.Freeze works here.
 	Freeze Feature
 	// Checkpoint tells whether the Runtime implements Checkpointer and
@@ -184,6 +190,11 @@ type RestoreSpec struct {
 	ID string
 	// Labels are stored with the new sandbox, in place of the saved ones.
 	Labels map[string]string
+	// ExtraFiles are listening sockets the restored first process serves,
+	// as Process.ExtraFiles were for the saved one: as many, in the same
+	// order. A sandbox's own sockets are not in its checkpoint (they are
+	// the host's); each restore serves new ones.
+	ExtraFiles []*os.File
 }
 
 // OutputLog is a first process's output as it was when opened: Size
@@ -362,7 +373,10 @@ const (
 
 // Status is a snapshot of a sandbox.
 type Status struct {
-	ID       string
+	ID string
+	// Runtime names the backend the sandbox runs on ("native",
+	// "gvisor").
+	Runtime  string
 	Template string
 	// TemplateID is the template build (its id in the template store).
 	TemplateID string

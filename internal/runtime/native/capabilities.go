@@ -29,6 +29,7 @@ import (
 func (rt *Runtime) Capabilities(ctx context.Context) runtime.Capabilities {
 	return runtime.Capabilities{
 		KeepsMemoryAcrossRestart: true,
+		LayerAfterExit:           true,
 		Freeze:                   hostFreezer(),
 		Checkpoint: runtime.Feature{
 			Reason: "the native backend cannot checkpoint sandboxes yet (it would need CRIU): " + rt.criuStatus(ctx),

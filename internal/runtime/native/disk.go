@@ -44,6 +44,12 @@ const BytesPerInode = 16 << 10
 // Each copy then gets a UUID and a directory hash seed of its own
 // (personalise): a shared seed would let every sandbox compute the
 // directory hashes of every other's file system (review 10, F3).
+// DiskLayer is diskLayer for another backend: a detached mount of a new
+// file system of size bytes in image, its root owned by hostID.
+func (rt *Runtime) DiskLayer(image string, size int64, hostID int) (int, error) {
+	return rt.diskLayer(image, size, hostID)
+}
+
 func (rt *Runtime) diskLayer(image string, size int64, hostID int) (int, error) {
 	golden, err := rt.goldenDisk(size)
 	if err != nil {

@@ -156,6 +156,11 @@ func (rt *Runtime) selfExe() (*os.File, error) {
 	return rt.self, rt.selfErr
 }
 
+// ValidateSpec checks spec as Create does before it makes anything: what
+// every backend refuses (a bad id, limits below what an init needs,
+// malformed environment, relative paths), as errdefs.ErrInvalidArgument.
+func ValidateSpec(spec *runtime.Spec) error { return validateSpec(spec) }
+
 func validateSpec(spec *runtime.Spec) error {
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf(format+": %w", append(a, errdefs.ErrInvalidArgument)...)
@@ -487,6 +492,17 @@ func (rt *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.San
 	return s, nil
 }
 
+// IDMappedTree returns a detached read-only mount (a descriptor for
+// move_mount) of dir whose ids are shifted into the user namespace of
+// process pid, as a template's layers are for a native sandbox: another
+// backend (gVisor) serves its sandboxes the same template this way.
+func IDMappedTree(dir string, pid int) (int, error) { return idmappedTree(dir, pid) }
+
+// IDMappedBind is idmappedBind (a volume's mount) for another backend.
+func IDMappedBind(dir string, pid int, readOnly bool) (int, error) {
+	return idmappedBind(dir, pid, readOnly)
+}
+
 // idmappedTree returns a detached mount of rootfs whose ids are shifted
 // into the user namespace of process pid: the template on disk stays owned
 // by real root, while inside the sandbox its files belong to root and user.
@@ -575,7 +591,7 @@ func (rt *Runtime) List(ctx context.Context) ([]runtime.Status, error) {
 func (rt *Runtime) status(rec *record) runtime.Status {
 	st := runtime.Status{
 		ID: rec.ID, Template: rec.Template, TemplateID: rec.TemplateID, Created: rec.Created, Command: rec.Command,
-		Resources: rec.Resources, Labels: rec.Labels, State: runtime.StateExited,
+		Resources: rec.Resources, Labels: rec.Labels, State: runtime.StateExited, Runtime: Name,
 	}
 	if fd, _ := openInit(rec); fd >= 0 {
 		unix.Close(fd)
@@ -612,3 +628,6 @@ func oomKilled(cg cgroups.Manager) bool {
 // kernel allows 500 lower directories and 253 descriptors per message).
 // The template store flattens deeper stacks.
 const MaxLayers = 128
+
+// Name is this backend's name, in Status.Runtime and `--runtime`.
+const Name = "native"

@@ -2,6 +2,7 @@ package native
 
 import (
 	"bufio"
+	"hash/fnv"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -48,7 +49,11 @@ const UIDRegistry = "/run/hutch/uid-ranges"
 var subIDFiles = []string{"/etc/subuid", "/etc/subgid"}
 
 // claimSlot reserves a free uid range for sandbox id host-wide.
-func (rt *Runtime) claimSlot(id string) (int, error) {
+func (rt *Runtime) claimSlot(id string) (int, error) { return rt.claimSlotFor(rt.sandboxDir(id)) }
+
+// claimSlotFor reserves a free uid range for the sandbox whose directory
+// is owner (its state.json records the slot as "uidSlot").
+func (rt *Runtime) claimSlotFor(owner string) (int, error) {
 	if err := os.MkdirAll(rt.uidRegistry, 0o700); err != nil {
 		return 0, fmt.Errorf("uid range registry: %w", err)
 	}
@@ -56,7 +61,6 @@ func (rt *Runtime) claimSlot(id string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	owner := rt.sandboxDir(id)
 	for sweep := false; ; sweep = true {
 		used := map[int]bool{}
 		ents, err := os.ReadDir(rt.uidRegistry)
@@ -64,11 +68,13 @@ func (rt *Runtime) claimSlot(id string) (int, error) {
 			return 0, fmt.Errorf("uid range registry: %w", err)
 		}
 		for _, e := range ents {
-			n, err := strconv.Atoi(e.Name())
+			// "<slot>" is a claim, "<slot>.<x>" a hold on it (HoldIDs).
+			num, _, _ := strings.Cut(e.Name(), ".")
+			n, err := strconv.Atoi(num)
 			if err != nil {
 				continue
 			}
-			if sweep && rt.staleClaim(n) {
+			if sweep && rt.staleClaim(e.Name(), n) {
 				os.Remove(filepath.Join(rt.uidRegistry, e.Name()))
 				continue
 			}
@@ -104,8 +110,8 @@ func (rt *Runtime) claimSlot(id string) (int, error) {
 // staleClaim reports whether slot's claim belongs to no sandbox: its
 // sandbox directory is gone, or that sandbox's record names another slot.
 // A directory without a record yet is a sandbox being made: not stale.
-func (rt *Runtime) staleClaim(slot int) bool {
-	b, err := os.ReadFile(filepath.Join(rt.uidRegistry, strconv.Itoa(slot)))
+func (rt *Runtime) staleClaim(file string, slot int) bool {
+	b, err := os.ReadFile(filepath.Join(rt.uidRegistry, file))
 	if err != nil || len(b) == 0 || !filepath.IsAbs(string(b)) {
 		return err == nil // unreadable: leave it; empty or garbage: stale
 	}
@@ -127,12 +133,63 @@ func (rt *Runtime) staleClaim(slot int) bool {
 }
 
 // releaseSlot gives back sandbox id's range, if the claim is still its own.
-func (rt *Runtime) releaseSlot(slot int, id string) {
-	p := filepath.Join(rt.uidRegistry, strconv.Itoa(slot))
-	if b, err := os.ReadFile(p); err == nil && string(b) == rt.sandboxDir(id) {
-		os.Remove(p)
+func (rt *Runtime) releaseSlot(slot int, id string) { rt.releaseSlotOf(slot, rt.sandboxDir(id)) }
+
+// releaseSlotOf gives back a range claimed for owner, if it is still its.
+func (rt *Runtime) releaseSlotOf(slot int, owner string) {
+	for _, p := range []string{filepath.Join(rt.uidRegistry, strconv.Itoa(slot)), rt.holdFile(slot, owner)} {
+		if b, err := os.ReadFile(p); err == nil && string(b) == owner {
+			os.Remove(p)
+		}
 	}
 }
+
+// holdFile is where owner's hold on slot is recorded.
+func (rt *Runtime) holdFile(slot int, owner string) string {
+	h := fnv.New64a()
+	h.Write([]byte(owner))
+	return filepath.Join(rt.uidRegistry, fmt.Sprintf("%d.%016x", slot, h.Sum64()))
+}
+
+// HoldIDs keeps a range claimed for as long as dir (whose state.json
+// records the slot as "uidSlot") exists, beside its first claim: a
+// checkpoint, and each sandbox restored from it, run on the ids of the
+// sandbox that was saved (runsc restores only under the same mapping),
+// and the range must not go to another sandbox while any of them is
+// left. ReleaseIDs(r, dir) ends the hold.
+func (rt *Runtime) HoldIDs(r IDRange, dir string) error {
+	if err := os.MkdirAll(rt.uidRegistry, 0o700); err != nil {
+		return fmt.Errorf("uid range registry: %w", err)
+	}
+	if err := os.WriteFile(rt.holdFile(r.Slot, dir), []byte(dir), 0o600); err != nil {
+		return fmt.Errorf("hold uid range: %w", err)
+	}
+	return nil
+}
+
+// IDRange is a range of host uids and gids claimed for one sandbox of
+// another backend (gVisor): the same host-wide registry serves both, so
+// no two sandboxes share ids whatever runs them.
+type IDRange struct {
+	// Slot is recorded in the sandbox's state.json as "uidSlot", which
+	// tells a live claim from a stale one.
+	Slot int
+	// HostID is the host id the sandbox's 0 maps to; Size ids follow it.
+	HostID, Size int
+}
+
+// ClaimIDs reserves a free range for the sandbox whose state lives in dir
+// (an absolute path whose state.json records the slot as "uidSlot").
+func (rt *Runtime) ClaimIDs(dir string) (IDRange, error) {
+	slot, err := rt.claimSlotFor(dir)
+	if err != nil {
+		return IDRange{}, err
+	}
+	return IDRange{Slot: slot, HostID: uidBase + slot*uidRange, Size: uidRange}, nil
+}
+
+// ReleaseIDs gives back a range ClaimIDs returned for dir.
+func (rt *Runtime) ReleaseIDs(r IDRange, dir string) { rt.releaseSlotOf(r.Slot, dir) }
 
 // idRange is a range of host ids [start, start+count).
 type idRange struct{ start, count int }

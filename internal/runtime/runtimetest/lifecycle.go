@@ -311,6 +311,11 @@ echo ready`
 				}
 			} else if st, err := sbx.Wait(ctx); err != nil || st.Code != 0 {
 				t.Fatalf("Wait = %+v, %v; stderr %q", st, err, errb.String())
+			} else if !rt.Capabilities(ctx).LayerAfterExit {
+				if err := sbx.CaptureLayer(ctx, io.Discard); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+					t.Errorf("CaptureLayer of an exited sandbox whose layer is gone = %v, want ErrFailedPrecondition", err)
+				}
+				return
 			}
 			var layer bytes.Buffer
 			if err := sbx.CaptureLayer(ctx, &layer); err != nil {

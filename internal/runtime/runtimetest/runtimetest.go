@@ -238,10 +238,12 @@ func testConcurrent(t *testing.T, rt runtime.Runtime, tpl string) {
 				errs <- err
 				return
 			}
-			defer sbx.Delete(ctx)
 			st, err := sbx.Wait(ctx)
 			if err == nil && st.Code != 0 {
 				err = errors.New("exit " + st.Error)
+			}
+			if derr := sbx.Delete(ctx); err == nil && derr != nil {
+				err = fmt.Errorf("Delete: %w", derr)
 			}
 			errs <- err
 		}()
