@@ -188,6 +188,9 @@ type Checkpointer interface {
 type RestoreSpec struct {
 	// ID is the new sandbox's id; empty picks a fresh random one.
 	ID string
+	// Runtime names the backend of a Set that made the checkpoint; empty
+	// is the Set's default. A single backend ignores it.
+	Runtime string
 	// Labels are stored with the new sandbox, in place of the saved ones.
 	Labels map[string]string
 	// ExtraFiles are listening sockets the restored first process serves,
@@ -214,6 +217,9 @@ type OutputLog interface {
 type Spec struct {
 	// ID is the sandbox id; empty picks a fresh random one.
 	ID string
+	// Runtime names the backend of a Set to run the sandbox on; empty is
+	// the Set's default. A single backend ignores it.
+	Runtime string
 	// Template names the read-only root filesystem (e.g. "base").
 	Template string
 	// Hostname inside the sandbox; empty uses the id.

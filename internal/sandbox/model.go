@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/store"
@@ -106,6 +107,9 @@ type Sandbox struct {
 	// Volumes are the volumes mounted into the sandbox, in the order of
 	// the create request (nil for none).
 	Volumes []VolumeMount
+	// Runtime names the runtime backend the sandbox runs on ("native",
+	// "gvisor").
+	Runtime string
 }
 
 // VolumeMount is a volume mounted into a sandbox.
@@ -179,6 +183,12 @@ func fromRecord(rec *store.Sandbox) *Sandbox {
 	}
 	for _, v := range rec.VolumeMounts {
 		sb.Volumes = append(sb.Volumes, VolumeMount{VolumeID: v.VolumeID, Name: v.Name, Path: v.Path})
+	}
+	var info runtimeInfo
+	json.Unmarshal([]byte(rec.Runtime), &info)
+	sb.Runtime = info.Backend
+	if sb.Runtime == "" {
+		sb.Runtime = "native" // recorded before there was another
 	}
 	return sb
 }

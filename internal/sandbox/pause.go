@@ -110,7 +110,12 @@ func (m *Manager) pauseLocked(ctx context.Context, keyID, id string, keepMemory 
 		m.mu.Unlock()
 		return fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
 	}
-	if keepMemory {
+	// On a backend that checkpoints, memory is kept on disk: the sandbox
+	// then holds no slot while paused, as one paused as its files.
+	cp, checkpoint := m.checkpointerOf(ctx, backendOf(ctx, l.sbx))
+	checkpoint = checkpoint && keepMemory
+	frozenSlot := keepMemory && !checkpoint
+	if frozenSlot {
 		// Frozen, it still holds its memory: a frozen slot of its own.
 		if err := m.frozen.take(l.keyID); err != nil {
 			m.mu.Unlock()
@@ -129,7 +134,7 @@ func (m *Manager) pauseLocked(ctx context.Context, keyID, id string, keepMemory 
 		l.sbx.Thaw(context.Background())
 		m.mu.Lock()
 		l.pausing = false
-		if keepMemory {
+		if frozenSlot {
 			m.frozen.give(l.keyID)
 		}
 		m.mu.Unlock()
@@ -140,6 +145,13 @@ func (m *Manager) pauseLocked(ctx context.Context, keyID, id string, keepMemory 
 		return fmt.Errorf("pause sandbox %s: %w", id, err)
 	}
 	m.step("pause.frozen")
+	if checkpoint {
+		if err := m.pauseCheckpoint(ctx, l, &rec, cp); err != nil {
+			undo()
+			return fmt.Errorf("pause sandbox %s: %w", id, err)
+		}
+		return nil
+	}
 	if !keepMemory {
 		if err := m.pauseFiles(ctx, l, &rec); err != nil {
 			undo()
@@ -230,6 +242,30 @@ func (m *Manager) resumeLocked(ctx context.Context, rec *store.Sandbox, d time.D
 	m.mu.Lock()
 	l := m.live[id]
 	m.mu.Unlock()
+	if info.Checkpoint != "" {
+		if err := m.resumeCheckpoint(ctx, rec, info, d); err != nil || !reboot {
+			return err
+		}
+		// Booted again on its files: restored, its files captured, and
+		// started on them.
+		m.mu.Lock()
+		l = m.live[id]
+		m.mu.Unlock()
+		if err := l.sbx.Freeze(ctx); err != nil {
+			return fmt.Errorf("reboot sandbox %s: %w", id, err)
+		}
+		if err := m.pauseFiles(ctx, l, rec); err != nil {
+			return fmt.Errorf("reboot sandbox %s: %w", id, err)
+		}
+		r, err := m.store.GetSandbox(ctx, "", id)
+		if err != nil {
+			return err
+		}
+		*rec = r
+		info = runtimeInfo{}
+		json.Unmarshal([]byte(rec.Runtime), &info)
+		return m.resumeFiles(ctx, rec, info.PausedBuild, d)
+	}
 	if reboot && info.PausedBuild == "" && l != nil && l.paused {
 		if err := m.pauseFiles(ctx, l, rec); err != nil {
 			return fmt.Errorf("reboot sandbox %s: %w", id, err)

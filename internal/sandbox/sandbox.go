@@ -90,11 +90,14 @@ type Manager struct {
 	store     *store.Store
 	templates *template.Store
 	sockets   string
-	resources runtime.Resources
-	caBundle  string // PEM; "" for none
-	volumes   *volume.Manager
-	bundle    *cabundle.Bundle
-	logger    *slog.Logger
+	// checkpoints holds the checkpoints of sandboxes paused with their
+	// memory, and of snapshots with it (checkpoint.go).
+	checkpoints string
+	resources   runtime.Resources
+	caBundle    string // PEM; "" for none
+	volumes     *volume.Manager
+	bundle      *cabundle.Bundle
+	logger      *slog.Logger
 
 	mu     sync.Mutex
 	ops    map[string]*opLock // see lockOp
@@ -160,8 +163,12 @@ func New(opts Options) (*Manager, error) {
 	if err := os.MkdirAll(sockets, 0o700); err != nil {
 		return nil, fmt.Errorf("sockets dir: %w", err)
 	}
+	checkpoints := filepath.Join(opts.DataDir, "checkpoints")
+	if err := os.MkdirAll(checkpoints, 0o700); err != nil {
+		return nil, fmt.Errorf("checkpoints dir: %w", err)
+	}
 	m := &Manager{
-		rt: opts.Runtime, store: opts.Store, templates: opts.Templates, sockets: sockets,
+		rt: opts.Runtime, store: opts.Store, templates: opts.Templates, sockets: sockets, checkpoints: checkpoints,
 		resources: opts.Resources, logger: logger, timers: map[string]*time.Timer{}, ops: map[string]*opLock{}, live: map[string]*live{}, warm: opts.Warm, net: opts.Network,
 		run: newSlots(opts.MaxPerKey, opts.MaxSandboxes, false), frozen: newSlots(opts.MaxPerKey, opts.MaxSandboxes, true),
 		readyTimeout: opts.ReadyTimeout, volumes: opts.Volumes, snapshotTTL: opts.SnapshotTTL, pausedTTL: opts.PausedRetention,
@@ -199,6 +206,10 @@ type CreateRequest struct {
 	// through the API or the edge router, only through Exec,
 	// CaptureLayer and Discard. A restarted server sweeps it as an orphan.
 	Internal bool
+	// Runtime names the runtime backend to run the sandbox on ("gvisor");
+	// empty is the template's, else the server's default. A template that
+	// needs another refuses it.
+	Runtime string
 	// alias, when set, is reported as the name the template was asked
 	// for by (a fork's: its source's, not its build's id).
 	alias string
@@ -215,6 +226,14 @@ type runtimeInfo struct {
 	// PausedAt when it was paused.
 	PausedBuild string    `json:"pausedBuild,omitempty"`
 	PausedAt    time.Time `json:"pausedAt,omitzero"`
+	// Backend is the runtime backend the sandbox runs on ("" for records
+	// made before there were two: the default one).
+	Backend string `json:"backend,omitempty"`
+	// Checkpoint is the checkpoint of a sandbox paused with its memory on
+	// a backend that saves it to disk (checkpoint.go), and Build the
+	// template build it ran on.
+	Checkpoint string `json:"checkpoint,omitempty"`
+	Build      string `json:"build,omitempty"`
 }
 
 // ErrPrivateInsecure is Create's error for a sandbox closed to public
@@ -293,9 +312,20 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (_ *Sandbox, re
 			m.release(req.KeyID)
 		}
 	}()
+	backend, err := m.backendFor(tpl, req.Runtime)
+	if err != nil {
+		return nil, err
+	}
 	var st *started
-	if len(mounts) == 0 {
-		// A warm sandbox was started without mounts: one with volumes
+	if tpl.Checkpoint != "" {
+		// A snapshot with its memory: restored, its processes going on (it
+		// mounts the volumes its source did).
+		if st, err = m.restoreAs(ctx, newID(), tpl.Checkpoint, backend); err != nil {
+			return nil, err
+		}
+	} else if len(mounts) == 0 && backend == tpl.Runtime {
+		// A warm sandbox was started without mounts, on the template's
+		// backend: one with volumes, or asked for on another backend,
 		// always starts on demand.
 		st = m.takeWarm(req.Template, tpl)
 	}
@@ -308,7 +338,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (_ *Sandbox, re
 		// Until this create is done: its sandbox's envd still starts.
 		m.cold.Add(1)
 		defer m.cold.Add(-1)
-		if st, err = m.start(ctx, tpl, mounts); err != nil {
+		if st, err = m.startOn(ctx, newID(), tpl, mounts, backend); err != nil {
 			return nil, err
 		}
 	}
@@ -347,7 +377,8 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (_ *Sandbox, re
 	if err := m.initEnvd(ctx, st.route, sb, tpl); err != nil {
 		return nil, err
 	}
-	info, _ := json.Marshal(runtimeInfo{Socket: st.route.api, Control: st.route.control})
+	info, _ := json.Marshal(runtimeInfo{Socket: st.route.api, Control: st.route.control, Backend: st.backend})
+	sb.Runtime = st.backend
 	// Live before recorded: from the moment the API can list it, a kill
 	// finds it (and gives back its slot), never a record whose sandbox
 	// the manager does not know yet.
@@ -444,9 +475,10 @@ func (m *Manager) unadopt(id string) {
 // started is a sandbox whose envd runs but has not been given to anyone:
 // no token, no environment, no record.
 type started struct {
-	sbx   runtime.Sandbox
-	route *route
-	build string // its template's build id, to tell a stale warm sandbox
+	sbx     runtime.Sandbox
+	route   *route
+	build   string // its template's build id, to tell a stale warm sandbox
+	backend string // the runtime backend it runs on
 }
 
 // alive reports whether the sandbox still runs.
@@ -467,14 +499,45 @@ func (s *started) discard() {
 // two sockets the manager made in DataDir/sockets (see route): the control
 // socket as descriptor 3, the API socket as 4.
 func (m *Manager) start(ctx context.Context, tpl *template.Template, mounts []runtime.Mount) (_ *started, retErr error) {
-	return m.startAs(ctx, newID(), tpl, mounts)
+	return m.startOn(ctx, newID(), tpl, mounts, tpl.Runtime)
 }
 
 // startAs is start with the sandbox's id given: a sandbox paused without
 // its memory comes back under its own.
 func (m *Manager) startAs(ctx context.Context, id string, tpl *template.Template, mounts []runtime.Mount) (_ *started, retErr error) {
-	api, control := m.socketPaths(id)
-	var files []*os.File
+	return m.startOn(ctx, id, tpl, mounts, tpl.Runtime)
+}
+
+// envdSockets makes sandbox id's envd sockets: listening, in this order
+// (descriptors envdapi.ControlFD and APIFD of envd). The caller closes
+// the files, and removes the sockets if the sandbox is not made.
+func (m *Manager) envdSockets(id string) (api, control string, files []*os.File, _ error) {
+	api, control = m.socketPaths(id)
+	for _, path := range []string{control, api} {
+		ln, err := net.Listen("unix", path)
+		if err != nil {
+			for _, f := range files {
+				f.Close()
+			}
+			return "", "", nil, fmt.Errorf("envd socket: %w", err)
+		}
+		ln.(*net.UnixListener).SetUnlinkOnClose(false)
+		f, err := ln.(*net.UnixListener).File()
+		ln.Close()
+		if err != nil {
+			return "", "", nil, fmt.Errorf("envd socket: %w", err)
+		}
+		files = append(files, f)
+	}
+	return api, control, files, nil
+}
+
+// startOn is startAs on runtime backend backend ("" for the default).
+func (m *Manager) startOn(ctx context.Context, id string, tpl *template.Template, mounts []runtime.Mount, backend string) (_ *started, retErr error) {
+	api, control, files, err := m.envdSockets(id)
+	if err != nil {
+		return nil, err
+	}
 	defer func() {
 		for _, f := range files {
 			f.Close()
@@ -484,23 +547,8 @@ func (m *Manager) startAs(ctx context.Context, id string, tpl *template.Template
 			os.Remove(control)
 		}
 	}()
-	// In this order: they are the first extra files, descriptors
-	// envdapi.ControlFD and APIFD.
-	for _, path := range []string{control, api} {
-		ln, err := net.Listen("unix", path)
-		if err != nil {
-			return nil, fmt.Errorf("envd socket: %w", err)
-		}
-		ln.(*net.UnixListener).SetUnlinkOnClose(false)
-		f, err := ln.(*net.UnixListener).File()
-		ln.Close()
-		if err != nil {
-			return nil, fmt.Errorf("envd socket: %w", err)
-		}
-		files = append(files, f)
-	}
 	sbx, err := m.rt.Create(ctx, runtime.Spec{
-		ID: id, Template: tpl.ID, Resources: m.resourcesOf(tpl),
+		ID: id, Runtime: backend, Template: tpl.ID, Resources: m.resourcesOf(tpl),
 		Labels: map[string]string{controlPlaneLabel: "true"}, Mounts: mounts,
 		Process: runtime.Process{
 			Args: envdapi.Command(runtime.SelfExe, tpl.DefaultUser),
@@ -510,7 +558,13 @@ func (m *Manager) startAs(ctx context.Context, id string, tpl *template.Template
 	if err != nil {
 		return nil, err
 	}
-	st := &started{sbx: sbx, route: newRoute(api, control), build: tpl.ID}
+	st := &started{sbx: sbx, route: newRoute(api, control), build: tpl.ID, backend: m.backendName(backend)}
+	if st.backend == "" {
+		// A single backend, not a runtime.Set: it says its name.
+		if s, err := sbx.Status(ctx); err == nil {
+			st.backend = s.Runtime
+		}
+	}
 	// A template's start command runs, and its ready command passes,
 	// before anyone gets the sandbox: a warm pool holds ready ones.
 	if err := m.startCommand(ctx, st.route, tpl); err != nil {
@@ -731,6 +785,7 @@ func (m *Manager) removeLocked(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
+	os.RemoveAll(m.checkpointDir(pausedName(id))) // paused with its memory, if it was
 	if t, err := m.templates.Get(build); build != "" && err == nil && t.Snapshot != nil && len(t.Tags) == 0 {
 		// Made from a fork's capture or a deleted snapshot, which waited
 		// for its last sandbox: collected now, not at the store's next
@@ -922,7 +977,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 		sbx, err := m.rt.Load(ctx, rec.ID)
 		paused := rec.State == string(StatePaused)
 		var info runtimeInfo
-		if paused && json.Unmarshal([]byte(rec.Runtime), &info) == nil && info.PausedBuild != "" {
+		if paused && json.Unmarshal([]byte(rec.Runtime), &info) == nil && (info.PausedBuild != "" || info.Checkpoint != "") {
 			// Paused as its files, which are in the template store. A
 			// runtime sandbox of its id is what a server killed after
 			// recording the pause, or mid-resume, left: the record wins.

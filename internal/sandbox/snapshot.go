@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"sort"
 	"sync"
@@ -110,6 +111,13 @@ func (m *Manager) capture(ctx context.Context, keyID, id, name string, tagged bo
 	}
 	var info runtimeInfo
 	json.Unmarshal([]byte(rec.Runtime), &info)
+	if info.Checkpoint != "" {
+		cp, ok := m.checkpointerOf(ctx, info.Backend)
+		if !ok {
+			return nil, fmt.Errorf("snapshot of paused sandbox %s: its runtime cannot restore checkpoints here: %w", id, errdefs.ErrNotImplemented)
+		}
+		return m.captureCheckpoint(ctx, nil, info, cp, rec.KeyID, name, tagged, snap)
+	}
 	if info.PausedBuild != "" {
 		src, err := m.templates.Get(info.PausedBuild)
 		if err != nil {
@@ -122,6 +130,14 @@ func (m *Manager) capture(ctx context.Context, keyID, id, name string, tagged bo
 	m.mu.Unlock()
 	if l == nil || l.internal {
 		return nil, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+	}
+	if cp, ok := m.checkpointerOf(ctx, backendOf(ctx, l.sbx)); ok {
+		// Its memory too: the checkpoint stops it only while it is saved.
+		t, err := m.captureCheckpoint(ctx, l, info, cp, rec.KeyID, name, tagged, snap)
+		if err == nil {
+			m.step("snapshot.captured")
+		}
+		return t, err
 	}
 	// A running sandbox is frozen while its layer is read, and thawed
 	// before the store's work (captureSpooled); a paused one stays as it
@@ -319,7 +335,13 @@ func (m *Manager) Fork(ctx context.Context, keyID, id string, count int, d time.
 		return nil, err
 	}
 	// Dropped once the forks have it mounted: removed when the last ends.
-	defer m.templates.Remove(t.ID, nil)
+	// A checkpoint is read whole by each restore: removed after them.
+	defer func() {
+		m.templates.Remove(t.ID, nil)
+		if t.Checkpoint != "" {
+			os.RemoveAll(t.Checkpoint)
+		}
+	}()
 	out := make([]ForkResult, count)
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 4)
@@ -357,6 +379,7 @@ func (m *Manager) sweepSnapshots(ctx context.Context) {
 			m.logger.Info("snapshot removed at the end of its retention", "id", b.ID, "name", b.Name)
 		}
 	}
+	m.sweepCheckpoints(ctx)
 	if m.pausedTTL <= 0 {
 		return
 	}

@@ -76,6 +76,12 @@ type Config struct {
 	DiskSizeMB int `json:"diskSizeMB,omitempty"`
 	// Runtime names the runtime backend the template needs; empty means any.
 	Runtime string `json:"runtime,omitempty"`
+	// Checkpoint, when set, is the directory of a checkpoint of a running
+	// sandbox (a snapshot with its memory, on backend Runtime): sandboxes
+	// of this build are restored from it, their processes going on,
+	// rather than started. Its files are in the checkpoint; Layers are
+	// the saved sandbox's template's.
+	Checkpoint string `json:"checkpoint,omitempty"`
 	// Source says where the template came from: "recipe base", an image
 	// reference and digest, "build".
 	Source string `json:"source,omitempty"`

@@ -2,10 +2,10 @@ package native
 
 import (
 	"bufio"
-	"hash/fnv"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"os"
 	"path/filepath"
 	"strconv"

@@ -1,0 +1,312 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/hutch-sandbox/hutch/internal/errdefs"
+	"github.com/hutch-sandbox/hutch/internal/runtime"
+	"github.com/hutch-sandbox/hutch/internal/store"
+	"github.com/hutch-sandbox/hutch/internal/template"
+)
+
+// On a runtime backend that saves a sandbox's memory to disk
+// (runtime.Checkpointer: gVisor), the lifecycle keeps memory without
+// keeping RAM:
+//
+//   - a pause that keeps memory checkpoints the sandbox into
+//     DataDir/checkpoints/paused-<id> and deletes it (its processes, RAM
+//     and slot are freed, as a pause of its files frees them); a connect
+//     restores it under its id, its processes going on from where they
+//     were, with the same tokens and files. It survives a restart of the
+//     server and of the host: the checkpoint is on disk.
+//   - a snapshot of it is a checkpoint too (DataDir/checkpoints/build-*),
+//     kept with a template build (Config.Checkpoint); each sandbox made
+//     from it is restored, its processes going on. A fork restores one
+//     checkpoint N times.
+//
+// A backend without checkpoints pauses and snapshots as pause.go and
+// snapshot.go say.
+
+// backendName is the name of backend name ("" for the default).
+func (m *Manager) backendName(name string) string {
+	if name != "" {
+		return name
+	}
+	if set, ok := m.rt.(*runtime.Set); ok {
+		return set.Default()
+	}
+	return ""
+}
+
+// backendFor is the backend a sandbox of tpl runs on when asked for
+// asked: the template's, when it needs one (asking for another is
+// refused), else the one asked for, else the server's default ("").
+func (m *Manager) backendFor(tpl *template.Template, asked string) (string, error) {
+	if set, ok := m.rt.(*runtime.Set); ok && asked != "" {
+		if _, err := set.Backend(asked); err != nil {
+			return "", err
+		}
+	}
+	switch {
+	case tpl.Runtime != "" && asked != "" && asked != tpl.Runtime:
+		return "", fmt.Errorf("template %s runs on the %s runtime, not %s: %w", tpl.Name, tpl.Runtime, asked, errdefs.ErrInvalidArgument)
+	case tpl.Runtime != "":
+		return tpl.Runtime, nil
+	}
+	return asked, nil
+}
+
+// checkpointerOf returns the Checkpointer for sandboxes of backend, when
+// that backend can checkpoint here.
+func (m *Manager) checkpointerOf(ctx context.Context, backend string) (runtime.Checkpointer, bool) {
+	cp, ok := m.rt.(runtime.Checkpointer)
+	if !ok {
+		return nil, false
+	}
+	caps := m.rt.Capabilities(ctx)
+	if set, ok := m.rt.(*runtime.Set); ok {
+		caps = set.CapabilitiesOf(ctx, backend)
+	}
+	return cp, caps.Checkpoint.Available
+}
+
+// backendOf is the backend live sandbox sbx runs on.
+func backendOf(ctx context.Context, sbx runtime.Sandbox) string {
+	st, err := sbx.Status(ctx)
+	if err != nil {
+		return ""
+	}
+	return st.Runtime
+}
+
+func (m *Manager) checkpointDir(name string) string { return filepath.Join(m.checkpoints, name) }
+
+// restoreAs makes sandbox id from the checkpoint in dir on backend, with
+// envd sockets of its own; its envd keeps the settings it was saved with
+// until an /init.
+func (m *Manager) restoreAs(ctx context.Context, id, dir, backend string) (_ *started, retErr error) {
+	cp, ok := m.checkpointerOf(ctx, backend)
+	if !ok {
+		return nil, fmt.Errorf("the %s runtime cannot restore checkpoints here: %w", m.backendName(backend), errdefs.ErrNotImplemented)
+	}
+	api, control, files, err := m.envdSockets(id)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+		if retErr != nil {
+			os.Remove(api)
+			os.Remove(control)
+		}
+	}()
+	sbx, err := cp.Restore(ctx, dir, runtime.RestoreSpec{
+		ID: id, Runtime: backend, Labels: map[string]string{controlPlaneLabel: "true"}, ExtraFiles: files,
+	})
+	if err != nil {
+		return nil, err
+	}
+	st, err := sbx.Status(ctx)
+	if err != nil {
+		sbx.Delete(context.Background())
+		return nil, err
+	}
+	return &started{sbx: sbx, route: newRoute(api, control), build: st.TemplateID, backend: st.Runtime}, nil
+}
+
+// pauseCheckpoint turns frozen sandbox l into a checkpoint on disk,
+// recorded with the sandbox, which is then deleted.
+func (m *Manager) pauseCheckpoint(ctx context.Context, l *live, rec *store.Sandbox, cp runtime.Checkpointer) error {
+	id := rec.ID
+	st, err := l.sbx.Status(ctx)
+	if err != nil {
+		return err
+	}
+	dir := m.checkpointDir(pausedName(id))
+	os.RemoveAll(dir) // a crashed pause's
+	if err := cp.Checkpoint(ctx, id, dir); err != nil {
+		os.RemoveAll(dir)
+		return err
+	}
+	m.step("pause.checkpointed")
+	info, _ := json.Marshal(runtimeInfo{Checkpoint: dir, Backend: st.Runtime, Build: st.TemplateID, PausedAt: time.Now().UTC()})
+	if err := m.store.SetStateRuntime(ctx, id, string(StatePaused), string(info)); err != nil {
+		os.RemoveAll(dir)
+		return err
+	}
+	m.step("pause.recorded")
+	// Recorded: from here the sandbox is its checkpoint.
+	m.mu.Lock()
+	delete(m.live, id)
+	m.releaseLiveLocked(l)
+	m.mu.Unlock()
+	l.route.close()
+	if _, err := m.dropRuntime(ctx, id); err != nil {
+		m.logger.Warn("a sandbox paused to a checkpoint", "id", id, "err", err)
+	}
+	return nil
+}
+
+// resumeCheckpoint restores sandbox rec from the checkpoint it was paused
+// into, under its own id, for d.
+func (m *Manager) resumeCheckpoint(ctx context.Context, rec *store.Sandbox, info runtimeInfo, d time.Duration) (retErr error) {
+	id := rec.ID
+	sb := fromRecord(rec)
+	egress, err := parseEgress(sb.Network)
+	if err != nil {
+		return err
+	}
+	if err := m.reserve(rec.KeyID); err != nil {
+		return err
+	}
+	adopted := false
+	defer func() {
+		if !adopted {
+			m.release(rec.KeyID)
+		}
+	}()
+	st, err := m.restoreAs(ctx, id, info.Checkpoint, info.Backend)
+	if err != nil {
+		return fmt.Errorf("resume sandbox %s: %w", id, err)
+	}
+	m.step("resume.restored")
+	defer func() {
+		if retErr != nil {
+			if m.net != nil {
+				m.net.Detach(context.Background(), id)
+			}
+			st.discard()
+		}
+	}()
+	// Its envd kept its token and settings: the resolv.conf write needs it.
+	if err := m.attachNetwork(ctx, st.sbx, st.route, egress, sb.EnvdAccessToken); err != nil {
+		return err
+	}
+	end := time.Now().Add(d)
+	if err := m.store.SetEndAt(ctx, id, end); err != nil {
+		return err
+	}
+	running, _ := json.Marshal(runtimeInfo{Socket: st.route.api, Control: st.route.control, Backend: st.backend})
+	if err := m.store.SetStateRuntime(ctx, id, string(StateRunning), string(running)); err != nil {
+		return err
+	}
+	m.step("resume.recorded")
+	// Running again on its own: the checkpoint is not needed any more.
+	os.RemoveAll(info.Checkpoint)
+	sb.State, sb.EndAt, sb.Runtime = StateRunning, end, st.backend
+	m.adopt(st.sbx, st.route, sb, false)
+	adopted = true
+	return nil
+}
+
+// captureCheckpoint makes a build of sandbox id — live l, or paused into
+// the checkpoint of info — whose sandboxes are restored from a checkpoint
+// of it: a snapshot with its memory.
+func (m *Manager) captureCheckpoint(ctx context.Context, l *live, info runtimeInfo, cp runtime.Checkpointer, keyID, name string, tagged bool, snap template.SnapshotOf) (*template.Template, error) {
+	dir := m.checkpointDir("build-" + randomHex(8))
+	build, backend := info.Build, info.Backend
+	if l != nil {
+		st, err := l.sbx.Status(ctx)
+		if err != nil {
+			return nil, err
+		}
+		build, backend = st.TemplateID, st.Runtime
+		if err := cp.Checkpoint(ctx, snap.Sandbox, dir); err != nil {
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("snapshot of sandbox %s: %w", snap.Sandbox, err)
+		}
+	} else if err := linkTree(info.Checkpoint, dir); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("snapshot of paused sandbox %s: %w", snap.Sandbox, err)
+	}
+	src, err := m.templates.Get(build)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("the template of sandbox %s: %w", snap.Sandbox, err)
+	}
+	cfg := src.Config
+	cfg.Owner, cfg.Snapshot, cfg.Built = keyID, &snap, time.Time{}
+	cfg.Source = "sandbox " + snap.Sandbox
+	cfg.RecipeHash, cfg.From = "", nil
+	cfg.Checkpoint, cfg.Runtime = dir, backend
+	var t *template.Template
+	if tagged {
+		t, err = m.templates.Commit(name, nil, src.Layers, cfg)
+	} else {
+		t, err = m.templates.CommitAs(template.NewBuildID(), name, nil, src.Layers, cfg)
+	}
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return t, nil
+}
+
+// linkTree copies the checkpoint in from into to as hard links: a
+// checkpoint's files are written once and only read after.
+func linkTree(from, to string) error {
+	return filepath.WalkDir(from, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(from, p)
+		dst := filepath.Join(to, rel)
+		if d.IsDir() {
+			return os.MkdirAll(dst, 0o700)
+		}
+		return os.Link(p, dst)
+	})
+}
+
+// sweepCheckpoints removes the checkpoints nothing refers to any more: a
+// snapshot's whose build is gone, a paused sandbox's that was resumed or
+// killed while the server was down (or died in the middle of it).
+func (m *Manager) sweepCheckpoints(ctx context.Context) {
+	ents, err := os.ReadDir(m.checkpoints)
+	if err != nil || len(ents) == 0 {
+		return
+	}
+	used := map[string]bool{}
+	if builds, err := m.templates.Builds(); err == nil {
+		for _, b := range builds {
+			if b.Checkpoint != "" {
+				used[b.Checkpoint] = true
+			}
+		}
+	} else {
+		return
+	}
+	recs, err := m.store.AllSandboxes(ctx)
+	if err != nil {
+		return
+	}
+	for _, rec := range recs {
+		var info runtimeInfo
+		if json.Unmarshal([]byte(rec.Runtime), &info) == nil && info.Checkpoint != "" {
+			used[info.Checkpoint] = true
+		}
+	}
+	for _, e := range ents {
+		dir := m.checkpointDir(e.Name())
+		if used[dir] {
+			continue
+		}
+		if fi, err := e.Info(); err != nil || time.Since(fi.ModTime()) < time.Minute {
+			continue // being made
+		}
+		if strings.HasPrefix(e.Name(), "build-") || strings.HasPrefix(e.Name(), template.PausedPrefix) {
+			if err := os.RemoveAll(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+				m.logger.Warn("remove an unused checkpoint", "dir", dir, "err", err)
+			}
+		}
+	}
+}
