@@ -12,6 +12,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hutch-sandbox/hutch/internal/cli/printable"
+	"github.com/hutch-sandbox/hutch/internal/runtime"
+	"github.com/hutch-sandbox/hutch/internal/runtime/backends"
 	"github.com/hutch-sandbox/hutch/internal/runtime/native"
 	"github.com/hutch-sandbox/hutch/internal/template"
 )
@@ -104,8 +106,11 @@ func failureCode(cmd *cobra.Command) int {
 	return 1
 }
 
-func (g *globals) runtime() (*native.Runtime, error) {
-	return native.New(native.Options{DataDir: g.dataDir, Templates: template.Open(g.templates), SandboxBinary: sandboxBinary(nil)})
+// runtime opens every backend of the data dir: the CLI sees and removes
+// sandboxes whichever runs them, and runs new ones on native unless told.
+func (g *globals) runtime() (*runtime.Set, error) {
+	set, _, err := backends.Open(backends.Options{DataDir: g.dataDir, Templates: template.Open(g.templates), SandboxBinary: sandboxBinary(nil)})
+	return set, err
 }
 
 // sandboxBinary is the hutch-sandbox beside this binary, or "" (sandboxes

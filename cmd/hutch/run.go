@@ -22,6 +22,7 @@ import (
 func newRunCmd(g *globals) *cobra.Command {
 	var (
 		tpl, memory, disk, user, workdir, network, name string
+		backend                                         string
 		cpus                                            float64
 		pids                                            int64
 		envs                                            []string
@@ -97,7 +98,7 @@ executed, 127 when CMD is not found, 137 when the sandbox ran out of memory.`,
 				}
 			}
 			sbx, err := rt.Create(cmd.Context(), runtime.Spec{
-				ID: name, Template: tpl, NoNewPrivileges: noNewPrivs, Process: proc,
+				ID: name, Runtime: backend, Template: tpl, NoNewPrivileges: noNewPrivs, Process: proc,
 				Resources: runtime.Resources{MemoryBytes: mem, CPUs: cpus, Pids: pids, DiskBytes: diskBytes},
 			})
 			if err != nil {
@@ -151,6 +152,7 @@ executed, 127 when CMD is not found, 137 when the sandbox ran out of memory.`,
 	f := cmd.Flags()
 	f.StringVar(&tpl, "template", "base", "template to create the sandbox from")
 	f.StringVar(&name, "name", "", "sandbox id (default: random)")
+	f.StringVar(&backend, "runtime", g.envOr("HUTCH_RUNTIME", "native"), "runtime backend: native, or gvisor (gVisor's user-space kernel; see docs/runtime.md; env HUTCH_RUNTIME)")
 	f.StringVar(&memory, "memory", "512M", "memory limit (K, M, G suffixes; 0 for none)")
 	f.Float64Var(&cpus, "cpus", 1, "CPU limit in cores (0 for none)")
 	f.Int64Var(&pids, "pids", 512, "limit on processes and threads (0 for none)")

@@ -28,6 +28,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 
@@ -42,6 +43,7 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/envd/filesystem"
 	"github.com/hutch-sandbox/hutch/internal/envd/process"
 	"github.com/hutch-sandbox/hutch/internal/envdapi"
+	"github.com/hutch-sandbox/hutch/internal/runtime/gvisor/link"
 )
 
 // Options configure a Server.
@@ -263,11 +265,25 @@ func Run(ctx context.Context, opts Options, controlFD, apiFD int, listen string)
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return fmt.Errorf("envd: set non-dumpable: %w", err)
 	}
+	var control, api, sandbox net.Listener
+	if n := os.Getenv(link.EnvChannels); n != "" {
+		// Read once: the processes envd starts do not inherit it.
+		os.Unsetenv(link.EnvChannels)
+		// On the gvisor runtime the host's sockets arrive as channels of
+		// one link on stdin, in the order of the descriptors (see package
+		// link): control, then API.
+		if control, api, err := linkListeners(n, controlFD, apiFD); err != nil {
+			return err
+		} else {
+			srv := New(opts)
+			srv.logger.Info("envd started", "version", envdapi.Version, "default_user", opts.DefaultUser, "link", true)
+			return srv.Serve(ctx, control, api, nil)
+		}
+	}
 	control, err := fileListener(controlFD, "control")
 	if err != nil {
 		return err
 	}
-	var api, sandbox net.Listener
 	if apiFD >= 0 {
 		if api, err = fileListener(apiFD, "api"); err != nil {
 			return err
@@ -281,6 +297,32 @@ func Run(ctx context.Context, opts Options, controlFD, apiFD int, listen string)
 	srv := New(opts)
 	srv.logger.Info("envd started", "version", envdapi.Version, "default_user", opts.DefaultUser)
 	return srv.Serve(ctx, control, api, sandbox)
+}
+
+// linkListeners are the control and API listeners of a link on stdin
+// with n channels: channel fd-3 is what descriptor fd would have been.
+func linkListeners(n string, controlFD, apiFD int) (control, api net.Listener, _ error) {
+	channels, err := strconv.Atoi(n)
+	if err != nil || channels < 1 || channels > 8 || controlFD < 3 || controlFD-3 >= channels || apiFD-3 >= channels {
+		return nil, nil, fmt.Errorf("envd: %s=%q does not fit descriptors %d and %d", link.EnvChannels, n, controlFD, apiFD)
+	}
+	// Non-blocking, so Go's poller drives it (and a read can wait on it
+	// without a thread).
+	if err := unix.SetNonblock(0, true); err != nil {
+		return nil, nil, fmt.Errorf("envd: link: %w", err)
+	}
+	f := os.NewFile(0, "link")
+	raw, err := net.FileConn(f)
+	f.Close()
+	if err != nil {
+		return nil, nil, fmt.Errorf("envd: link on stdin: %w", err)
+	}
+	g := link.NewGuest(raw, channels, slog.New(slog.DiscardHandler))
+	control = g.Listener(byte(controlFD - 3))
+	if apiFD >= 3 {
+		api = g.Listener(byte(apiFD - 3))
+	}
+	return control, api, nil
 }
 
 func fileListener(fd int, name string) (net.Listener, error) {

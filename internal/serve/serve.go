@@ -21,6 +21,7 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/cabundle"
 	"github.com/hutch-sandbox/hutch/internal/loopfs"
 	"github.com/hutch-sandbox/hutch/internal/runtime"
+	"github.com/hutch-sandbox/hutch/internal/runtime/backends"
 	"github.com/hutch-sandbox/hutch/internal/runtime/native"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
 	"github.com/hutch-sandbox/hutch/internal/server"
@@ -57,6 +58,10 @@ type Config struct {
 	// SandboxBinary is what sandboxes' init and envd run (see
 	// native.Options); empty: hutch itself.
 	SandboxBinary string
+	// Runtime is the runtime backend sandboxes run on unless their
+	// template or request names another ("native", "gvisor"; "" is
+	// native). See package backends.
+	Runtime string
 	// CABundle are CA certificates every sandbox trusts beside its
 	// template's (see sandbox.Options.CABundle); nil for none.
 	CABundle *cabundle.Bundle
@@ -131,12 +136,12 @@ func Open(ctx context.Context, cfg Config) (_ *Server, retErr error) {
 		return nil, err
 	}
 	templates := template.Open(cfg.Templates)
-	rt, err := native.New(native.Options{DataDir: cfg.DataDir, Templates: templates, SandboxBinary: cfg.SandboxBinary})
+	rt, nrt, err := backends.Open(backends.Options{DataDir: cfg.DataDir, Templates: templates, SandboxBinary: cfg.SandboxBinary, Default: cfg.Runtime, Logger: logger})
 	if err != nil {
 		return nil, err
 	}
 	// Better no server than one whose every create fails.
-	if err := rt.Reachable(); err != nil {
+	if err := nrt.Reachable(); err != nil {
 		return nil, err
 	}
 	warnStale(templates, logger)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"strconv"
 	"strings"
@@ -126,6 +127,13 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, req e2bapi.NewSa
 		Metadata: req.Metadata, Envs: req.EnvVars, Secure: secure,
 		Network: sandbox.Network{Internet: req.AllowInternetAccess},
 	}
+	if rt, ok := req.Metadata[RuntimeMetadata]; ok {
+		// E2B's API has no field for it: the metadata key names it, and
+		// Hutch keeps it out of the creator's metadata (it adds its own).
+		cr.Runtime = rt
+		cr.Metadata = maps.Clone(req.Metadata)
+		delete(cr.Metadata, RuntimeMetadata)
+	}
 	for _, v := range req.VolumeMounts {
 		cr.Volumes = append(cr.Volumes, sandbox.VolumeMount{Name: v.Name, Path: v.Path})
 	}
@@ -212,9 +220,26 @@ func listed(sb *sandbox.Sandbox) e2bapi.ListedSandbox {
 		TemplateID: sb.TemplateID, Alias: sb.Alias, SandboxID: sb.ID, ClientID: e2bapi.ClientID,
 		StartedAt: e2bapi.Time(sb.StartedAt), EndAt: e2bapi.Time(sb.EndAt),
 		CPUCount: int32(sb.Limits.CPUs), MemoryMB: int32(sb.Limits.MemoryMB), DiskSizeMB: int32(sb.Limits.DiskMB),
-		Metadata: sb.Metadata, State: string(sb.State), EnvdVersion: sb.EnvdVersion,
+		Metadata: withRuntime(sb), State: string(sb.State), EnvdVersion: sb.EnvdVersion,
 		VolumeMounts: volumeMountsJSON(sb.Volumes),
 	}
+}
+
+// RuntimeMetadata is the metadata key that names a sandbox's runtime
+// backend ("native", "gvisor"): a create request's picks it, and every
+// sandbox Hutch lists or describes carries it.
+const RuntimeMetadata = "hutch.runtime"
+
+// withRuntime is sb's metadata with RuntimeMetadata added.
+func withRuntime(sb *sandbox.Sandbox) map[string]string {
+	md := maps.Clone(sb.Metadata)
+	if md == nil {
+		md = map[string]string{}
+	}
+	if sb.Runtime != "" {
+		md[RuntimeMetadata] = sb.Runtime
+	}
+	return md
 }
 
 // volumeMountsJSON is a sandbox's volumes as E2B lists them (nil for none).

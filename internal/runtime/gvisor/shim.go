@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	"log/slog"
+
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
@@ -368,7 +370,7 @@ func shimMain() int {
 		}
 		stdin.Close()
 		stdin = guest
-		host = link.NewHost(conn)
+		host = link.NewHost(conn, slog.New(slog.NewTextHandler(os.Stderr, nil)))
 	}
 	cmd.Stdin = stdin
 	cmd.Stdout = os.NewFile(shimStdout, "stdout")

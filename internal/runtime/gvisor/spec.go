@@ -5,16 +5,13 @@ import (
 	"strconv"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/hutch-sandbox/hutch/internal/runtime/gvisor/link"
 )
 
 // envGuestInit marks the sandbox binary's run as a gVisor sandbox's PID 1
 // (see GuestInit).
 const envGuestInit = "HUTCH_GVISOR_INIT"
-
-// EnvLinkChannels tells a first process that serves extra files that
-// they arrive as that many channels of the link on its stdin, not as
-// descriptors 3, 4, ... (see package link).
-const EnvLinkChannels = "HUTCH_LINK_CHANNELS"
 
 // defaultCaps is what root in a sandbox holds: Docker's default set. The
 // sentry enforces them against its own kernel, never the host's.
@@ -31,7 +28,7 @@ var defaultCaps = []string{
 func (rt *Runtime) ociSpec(dir string, rec *record, proc *process, hostname string) (*specs.Spec, error) {
 	env := append([]string{envGuestInit + "=1"}, proc.Env...)
 	if rec.Channels > 0 {
-		env = append(env, EnvLinkChannels+"="+strconv.Itoa(rec.Channels))
+		env = append(env, link.EnvChannels+"="+strconv.Itoa(rec.Channels))
 	}
 	caps := &specs.LinuxCapabilities{Bounding: defaultCaps, Effective: defaultCaps, Permitted: defaultCaps}
 	if proc.UID != 0 {

@@ -22,6 +22,14 @@ export async function connect() {
 // throughServe is true when the tests run against `hutch serve`.
 export const throughServe = !!process.env.E2B_API_KEY
 
+// runtime is the runtime backend the server runs sandboxes on (its
+// --runtime), which Hutch adds to every sandbox's metadata as
+// hutch.runtime.
+export const runtime = process.env.HUTCH_RUNTIME || 'native'
+
+// withRuntime is metadata as Hutch reports it: with hutch.runtime.
+export const withRuntime = (md) => ({ ...md, 'hutch.runtime': runtime })
+
 // unique returns a name no other test (or test file running in parallel)
 // uses.
 export function unique(prefix) {

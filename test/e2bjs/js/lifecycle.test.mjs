@@ -5,7 +5,7 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { Sandbox, SandboxNotFoundError, AuthenticationError, Template } from 'e2b'
-import { throughServe, unique, waitFor } from './helpers.mjs'
+import { throughServe, unique, waitFor, withRuntime } from './helpers.mjs'
 
 const opts = { skip: !throughServe && 'needs hutch serve (E2B_API_KEY)' }
 
@@ -20,7 +20,7 @@ test('create, getInfo, list by metadata, connect, kill', opts, async () => {
   assert.equal(info.sandboxId, sbx.sandboxId)
   assert.equal(info.templateId, 'base')
   assert.equal(info.state, 'running')
-  assert.deepEqual(info.metadata, { suite: tag, 'k y': 'v&=1' })
+  assert.deepEqual(info.metadata, withRuntime({ suite: tag, 'k y': 'v&=1' }))
   assert.ok(info.endAt > info.startedAt)
 
   const page = await Sandbox.list({ query: { metadata: { suite: tag, 'k y': 'v&=1' } } }).nextItems()

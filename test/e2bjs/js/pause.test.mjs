@@ -6,7 +6,7 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { Sandbox, SandboxNotFoundError } from 'e2b'
-import { throughServe, unique } from './helpers.mjs'
+import { throughServe, unique, withRuntime } from './helpers.mjs'
 
 const opts = { skip: !throughServe && 'needs hutch serve (E2B_API_KEY)', timeout: 120_000 }
 
@@ -47,7 +47,7 @@ test('pause keeps memory and files; connect resumes the same sandbox (mode: full
   assert.ok(after >= before && after <= before + 6, `count ${before} → ${after} across a 1.5 s pause`)
   assert.equal((await resumed.files.read('/home/user/note.txt')), 'written before the pause')
   assert.equal((await resumed.commands.run('echo $KEPT')).stdout, 'yes\n')
-  assert.deepEqual((await resumed.getInfo()).metadata, { suite: tag })
+  assert.deepEqual((await resumed.getInfo()).metadata, withRuntime({ suite: tag }))
   await resumed.kill()
 })
 

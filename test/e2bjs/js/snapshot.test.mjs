@@ -7,7 +7,7 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { Sandbox, SandboxNotFoundError } from 'e2b'
-import { throughServe, unique, waitFor, sleep } from './helpers.mjs'
+import { throughServe, unique, waitFor, sleep, withRuntime } from './helpers.mjs'
 
 const opts = { skip: !throughServe && 'needs hutch serve (E2B_API_KEY)', timeout: 180_000 }
 
@@ -43,7 +43,7 @@ test('pause without memory (mode: filesystem) keeps files, ids and tokens, frees
   assert.equal(await sbx.pause(), false, 'so does one that would keep memory')
   const info = await sbx.getInfo()
   assert.equal(info.state, 'paused')
-  assert.deepEqual(info.metadata, { suite: tag })
+  assert.deepEqual(info.metadata, withRuntime({ suite: tag }))
   await assert.rejects(sbx.commands.run('true', { requestTimeoutMs: 5_000 }))
 
   const resumed = await Sandbox.connect(sbx.sandboxId, { timeoutMs: 60_000 })
@@ -164,7 +164,7 @@ test('fork makes independent copies of the files; the source keeps its id and ru
     assert.equal(new Set([...ids, sbx.sandboxId]).size, 3, 'each fork has its own id')
     for (const f of forks) {
       assert.equal(await f.files.read('/home/user/shared.txt'), 'from the source')
-      assert.deepEqual((await f.getInfo()).metadata, { suite: tag })
+      assert.deepEqual((await f.getInfo()).metadata, withRuntime({ suite: tag }))
     }
     await forks[0].files.write('/home/user/shared.txt', 'changed in fork 0')
     assert.equal(await forks[1].files.read('/home/user/shared.txt'), 'from the source')
