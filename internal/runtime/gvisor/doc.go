@@ -44,6 +44,9 @@
 //     dial envd's control socket, which the native backend never allows.
 //     Either hide the directory from user processes (a mount namespace
 //     inside, without it) or use the donated connection above.
+//   - Package link (internal/runtime/gvisor/link) is that multiplexed link
+//     over PID 1's standard input, resynchronising by itself after a
+//     restore, a fork or a shim's restart.
 //
 // The plan (issue 19): implement runtime.Runtime and runtime.Checkpointer
 // (Checkpoint, Restore) here, pass internal/runtime/runtimetest, and let
