@@ -311,9 +311,9 @@ func linkListeners(n string, controlFD, apiFD int) (control, api net.Listener, _
 	if err := unix.SetNonblock(0, true); err != nil {
 		return nil, nil, fmt.Errorf("envd: link: %w", err)
 	}
-	f := os.NewFile(0, "link")
-	raw, err := net.FileConn(f)
-	f.Close()
+	// os.Stdin stays open: descriptor 0 is the sandbox's end of the link,
+	// which a restore rewires; the conn is a duplicate of it.
+	raw, err := net.FileConn(os.Stdin)
 	if err != nil {
 		return nil, nil, fmt.Errorf("envd: link on stdin: %w", err)
 	}

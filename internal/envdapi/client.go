@@ -24,11 +24,17 @@ func NewClient(rt http.RoundTripper) *Client {
 
 // Init is POST /init: it gives envd the sandbox-wide settings.
 func (c *Client) Init(ctx context.Context, req InitRequest) error {
+	return c.InitAs(ctx, "", req)
+}
+
+// InitAs is Init to an envd that has access token token already (one
+// restored from a checkpoint: a token, once set, guards /init too).
+func (c *Client) InitAs(ctx context.Context, token string, req InitRequest) error {
 	body, err := json.Marshal(req)
 	if err != nil {
 		return err
 	}
-	return c.do(ctx, "POST", "/init", "", "application/json", body, http.StatusNoContent)
+	return c.do(ctx, "POST", "/init", token, "application/json", body, http.StatusNoContent)
 }
 
 // Health is GET /health: nil once envd serves.

@@ -88,6 +88,10 @@ func backendOf(ctx context.Context, sbx runtime.Sandbox) string {
 
 func (m *Manager) checkpointDir(name string) string { return filepath.Join(m.checkpoints, name) }
 
+// envdTokenFile, in a snapshot's checkpoint, holds its source's envd
+// access token ("" for none).
+const envdTokenFile = "hutch-envd-token"
+
 // restoreAs makes sandbox id from the checkpoint in dir on backend, with
 // envd sockets of its own; its envd keeps the settings it was saved with
 // until an /init.
@@ -120,7 +124,8 @@ func (m *Manager) restoreAs(ctx context.Context, id, dir, backend string) (_ *st
 		sbx.Delete(context.Background())
 		return nil, err
 	}
-	return &started{sbx: sbx, route: newRoute(api, control), build: st.TemplateID, backend: st.Runtime}, nil
+	prev, _ := os.ReadFile(filepath.Join(dir, envdTokenFile))
+	return &started{sbx: sbx, route: newRoute(api, control), build: st.TemplateID, backend: st.Runtime, prevToken: string(prev)}, nil
 }
 
 // pauseCheckpoint turns frozen sandbox l into a checkpoint on disk,
@@ -211,7 +216,7 @@ func (m *Manager) resumeCheckpoint(ctx context.Context, rec *store.Sandbox, info
 // captureCheckpoint makes a build of sandbox id — live l, or paused into
 // the checkpoint of info — whose sandboxes are restored from a checkpoint
 // of it: a snapshot with its memory.
-func (m *Manager) captureCheckpoint(ctx context.Context, l *live, info runtimeInfo, cp runtime.Checkpointer, keyID, name string, tagged bool, snap template.SnapshotOf) (*template.Template, error) {
+func (m *Manager) captureCheckpoint(ctx context.Context, l *live, info runtimeInfo, cp runtime.Checkpointer, token, keyID, name string, tagged bool, snap template.SnapshotOf) (*template.Template, error) {
 	dir := m.checkpointDir("build-" + randomHex(8))
 	build, backend := info.Build, info.Backend
 	if l != nil {
@@ -227,6 +232,12 @@ func (m *Manager) captureCheckpoint(ctx context.Context, l *live, info runtimeIn
 	} else if err := linkTree(info.Checkpoint, dir); err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("snapshot of paused sandbox %s: %w", snap.Sandbox, err)
+	}
+	// The restored envd keeps the source's token until its /init, which
+	// must give it: kept beside the checkpoint, as private as it is.
+	if err := os.WriteFile(filepath.Join(dir, envdTokenFile), []byte(token), 0o600); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
 	}
 	src, err := m.templates.Get(build)
 	if err != nil {

@@ -374,7 +374,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (_ *Sandbox, re
 			m.net.Detach(context.Background(), st.sbx.ID())
 		}
 	}()
-	if err := m.initEnvd(ctx, st.route, sb, tpl); err != nil {
+	if err := m.initEnvdAs(ctx, st.route, sb, tpl, st.prevToken); err != nil {
 		return nil, err
 	}
 	info, _ := json.Marshal(runtimeInfo{Socket: st.route.api, Control: st.route.control, Backend: st.backend})
@@ -479,6 +479,9 @@ type started struct {
 	route   *route
 	build   string // its template's build id, to tell a stale warm sandbox
 	backend string // the runtime backend it runs on
+	// prevToken is the envd access token a sandbox restored from a
+	// snapshot's checkpoint has until its /init (its source's).
+	prevToken string
 }
 
 // alive reports whether the sandbox still runs.
@@ -636,6 +639,12 @@ func (m *Manager) watch(sbx runtime.Sandbox) {
 // request's), default user and working directory (the template's), CA
 // certificates.
 func (m *Manager) initEnvd(ctx context.Context, rt *route, sb *Sandbox, tpl *template.Template) error {
+	return m.initEnvdAs(ctx, rt, sb, tpl, "")
+}
+
+// initEnvdAs is initEnvd to an envd that has token prev already (one
+// restored from a snapshot keeps its source's until this /init).
+func (m *Manager) initEnvdAs(ctx context.Context, rt *route, sb *Sandbox, tpl *template.Template, prev string) error {
 	env := envMap(tpl.Env)
 	if env == nil {
 		env = sb.Envs
@@ -647,7 +656,7 @@ func (m *Manager) initEnvd(ctx context.Context, rt *route, sb *Sandbox, tpl *tem
 	req := envdapi.InitRequest{AccessToken: &sb.EnvdAccessToken, EnvVars: env, DefaultUser: tpl.DefaultUser, DefaultWorkdir: tpl.DefaultWorkdir, CABundle: m.caBundle}
 	client := envdapi.NewClient(rt.host)
 	for {
-		err := client.Init(ctx, req)
+		err := client.InitAs(ctx, prev, req)
 		var se *envdapi.StatusError
 		if err == nil || errors.As(err, &se) {
 			return err

@@ -116,7 +116,7 @@ func (m *Manager) capture(ctx context.Context, keyID, id, name string, tagged bo
 		if !ok {
 			return nil, fmt.Errorf("snapshot of paused sandbox %s: its runtime cannot restore checkpoints here: %w", id, errdefs.ErrNotImplemented)
 		}
-		return m.captureCheckpoint(ctx, nil, info, cp, rec.KeyID, name, tagged, snap)
+		return m.captureCheckpoint(ctx, nil, info, cp, rec.EnvdAccessToken, rec.KeyID, name, tagged, snap)
 	}
 	if info.PausedBuild != "" {
 		src, err := m.templates.Get(info.PausedBuild)
@@ -133,7 +133,7 @@ func (m *Manager) capture(ctx context.Context, keyID, id, name string, tagged bo
 	}
 	if cp, ok := m.checkpointerOf(ctx, backendOf(ctx, l.sbx)); ok {
 		// Its memory too: the checkpoint stops it only while it is saved.
-		t, err := m.captureCheckpoint(ctx, l, info, cp, rec.KeyID, name, tagged, snap)
+		t, err := m.captureCheckpoint(ctx, l, info, cp, rec.EnvdAccessToken, rec.KeyID, name, tagged, snap)
 		if err == nil {
 			m.step("snapshot.captured")
 		}

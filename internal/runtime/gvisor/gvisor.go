@@ -381,11 +381,11 @@ func (rt *Runtime) mountRoot(ctx context.Context, dir string, rec *record) error
 // mode (the top layer's win in an overlay); others belong to the
 // sandbox's root.
 func mountPoints(dir string, rec *record) error {
-	like := func(p string) (mode os.FileMode, uid, gid int) {
+	like := func(p string) (mode uint32, uid, gid int) {
 		for i := len(rec.TemplateLayers) - 1; i >= 0; i-- {
 			var st unix.Stat_t
 			if unix.Lstat(filepath.Join(rec.TemplateLayers[i], p), &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
-				return os.FileMode(st.Mode & 0o7777), int(st.Uid), int(st.Gid)
+				return st.Mode & 0o7777, int(st.Uid), int(st.Gid)
 			}
 		}
 		return 0o755, 0, 0
@@ -411,7 +411,8 @@ func mountPoints(dir string, rec *record) error {
 			if err := os.Lchown(full, rec.HostID+uid, rec.HostID+gid); err != nil {
 				return err
 			}
-			if err := os.Chmod(full, mode); err != nil {
+			// unix.Chmod: the raw bits, sticky /tmp's 01000 among them.
+			if err := unix.Chmod(full, mode); err != nil {
 				return err
 			}
 		}
@@ -421,7 +422,7 @@ func mountPoints(dir string, rec *record) error {
 		return err
 	}
 	mode, uid, gid := like("/")
-	if err := os.Chmod(dir, mode); err != nil {
+	if err := unix.Chmod(dir, mode); err != nil {
 		return err
 	}
 	if err := os.Lchown(dir, rec.HostID+uid, rec.HostID+gid); err != nil {

@@ -88,3 +88,8 @@
 // the host, the raw connection's end is the link's end: Dial and Wait fail
 // with ErrClosed from then on.
 package link
+
+// EnvChannels is set, to the number of channels, in the environment of a
+// process whose host sockets arrive over the link on its stdin (envd on
+// the gvisor runtime): channel n is what descriptor 3+n would have been.
+const EnvChannels = "HUTCH_LINK_CHANNELS"
