@@ -48,6 +48,28 @@ func TestE2BJSSDKThroughServe(t *testing.T) {
 	}
 }
 
+// gvisorFiles are the suite's files run against a server whose sandboxes
+// run on the gvisor runtime as well (TestE2BJSSDKOnGvisor): commands,
+// files, terminals and watches (what envd does, now behind gVisor's
+// kernel and the link on its stdin), and checkpoint.test.mjs, which only
+// gvisor passes (memory kept on disk). The rest (lifecycle, ports, pause
+// and snapshots of files, volumes, templates) is the control plane's,
+// the same whatever the runtime, and runs on native only: CI's two cores
+// have room for one full pass.
+var gvisorFiles = []string{"commands.test.mjs", "files.test.mjs", "pty.test.mjs", "watch.test.mjs", "checkpoint.test.mjs"}
+
+// TestE2BJSSDKOnGvisor runs gvisorFiles against `hutch serve --runtime
+// gvisor`.
+func TestE2BJSSDKOnGvisor(t *testing.T) {
+	dir := jsPackage(t)
+	hutchtest.RequireRunsc(t)
+	s := startServe(t, "--runtime", "gvisor")
+	t.Setenv("E2BJS_FILES", strings.Join(gvisorFiles, " "))
+	if err := runNode(t, dir, append(s.SDKEnv(), "HUTCH_RUNTIME=gvisor")...); err != nil {
+		t.Errorf("node --test through hutch serve --runtime gvisor failed: %v", err)
+	}
+}
+
 // jsPackage returns test/e2bjs/js (package.json, package-lock.json and
 // the *.test.mjs files) with its packages installed. Every test here
 // starts with it and runs sandboxes, so it checks for root first.

@@ -246,3 +246,68 @@ for (const [id, mode] of [[memoryId, 'memory'], [filesId, 'files']]) {
 	s.Start()
 	nodeScript(t, s, dir, check, made.Memory, made.Files, "0", "yes")
 }
+
+// TestGvisorPausedSurviveKillAndReboot: on the gvisor runtime a pause
+// that keeps memory saves it to disk, so a process's in-memory state
+// survives pause → kill -9 of `hutch serve` → restart → resume, and what
+// a host's restart does too (every sandbox process killed meanwhile).
+func TestGvisorPausedSurviveKillAndReboot(t *testing.T) {
+	dir := jsPackage(t)
+	hutchtest.RequireRunsc(t)
+	s := startServe(t, "--runtime", "gvisor")
+	out := nodeScript(t, s, dir, `
+import { Sandbox } from 'e2b'
+const sbx = await Sandbox.create({ timeoutMs: 600_000 })
+await sbx.commands.run('i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.1; done', { background: true, timeoutMs: 0 })
+await new Promise((r) => setTimeout(r, 500))
+const count = Number((await sbx.commands.run('cat /tmp/count')).stdout)
+await sbx.pause()
+console.log(JSON.stringify({ id: sbx.sandboxId, count }))
+process.exit(0)
+`)
+	var made struct {
+		ID    string
+		Count int
+	}
+	if err := json.Unmarshal([]byte(out), &made); err != nil {
+		t.Fatalf("%v: %q", err, out)
+	}
+	// The counter lives in the shell's memory: a count at least where it
+	// was, and running, shows the process came back, not a new one.
+	check := `
+import assert from 'node:assert/strict'
+import { Sandbox } from 'e2b'
+const [id, count] = process.argv.slice(1)
+assert.equal((await Sandbox.getInfo(id)).state, 'paused')
+const sbx = await Sandbox.connect(id)
+const n = Number((await sbx.commands.run('cat /tmp/count')).stdout)
+await new Promise((r) => setTimeout(r, 400))
+const m = Number((await sbx.commands.run('cat /tmp/count')).stdout)
+assert.ok(n >= Number(count) && n <= Number(count) + 8, 'the count went on from ' + count + ', not ' + n)
+assert.ok(m > n, 'the counter runs again')
+assert.equal((await sbx.getInfo()).metadata['hutch.runtime'], 'gvisor')
+await sbx.pause()
+console.log(m)
+`
+	s.Stop(syscall.SIGKILL)
+	if live := s.RuntimeSandboxes(); len(live) != 0 {
+		t.Errorf("a paused sandbox on gvisor holds no processes, but the runtime has %v", live)
+	}
+	s.Start()
+	n, err := strconv.Atoi(nodeScript(t, s, dir, check, made.ID, strconv.Itoa(made.Count)))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// A host's restart: the server and every process of a sandbox gone.
+	s.Stop(syscall.SIGKILL)
+	for _, st := range s.RuntimeSandboxes() {
+		if st.Pid > 0 {
+			syscall.Kill(st.Pid, syscall.SIGKILL)
+		}
+	}
+	exec.Command("pkill", "-KILL", "-f", "runsc-sandbox --root="+s.DataDir).Run()
+	time.Sleep(500 * time.Millisecond)
+	s.Start()
+	nodeScript(t, s, dir, check, made.ID, strconv.Itoa(n))
+}

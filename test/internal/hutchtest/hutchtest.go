@@ -17,6 +17,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/hutch-sandbox/hutch/internal/runtime/gvisor"
 )
 
 // Binary builds cmd/hutch once, on first use, into a temporary directory.
@@ -149,4 +151,14 @@ func RuntimeSandboxes(t *testing.T, bin string, env []string) []RuntimeStatus {
 		t.Errorf("hutch ps --json: %v\n%s", err, out)
 	}
 	return list
+}
+
+// RequireRunsc fails the test when gVisor's runsc, which
+// scripts/setup.sh builds and installs, is missing: the gvisor runtime's
+// tests run wherever the rest do.
+func RequireRunsc(t testing.TB) {
+	t.Helper()
+	if _, err := os.Stat(gvisor.DefaultRunsc); err != nil {
+		t.Fatalf("runsc: %v (run ./scripts/setup.sh)", err)
+	}
 }
