@@ -183,7 +183,7 @@ func (m *Manager) pauseFiles(ctx context.Context, l *live, rec *store.Sandbox) e
 		return err
 	}
 	m.step("pause.captured")
-	info, _ := json.Marshal(runtimeInfo{PausedBuild: t.ID, PausedAt: time.Now().UTC()})
+	info, _ := json.Marshal(runtimeInfo{PausedBuild: t.ID, PausedAt: time.Now().UTC(), Backend: backendOf(ctx, l.sbx)})
 	if err := m.store.SetStateRuntime(ctx, id, string(StatePaused), string(info)); err != nil {
 		m.templates.Remove(t.ID, nil)
 		return err
@@ -264,7 +264,7 @@ func (m *Manager) resumeLocked(ctx context.Context, rec *store.Sandbox, d time.D
 		*rec = r
 		info = runtimeInfo{}
 		json.Unmarshal([]byte(rec.Runtime), &info)
-		return m.resumeFiles(ctx, rec, info.PausedBuild, d)
+		return m.resumeFiles(ctx, rec, info.PausedBuild, info.Backend, d)
 	}
 	if reboot && info.PausedBuild == "" && l != nil && l.paused {
 		if err := m.pauseFiles(ctx, l, rec); err != nil {
@@ -278,7 +278,7 @@ func (m *Manager) resumeLocked(ctx context.Context, rec *store.Sandbox, d time.D
 		json.Unmarshal([]byte(rec.Runtime), &info)
 	}
 	if info.PausedBuild != "" {
-		return m.resumeFiles(ctx, rec, info.PausedBuild, d)
+		return m.resumeFiles(ctx, rec, info.PausedBuild, info.Backend, d)
 	}
 	m.mu.Lock()
 	if l == nil || !l.paused {
@@ -324,7 +324,7 @@ func (m *Manager) resumeLocked(ctx context.Context, rec *store.Sandbox, d time.D
 
 // resumeFiles boots sandbox rec again from the build its files were kept
 // in (pauseFiles), under its own id and tokens, for d.
-func (m *Manager) resumeFiles(ctx context.Context, rec *store.Sandbox, build string, d time.Duration) (retErr error) {
+func (m *Manager) resumeFiles(ctx context.Context, rec *store.Sandbox, build, backend string, d time.Duration) (retErr error) {
 	id := rec.ID
 	tpl, err := m.templates.Get(build)
 	if err != nil {
@@ -348,7 +348,10 @@ func (m *Manager) resumeFiles(ctx context.Context, rec *store.Sandbox, build str
 	if err != nil {
 		return fmt.Errorf("resume sandbox %s: %w", id, err)
 	}
-	st, err := m.startAs(ctx, id, tpl, mounts)
+	if backend == "" {
+		backend = tpl.Runtime // recorded before pauses named it
+	}
+	st, err := m.startOn(ctx, id, tpl, mounts, backend)
 	if err != nil {
 		return fmt.Errorf("resume sandbox %s: %w", id, err)
 	}
@@ -371,12 +374,12 @@ func (m *Manager) resumeFiles(ctx context.Context, rec *store.Sandbox, build str
 	if err := m.store.SetEndAt(ctx, id, end); err != nil {
 		return err
 	}
-	info, _ := json.Marshal(runtimeInfo{Socket: st.route.api, Control: st.route.control})
+	info, _ := json.Marshal(runtimeInfo{Socket: st.route.api, Control: st.route.control, Backend: st.backend})
 	if err := m.store.SetStateRuntime(ctx, id, string(StateRunning), string(info)); err != nil {
 		return err
 	}
 	m.step("resume.recorded")
-	sb.State, sb.EndAt = StateRunning, end
+	sb.State, sb.EndAt, sb.Runtime = StateRunning, end, st.backend
 	m.adopt(st.sbx, st.route, sb, false)
 	adopted = true
 	return nil
@@ -431,12 +434,40 @@ func (m *Manager) extend(ctx context.Context, id string, d time.Duration) error 
 // must not resume it (and take a slot of its key) on the way.
 func (m *Manager) WakeRules(id string) (traffic, envd string, ok bool) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	l := m.live[id]
-	if l == nil || !(l.paused || l.pausing) || !l.autoResume || l.internal {
+	if l == nil {
+		m.mu.Unlock()
+		return m.checkpointWakeRules(id)
+	}
+	defer m.mu.Unlock()
+	if !(l.paused || l.pausing) || !l.autoResume || l.internal {
 		return "", "", false
 	}
 	return l.trafficToken, l.route.accessToken(), true
+}
+
+// checkpointWakeRules is WakeRules for a sandbox paused into a checkpoint,
+// which has no live entry: its record has the rules.
+func (m *Manager) checkpointWakeRules(id string) (traffic, envd string, ok bool) {
+	rec, ok := m.checkpointPaused(id)
+	if !ok || !rec.AutoResume {
+		return "", "", false
+	}
+	return rec.TrafficAccessToken, rec.EnvdAccessToken, true
+}
+
+// checkpointPaused returns the record of sandbox id when it is paused into
+// a checkpoint.
+func (m *Manager) checkpointPaused(id string) (store.Sandbox, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rec, err := m.store.GetSandbox(ctx, "", id)
+	if err != nil || rec.State != string(StatePaused) {
+		return rec, false
+	}
+	var info runtimeInfo
+	json.Unmarshal([]byte(rec.Runtime), &info)
+	return rec, info.Checkpoint != ""
 }
 
 // Wake resumes paused sandbox id when it was made to resume on traffic
@@ -449,6 +480,11 @@ func (m *Manager) Wake(ctx context.Context, id string) bool {
 	l := m.live[id]
 	ok := l != nil && (l.paused || l.pausing) && l.autoResume && !l.internal
 	m.mu.Unlock()
+	if l == nil {
+		// Paused into a checkpoint: not live, recorded.
+		rec, paused := m.checkpointPaused(id)
+		ok = paused && rec.AutoResume
+	}
 	if !ok {
 		return false
 	}
