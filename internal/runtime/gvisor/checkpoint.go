@@ -55,7 +55,7 @@ func (rt *Runtime) restoreSpec(checkpoint, dir string, rec *record) (*specs.Spec
 	}
 	m := []specs.LinuxIDMapping{{ContainerID: 0, HostID: uint32(rec.HostID), Size: uint32(rec.IDs)}}
 	s.Linux.UIDMappings, s.Linux.GIDMappings = m, m
-	s.Linux.CgroupsPath = cgroupsPath(rec.ID)
+	s.Linux.CgroupsPath = rt.cgroupsPath(rec.ID)
 	return &s, nil
 }
 

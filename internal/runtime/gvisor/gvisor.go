@@ -104,7 +104,41 @@ func New(opts Options) (*Runtime, error) {
 			return nil, fmt.Errorf("data dir: %w", err)
 		}
 	}
+	rt.Sweep(context.Background())
 	return rt, nil
+}
+
+// Sweep removes what runsc keeps of sandboxes this runtime does not know
+// any more: state of a create killed before its directory was removed,
+// or of a shim killed with its runsc (runsc leaves its own state and
+// cgroup directories behind then). A sandbox being made has its
+// directory first, so a concurrent Create loses nothing.
+func (rt *Runtime) Sweep(ctx context.Context) {
+	ents, err := os.ReadDir(rt.runscRoot())
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		// runsc's state files are <id>_sandbox:<id>.state and the like.
+		id, _, _ := strings.Cut(e.Name(), "_")
+		if !validID(id) {
+			continue
+		}
+		if _, err := os.Stat(rt.sandboxDir(id)); !errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		rt.runscCmd(ctx, rt.runscRoot(), "delete", "--force", id)
+		rt.removeCgroups(id)
+	}
+	mine := filepath.Dir(strings.TrimPrefix(rt.cgroupsPath("x"), "/"))
+	for _, root := range []string{"/sys/fs/cgroup/unified", "/sys/fs/cgroup/memory", "/sys/fs/cgroup"} {
+		cgs, _ := os.ReadDir(filepath.Join(root, mine))
+		for _, c := range cgs {
+			if _, err := os.Stat(rt.sandboxDir(c.Name())); c.IsDir() && validID(c.Name()) && errors.Is(err, os.ErrNotExist) {
+				rt.removeCgroups(c.Name())
+			}
+		}
+	}
 }
 
 // findRunsc returns the runsc to use: want, else the one setup installs,

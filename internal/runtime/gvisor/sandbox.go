@@ -295,7 +295,12 @@ func (s *sandbox) Delete(ctx context.Context) error {
 		cancel()
 		unix.Close(fd)
 	}
-	removeCgroups(s.id)
+	s.rt.removeCgroups(s.id)
+	if ents, err := os.ReadDir(s.rt.sandboxesDir()); err == nil && len(ents) <= 1 {
+		// The last sandbox of the data dir: its cgroup parent goes too
+		// (runsc makes it again for the next).
+		s.rt.removeCgroups("")
+	}
 	unmountAll(s.dir)
 	if err := os.RemoveAll(s.dir); err != nil {
 		return fmt.Errorf("remove sandbox %s: %w", s.id, err)

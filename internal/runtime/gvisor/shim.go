@@ -160,7 +160,7 @@ func (rt *Runtime) startShim(ctx context.Context, dir string, rec *record, p *ru
 		unix.Kill(pid, unix.SIGKILL)
 		var ws unix.WaitStatus
 		unix.Wait4(pid, &ws, 0, nil)
-		removeCgroups(rec.ID)
+		rt.removeCgroups(rec.ID)
 	})
 	go func() {
 		// The shim is our child until it exits: collect it so it leaves no
@@ -515,17 +515,29 @@ func (u *userns) close() {
 }
 
 // removeCgroups removes what runsc leaves of a sandbox's cgroups when it
-// was killed or failed to start.
-func removeCgroups(id string) {
+// was killed or failed to start. A cgroup whose last processes are still
+// exiting cannot be removed yet: it is tried again for a while.
+func (rt *Runtime) removeCgroups(id string) {
+	rel := strings.TrimPrefix(rt.cgroupsPath(id), "/")
+	var dirs []string
 	for _, root := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
 		ents, _ := os.ReadDir(root)
 		for _, e := range ents {
-			d := filepath.Join(root, e.Name(), strings.TrimPrefix(cgroupsPath(id), "/"))
-			if _, err := os.Stat(d); err == nil {
-				os.Remove(d)
+			dirs = append(dirs, filepath.Join(root, e.Name(), rel))
+		}
+		dirs = append(dirs, filepath.Join(root, rel))
+	}
+	for try := 0; try < 50; try++ {
+		busy := false
+		for _, d := range dirs {
+			if err := os.Remove(d); err != nil && !errors.Is(err, os.ErrNotExist) && errors.Is(err, unix.EBUSY) {
+				busy = true
 			}
 		}
-		os.Remove(filepath.Join(root, strings.TrimPrefix(cgroupsPath(id), "/")))
+		if !busy {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -1,6 +1,8 @@
 package gvisor
 
 import (
+	"fmt"
+	"hash/fnv"
 	"path/filepath"
 	"strconv"
 
@@ -76,7 +78,7 @@ func (rt *Runtime) ociSpec(dir string, rec *record, proc *process, hostname stri
 				{Type: specs.PIDNamespace}, {Type: specs.IPCNamespace}, {Type: specs.UTSNamespace},
 				{Type: specs.MountNamespace}, {Type: specs.UserNamespace},
 			},
-			CgroupsPath: cgroupsPath(rec.ID),
+			CgroupsPath: rt.cgroupsPath(rec.ID),
 			Resources:   resources(rec),
 		},
 	}
@@ -90,9 +92,14 @@ func (rt *Runtime) ociSpec(dir string, rec *record, proc *process, hostname stri
 	return s, nil
 }
 
-// cgroupsPath is where runsc puts a sandbox's cgroups, under each
-// hierarchy (v1) or the unified one.
-func cgroupsPath(id string) string { return "/hutch-gvisor/" + id }
+// cgroupsPath is where runsc puts sandbox id's cgroups, under each
+// hierarchy (v1) or the unified one: under a directory of this data dir's
+// own, so that a runtime sweeps (Sweep) only its own sandboxes' leftovers.
+func (rt *Runtime) cgroupsPath(id string) string {
+	h := fnv.New32a()
+	h.Write([]byte(rt.dataDir))
+	return fmt.Sprintf("/hutch-gvisor/%08x/%s", h.Sum32(), id)
+}
 
 // resources are the sandbox's cgroup limits. Pids are bounded with
 // RLIMIT_NPROC instead (ociSpec).
