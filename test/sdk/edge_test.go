@@ -194,8 +194,9 @@ cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null | tr '\0' '\n'`, &sdk.
 			t.Errorf("the host path %s is visible inside:\n%s", host, all)
 		}
 	}
-	if !strings.Contains(out, "lowerdir=lower") {
-		t.Errorf("mountinfo was not read:\n%s", out)
+	// gVisor's mountinfo shows its own mounts, not the host's overlay.
+	if want := map[bool]string{false: "lowerdir=lower", true: " /proc "}[onGvisor()]; !strings.Contains(out, want) {
+		t.Errorf("mountinfo was not read (no %q):\n%s", want, out)
 	}
 }
 
@@ -209,7 +210,8 @@ func TestEnvdOutOfReachInside(t *testing.T) {
 	out := run(t, sbx, `python3 - <<'EOF'
 import ctypes, errno, os
 libc = ctypes.CDLL(None, use_errno=True)
-pids = [p for p in os.listdir("/proc") if p.isdigit() and b"envd" in open("/proc/%s/cmdline" % p, "rb").read()]
+# envd's argv[1] is "envd" (on gvisor PID 1's command line names it too).
+pids = [p for p in os.listdir("/proc") if p.isdigit() and open("/proc/%s/cmdline" % p, "rb").read().split(b"\0")[1:2] == [b"envd"]]
 pid = int(sorted(pids, key=int)[0])
 print("envd found:", pid > 1)
 def attempt(name, f):
@@ -225,8 +227,15 @@ attempt("readlink-fd3", lambda: os.readlink("/proc/%d/fd/3" % pid))
 attempt("open-mem", lambda: os.close(os.open("/proc/%d/mem" % pid, os.O_RDONLY)))
 attempt("read-environ", lambda: open("/proc/%d/environ" % pid).read())
 attempt("open-fd2", lambda: os.close(os.open("/proc/%d/fd/2" % pid, os.O_WRONLY)))
+# PID 1 (the init) is out of reach too: on gvisor its stdin was the link.
+ctypes.set_errno(0)
+r = libc.ptrace(16, 1, 0, 0)
+print("init-ptrace-attach:", "OK" if r == 0 else errno.errorcode[ctypes.get_errno()])
+attempt("init-readlink-fd0", lambda: os.readlink("/proc/1/fd/0"))
+attempt("init-open-mem", lambda: os.close(os.open("/proc/1/mem", os.O_RDONLY)))
 EOF`, &sdk.RunOptions{User: "root"}).Stdout
-	for _, want := range []string{"envd found: True", "ptrace-attach: EPERM", "readlink-fd3: EACCES", "open-mem: EACCES", "read-environ: EACCES", "open-fd2: EACCES"} {
+	for _, want := range []string{"envd found: True", "ptrace-attach: EPERM", "readlink-fd3: EACCES", "open-mem: EACCES", "read-environ: EACCES", "open-fd2: EACCES",
+		"init-ptrace-attach: EPERM", "init-readlink-fd0: EACCES", "init-open-mem: EACCES"} {
 		if !strings.Contains(out, want+"\n") {
 			t.Errorf("want %q in:\n%s", want, out)
 		}
@@ -259,6 +268,12 @@ func TestServeLiftsFileMax(t *testing.T) {
 // OOM killer takes, not envd or the init, so the sandbox lives on (review
 // 4: envd, then hutch-init, were killed, ending the sandbox).
 func TestOOMSparesEnvd(t *testing.T) {
+	if onGvisor() {
+		// gVisor's Sentry holds socket buffers in its own memory, charged to
+		// no process: the host's OOM killer ends the whole sandbox
+		// (docs/runtime.md, "missing or different").
+		t.Skip("on gvisor an out-of-memory sandbox ends whole")
+	}
 	e := startServer(t)
 	sbx := e.sandbox(t, sdk.CreateOptions{})
 	scores := run(t, sbx, `cat /proc/self/oom_score_adj /proc/1/oom_score_adj; for p in /proc/[0-9]*; do [ "$(tr '\0' '\n' <$p/cmdline 2>/dev/null | sed -n 2p)" = envd ] && cat $p/oom_score_adj; done; true`, &sdk.RunOptions{User: "root"}).Stdout

@@ -70,8 +70,11 @@ func TestLifecycle(t *testing.T) {
 		if info.SandboxID != sbx.ID || info.TemplateID != "base" || info.State != sdk.StateRunning {
 			t.Errorf("GetInfo: id %q template %q state %q; want %q base running", info.SandboxID, info.TemplateID, info.State, sbx.ID)
 		}
-		if !maps.Equal(info.Metadata, md) {
-			t.Errorf("GetInfo metadata %v, want %v", info.Metadata, md)
+		// Hutch adds the runtime the sandbox runs on.
+		want := maps.Clone(md)
+		want["hutch.runtime"] = serverRuntime()
+		if !maps.Equal(info.Metadata, want) {
+			t.Errorf("GetInfo metadata %v, want %v", info.Metadata, want)
 		}
 		if info.EnvdVersion != sbx.EnvdVersion || info.CPUCount < 1 || info.MemoryMB <= 0 {
 			t.Errorf("GetInfo: envd %q (create said %q), %d CPUs, %d MB", info.EnvdVersion, sbx.EnvdVersion, info.CPUCount, info.MemoryMB)

@@ -39,6 +39,19 @@ func TestMain(m *testing.M) {
 // home is the default user's home directory in the base template.
 const home = "/home/user"
 
+// serverRuntime is the runtime backend the servers run sandboxes on:
+// HUTCH_RUNTIME, which hutch serve reads too (CI runs a chosen part of
+// the suite again on gvisor, scripts/test.sh).
+func serverRuntime() string {
+	if r := os.Getenv("HUTCH_RUNTIME"); r != "" {
+		return r
+	}
+	return "native"
+}
+
+// onGvisor reports whether the servers run sandboxes on gvisor.
+func onGvisor() bool { return serverRuntime() == "gvisor" }
+
 // env is a running `hutch serve` and an SDK client for it.
 type env struct {
 	srv    *hutchtest.Server

@@ -41,6 +41,15 @@ func GuestInit() {
 		fmt.Fprintf(os.Stderr, "hutch: exec %s: %v\n", os.Args[1], err)
 		os.Exit(127)
 	}
+	// Our stdin is the sandbox's end of the link when the first process
+	// serves it (envd): only envd keeps a copy. Not dumpable either: the
+	// sandbox's root runs as our uid and could otherwise ptrace us or
+	// take our descriptors through /proc.
+	if devNull, err := os.Open(os.DevNull); err == nil {
+		unix.Dup2(int(devNull.Fd()), 0)
+		devNull.Close()
+	}
+	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	for sig := range sigs {
 		if sig != syscall.SIGCHLD {
 			syscall.Kill(pid, sig.(syscall.Signal))

@@ -103,6 +103,16 @@ func (rt *Runtime) runscCmd(ctx context.Context, dir string, args ...string) ([]
 // startShim starts the sandbox's shim and waits for its report.
 func (rt *Runtime) startShim(ctx context.Context, dir string, rec *record, p *runtime.Process, checkpoint string, undo *cleanup) (_ *sandbox, retErr error) {
 	cfg := shimConfig{ID: rec.ID, Runsc: rt.runsc, Flags: rt.runscFlags(dir), Checkpoint: checkpoint, Channels: rec.Channels}
+	if d := rec.Resources.DiskBytes; d > 0 {
+		// The overlay's own size: df inside shows the limit, and writes
+		// past it fail with ENOSPC before the disk image under upper/
+		// (which bounds the host's disk) fills.
+		for i, f := range cfg.Flags {
+			if strings.HasPrefix(f, "--overlay2=") {
+				cfg.Flags[i] = f + ",size=" + strconv.FormatInt(d, 10)
+			}
+		}
+	}
 	devNull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 	if err != nil {
 		return nil, err
