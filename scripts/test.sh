@@ -28,3 +28,13 @@ fi
 echo "==> go test"
 # One package at a time: the sandbox-heavy suites share two cores.
 "$GO" test -count=1 -p 1 -timeout 15m ./...
+
+echo "==> the gvisor runtime: part of the end-to-end suites again, on hutch serve --runtime gvisor"
+# What envd serves (commands, terminals, files, watches, ports), the edge,
+# disk limits, what a sandbox can reach of envd and the host, the
+# lifecycle, and a restart of the server: docs/runtime.md says why these.
+# (go test ./... ran gvisor's conformance suite, its escape attempts, the
+# JS SDK's files on gvisor and checkpoints through the SDK already.)
+HUTCH_RUNTIME=gvisor "$GO" test -count=1 -p 1 -timeout 15m \
+	-run 'TestCommands|TestPty|TestFiles|TestLifecycle|TestPorts|TestKeepBranchComeBack|TestWatch|TestDiskLimits|TestNoHostPathsInside|TestEnvdOutOfReachInside|TestEdgeOutsider' ./test/sdk
+HUTCH_RUNTIME=gvisor "$GO" test -count=1 -p 1 -timeout 15m -run 'TestRestartKeepsSandboxes|TestKilledMidCreateLeavesNothing' ./test/e2bjs

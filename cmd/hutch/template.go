@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
 	"github.com/hutch-sandbox/hutch/internal/cli/human"
+	"github.com/hutch-sandbox/hutch/internal/runtime/backends"
 	"github.com/hutch-sandbox/hutch/internal/template"
 	"github.com/hutch-sandbox/hutch/internal/template/dockerfile"
 	"github.com/hutch-sandbox/hutch/sdk"
@@ -135,7 +137,7 @@ func buildDockerfile(ctx context.Context, c *sdk.Client, ref string, tags []stri
 
 func newTemplateImportCmd(g *globals) *cobra.Command {
 	var opts template.ImportOptions
-	var user, workdir, startCmd, readyCmd string
+	var user, workdir, startCmd, readyCmd, backend string
 	c := &cobra.Command{
 		Use:   "import NAME[:TAG] SOURCE",
 		Short: "Make a template from an OCI image: a registry reference, a `docker save` archive or an OCI layout directory",
@@ -170,6 +172,10 @@ used.`,
 				if readyCmd != "" {
 					c.ReadyCmd = readyCmd
 				}
+				c.Runtime = backend
+			}
+			if backend != "" && !slices.Contains(backends.Names, backend) {
+				return fmt.Errorf("--runtime %q: want one of %v", backend, backends.Names)
 			}
 			t, err := template.Open(g.templates).Import(cmd.Context(), name, args[1], opts)
 			if err != nil {
@@ -188,6 +194,7 @@ used.`,
 	f.StringVar(&workdir, "workdir", "", "default working directory (default: the image's, or /)")
 	f.StringVar(&startCmd, "start-cmd", "", "command every sandbox starts in the background")
 	f.StringVar(&readyCmd, "ready-cmd", "", "command that must succeed before a sandbox is handed out")
+	f.StringVar(&backend, "runtime", "", "runtime backend every sandbox of the template runs on: native or gvisor (default: the server's)")
 	return c
 }
 
