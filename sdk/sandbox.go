@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"net/url"
@@ -68,7 +69,17 @@ type CreateOptions struct {
 	// Volumes are mounted into the sandbox, each volume (by name) at its
 	// absolute path.
 	Volumes []VolumeMount
+	// Runtime names the runtime backend to run the sandbox on ("native",
+	// "gvisor"); empty means the template's, else the server's default.
+	// It travels as the metadata key RuntimeMetadata, which Hutch adds to
+	// every sandbox's metadata it reports.
+	Runtime string
 }
+
+// RuntimeMetadata is the metadata key that names a sandbox's runtime
+// backend: in a create request, the one to run on; in every sandbox's
+// metadata Hutch reports, the one it runs on.
+const RuntimeMetadata = "hutch.runtime"
 
 // Network is a sandbox's network policy (E2B's network object).
 type Network struct {
@@ -101,6 +112,13 @@ func (c *Client) Create(ctx context.Context, opts CreateOptions) (*Sandbox, erro
 	req := e2bapi.NewSandboxV2{
 		TemplateID: opts.Template, Metadata: opts.Metadata, EnvVars: opts.Envs,
 		AllowInternetAccess: opts.AllowInternetAccess,
+	}
+	if opts.Runtime != "" {
+		req.Metadata = maps.Clone(opts.Metadata)
+		if req.Metadata == nil {
+			req.Metadata = map[string]string{}
+		}
+		req.Metadata[RuntimeMetadata] = opts.Runtime
 	}
 	if opts.Timeout != 0 {
 		t := seconds(opts.Timeout)
