@@ -81,6 +81,7 @@ func newSandboxCreateCmd(g *globals) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&opts.Template, "template", "base", "template to create the sandbox from")
+	f.StringVar(&opts.Runtime, "runtime", "", "runtime backend: native or gvisor (default: the template's, else the server's; docs/runtime.md)")
 	f.DurationVar(&opts.Timeout, "timeout", 5*time.Minute, "lifetime, after which the sandbox is killed (at most 24h; change it with hutch sandbox timeout)")
 	f.StringArrayVar(&metadata, "metadata", nil, "KEY=VALUE kept with the sandbox, for filtering (repeatable)")
 	f.StringArrayVarP(&envs, "env", "e", nil, "KEY=VALUE in the environment of every command in the sandbox; KEY alone copies it from here (repeatable)")
