@@ -1,6 +1,8 @@
 package sdk_test
 
 import (
+	"errors"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -50,7 +52,8 @@ func TestRuntimeChoice(t *testing.T) {
 		t.Errorf("List does not say each sandbox's runtime: %+v", list)
 	}
 	_, err = e.client.Create(ctx, sdk.CreateOptions{Runtime: "vmware"})
-	if err == nil || !strings.Contains(err.Error(), "400") || !strings.Contains(err.Error(), "gvisor, native") {
+	var se *sdk.Error
+	if !errors.As(err, &se) || se.StatusCode != http.StatusBadRequest || !strings.Contains(err.Error(), "gvisor, native") {
 		t.Errorf("create on an unknown runtime: %v, want a 400 naming gvisor, native", err)
 	}
 }
