@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/opencontainers/cgroups"
+	cgfs "github.com/opencontainers/cgroups/fs"
+	"github.com/opencontainers/cgroups/fs2"
 	"golang.org/x/sys/unix"
 
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
@@ -32,11 +34,40 @@ func (s *sandbox) Stats(ctx context.Context) (runtime.Stats, error) {
 	if err != nil {
 		return runtime.Stats{}, err
 	}
+	out, err := statsOf(cg)
+	if err != nil {
+		return runtime.Stats{}, fmt.Errorf("sandbox %s stats: %w", s.id, err)
+	}
+	return out, nil
+}
+
+// CgroupStats reads Stats from the cgroup at path in every hierarchy
+// (an OCI spec's cgroupsPath): for another backend, whose OCI runtime
+// made its sandboxes' cgroups (gVisor's runsc).
+func CgroupStats(path string) (runtime.Stats, error) {
+	cg := &cgroups.Cgroup{Path: path, Resources: &cgroups.Resources{SkipDevices: true}}
+	var (
+		m   cgroups.Manager
+		err error
+	)
+	if cgroups.IsCgroup2UnifiedMode() {
+		m, err = fs2.NewManager(cg, filepath.Join("/sys/fs/cgroup", path))
+	} else {
+		m, err = cgfs.NewManager(cg, nil)
+	}
+	if err != nil {
+		return runtime.Stats{}, err
+	}
+	return statsOf(m)
+}
+
+// statsOf reads the Stats of cgroup m.
+func statsOf(cg cgroups.Manager) (runtime.Stats, error) {
 	// Only the controllers read here: the others (blkio above all) cost
 	// more than all of these together.
 	st, err := cg.Stats(&cgroups.StatsOptions{Controllers: cgroups.CPU | cgroups.Memory | cgroups.Pids})
 	if err != nil {
-		return runtime.Stats{}, fmt.Errorf("sandbox %s stats: %w", s.id, err)
+		return runtime.Stats{}, err
 	}
 	mem := st.MemoryStats
 	out := runtime.Stats{
