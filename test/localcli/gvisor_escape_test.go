@@ -668,6 +668,48 @@ attempt("mem envd", os.open, f"/proc/{envd}/mem", os.O_RDONLY)
 			t.Errorf("the sandbox no longer answers after the attack: %v", err)
 		}
 	})
+
+	// The backend builds a sandbox's mounts in the host's mount namespace,
+	// under its state directory: a volume (DataDir/volumes is 0700, "no
+	// host user but root reaches them") and the layer of mount points.
+	// Neither may be reachable by another host user through them.
+	t.Run("MountsNotReachableByHostUsers", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		vol, err := client.CreateVolume(ctx, "gv-"+randHex(t))
+		if err != nil {
+			t.Fatalf("create volume: %v", err)
+		}
+		t.Cleanup(func() { client.DestroyVolume(context.Background(), vol.ID) })
+		sbx, err := client.Create(ctx, sdk.CreateOptions{Timeout: 5 * time.Minute, Volumes: []sdk.VolumeMount{{Name: vol.Name, Path: "/data"}}})
+		if err != nil {
+			t.Fatalf("create: %v", err)
+		}
+		t.Cleanup(func() { sbx.Kill(context.Background()) })
+		secret := "volume-secret-" + randHex(t)
+		mustRun(t, sbx, "user", "echo "+secret+" > /data/secret.txt && chmod 644 /data/secret.txt")
+		dir := filepath.Join(srv.DataDir, "gvisor", "sandboxes", sbx.ID)
+		asNobody := func(argv ...string) (string, error) {
+			cmd := exec.Command(argv[0], argv[1:]...)
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+			out, err := cmd.CombinedOutput()
+			return string(out), err
+		}
+		// The control: the volume itself is closed to other users.
+		direct := filepath.Join(srv.DataDir, "volumes", vol.ID, "secret.txt")
+		if out, err := asNobody("cat", direct); err == nil || strings.Contains(out, secret) {
+			t.Fatalf("the control failed: nobody reads %s: %q", direct, out)
+		}
+		through := filepath.Join(dir, "vol", "0", "secret.txt")
+		if out, err := asNobody("cat", through); err == nil || strings.Contains(out, secret) {
+			t.Errorf("a host user (nobody) reads the volume's file through the sandbox's mount %s: %q", through, out)
+		}
+		planted := filepath.Join(dir, "points", "tmp", "planted-"+randHex(t))
+		if out, err := asNobody("touch", planted); err == nil {
+			os.Remove(planted)
+			t.Errorf("a host user (nobody) creates %s, a file in a layer of the sandbox's root: %q", planted, out)
+		}
+	})
 }
 
 // vmHWM is a host process's peak resident set, in KiB.
