@@ -364,7 +364,9 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (_ *Sandbox, re
 	if req.Network.Private() {
 		sb.TrafficAccessToken = randomHex(32)
 	}
-	if err := m.attachNetwork(ctx, st.sbx, st.route, egress, ""); err != nil {
+	// A sandbox restored from a snapshot has its source's envd token
+	// until the /init below.
+	if err := m.attachNetwork(ctx, st.sbx, st.route, egress, st.prevToken); err != nil {
 		return nil, err
 	}
 	defer func() {

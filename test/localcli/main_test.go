@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -63,6 +64,15 @@ func testMain(m *testing.M) int {
 	if out, err := exec.Command(hutchBin, "--data-dir", dataDir, "--templates", templates, "ps", "-q").Output(); err == nil {
 		for _, id := range strings.Fields(string(out)) {
 			exec.Command(hutchBin, "--data-dir", dataDir, "--templates", templates, "rm", id).Run()
+		}
+	}
+	// runsc (the gvisor runtime) keeps a namespace file mounted in its
+	// state dir; the data dir goes only unmounted.
+	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], dataDir+"/") {
+				syscall.Unmount(f[4], syscall.MNT_DETACH)
+			}
 		}
 	}
 	return code

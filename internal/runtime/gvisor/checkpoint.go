@@ -24,14 +24,14 @@ import (
 // the saved sandbox was made of, for Restore.
 const savedRecord = "hutch-sandbox.json"
 
-// savedSpec is the saved sandbox's OCI spec: runsc restores only under
+// savedSpecFile is the saved sandbox's OCI spec: runsc restores only under
 // the same process, mounts and namespaces.
-const savedSpec = "hutch-config.json"
+const savedSpecFile = "hutch-config.json"
 
 // restoreSpec is the saved sandbox's spec on the new sandbox's paths and
 // ids.
 func (rt *Runtime) restoreSpec(checkpoint, dir string, rec *record) (*specs.Spec, error) {
-	b, err := os.ReadFile(filepath.Join(checkpoint, savedSpec))
+	b, err := os.ReadFile(filepath.Join(checkpoint, savedSpecFile))
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", checkpoint, err)
 	}
@@ -105,7 +105,7 @@ func (rt *Runtime) Checkpoint(ctx context.Context, id, dir string) error {
 		os.RemoveAll(dir)
 		return err
 	}
-	if err := copyFile(filepath.Join(sdir, "bundle", "config.json"), filepath.Join(dir, savedSpec)); err != nil {
+	if err := copyFile(filepath.Join(sdir, "bundle", "config.json"), filepath.Join(dir, savedSpecFile)); err != nil {
 		os.RemoveAll(dir)
 		return err
 	}
@@ -158,8 +158,14 @@ func (rt *Runtime) Restore(ctx context.Context, dir string, spec runtime.Restore
 			return nil, fmt.Errorf("the checkpoint's template %s is gone: %w", saved.Template, errdefs.ErrNotFound)
 		}
 	}
+	// The restored kernel keeps the saved hostname: /etc/hosts names it.
+	hostname := spec.ID
+	var savedSpec specs.Spec
+	if b, err := os.ReadFile(filepath.Join(dir, savedSpecFile)); err == nil && json.Unmarshal(b, &savedSpec) == nil && savedSpec.Hostname != "" {
+		hostname = savedSpec.Hostname
+	}
 	rs := runtime.Spec{
-		ID: spec.ID, Hostname: spec.ID, Labels: spec.Labels,
+		ID: spec.ID, Hostname: hostname, Labels: spec.Labels,
 		Process: runtime.Process{Args: saved.Command, ExtraFiles: spec.ExtraFiles},
 	}
 	return rt.boot(ctx, bootSpec{

@@ -257,7 +257,11 @@ func (rt *Runtime) boot(ctx context.Context, b bootSpec) (_ runtime.Sandbox, ret
 	spec := b.spec
 	dir := rt.sandboxDir(spec.ID)
 	var err error
-	if err := os.Mkdir(dir, 0o711); err != nil {
+	// 0700, and the sandbox's root's once its ids are known: its volumes
+	// and its root are mounted under it on the host, where no other host
+	// user may reach them (review 21); runsc's gofer and Sentry run as the
+	// sandbox's root.
+	if err := os.Mkdir(dir, 0o700); err != nil {
 		if errors.Is(err, os.ErrExist) {
 			return nil, fmt.Errorf("sandbox %s: %w", spec.ID, errdefs.ErrAlreadyExists)
 		}
@@ -285,6 +289,9 @@ func (rt *Runtime) boot(ctx context.Context, b bootSpec) (_ runtime.Sandbox, ret
 		return nil, err
 	}
 	undo.add(func() { rt.native.ReleaseIDs(ids, dir) })
+	if err := os.Chown(dir, ids.HostID, ids.HostID); err != nil {
+		return nil, fmt.Errorf("sandbox dir: %w", err)
+	}
 	rec := &record{
 		ID: spec.ID, Template: b.tpl.Name, TemplateID: b.tpl.ID, TemplateLayers: b.tpl.Layers,
 		Created: time.Now().UTC(), Slot: ids.Slot, HostID: ids.HostID, IDs: ids.Size,
@@ -315,7 +322,7 @@ func (rt *Runtime) boot(ctx context.Context, b bootSpec) (_ runtime.Sandbox, ret
 		return nil, err
 	}
 	undo.add(func() { unmountAll(dir) })
-	if err := rt.mountRoot(ctx, dir, rec); err != nil {
+	if err := rt.mountRoot(ctx, dir, spec.Hostname, rec); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -348,7 +355,7 @@ func (rt *Runtime) boot(ctx context.Context, b bootSpec) (_ runtime.Sandbox, ret
 // mountRoot builds the sandbox's read-only root and its other mounts in
 // the host's mount namespace: each layer idmapped into the sandbox's ids,
 // their overlay, volumes, and the disk image holding the writable layer.
-func (rt *Runtime) mountRoot(ctx context.Context, dir string, rec *record) error {
+func (rt *Runtime) mountRoot(ctx context.Context, dir, hostname string, rec *record) error {
 	holder, err := newUserns(rt.binary, rec.HostID, rec.IDs)
 	if err != nil {
 		return err
@@ -373,7 +380,7 @@ func (rt *Runtime) mountRoot(ctx context.Context, dir string, rec *record) error
 	// runsc makes no mount points in a read-only root: a top layer of
 	// the sandbox's own holds them (the sandbox binary's, the volumes').
 	points := filepath.Join(dir, "points")
-	if err := mountPoints(points, rec); err != nil {
+	if err := mountPoints(points, hostname, rec); err != nil {
 		return err
 	}
 	lowers = append([]string{points}, lowers...)
@@ -414,7 +421,7 @@ func (rt *Runtime) mountRoot(ctx context.Context, dir string, rec *record) error
 // checkpoints' files. A directory the template has keeps its owner and
 // mode (the top layer's win in an overlay); others belong to the
 // sandbox's root.
-func mountPoints(dir string, rec *record) error {
+func mountPoints(dir, hostname string, rec *record) error {
 	like := func(p string) (mode uint32, uid, gid int) {
 		for i := len(rec.TemplateLayers) - 1; i >= 0; i-- {
 			var st unix.Stat_t
@@ -424,13 +431,13 @@ func mountPoints(dir string, rec *record) error {
 		}
 		return 0o755, 0, 0
 	}
-	mk := func(p string, file bool) error {
+	mk := func(p string, file bool, content string, mode os.FileMode) error {
 		parts := strings.Split(strings.Trim(p, "/"), "/")
 		for i := range parts {
 			sub := "/" + strings.Join(parts[:i+1], "/")
 			full := filepath.Join(dir, sub)
 			if file && i == len(parts)-1 {
-				if err := os.WriteFile(full, nil, 0o755); err != nil {
+				if err := os.WriteFile(full, []byte(content), mode); err != nil {
 					return err
 				}
 				return os.Lchown(full, rec.HostID, rec.HostID)
@@ -462,13 +469,24 @@ func mountPoints(dir string, rec *record) error {
 	if err := os.Lchown(dir, rec.HostID+uid, rec.HostID+gid); err != nil {
 		return err
 	}
-	for _, p := range []string{guestBinary, tmpMarker} {
-		if err := mk(p, true); err != nil {
+	files := []struct {
+		path, content string
+		mode          os.FileMode
+	}{
+		{guestBinary, "", 0o755}, {tmpMarker, "", 0o644},
+		// What the native runtime writes at start: the sandbox's name
+		// resolves (sudo asks), and resolv.conf is the network's to fill.
+		{"/etc/hostname", hostname + "\n", 0o644},
+		{"/etc/hosts", "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t" + hostname + "\n", 0o644},
+		{"/etc/resolv.conf", "", 0o644},
+	}
+	for _, f := range files {
+		if err := mk(f.path, true, f.content, f.mode); err != nil {
 			return fmt.Errorf("mount points: %w", err)
 		}
 	}
 	for _, m := range rec.Mounts {
-		if err := mk(m.Target, false); err != nil {
+		if err := mk(m.Target, false, "", 0); err != nil {
 			return fmt.Errorf("mount points: %w", err)
 		}
 	}

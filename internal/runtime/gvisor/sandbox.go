@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -173,40 +172,7 @@ func (s *sandbox) DiskUsage(ctx context.Context) (runtime.DiskUsage, error) {
 }
 
 func (s *sandbox) Output(ctx context.Context) (runtime.OutputLog, error) {
-	f, err := os.Open(filepath.Join(s.dir, "output.log"))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("sandbox %s has no output log: %w", s.id, errdefs.ErrNotFound)
-	}
-	if err != nil {
-		return nil, err
-	}
-	fi, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	return &outputLog{File: f, size: fi.Size()}, nil
-}
-
-type outputLog struct {
-	*os.File
-	size int64
-}
-
-func (o *outputLog) Size() int64 { return o.size }
-
-func (o *outputLog) ReadAt(p []byte, off int64) (int, error) {
-	if off >= o.size {
-		return 0, io.EOF
-	}
-	if rest := o.size - off; int64(len(p)) > rest {
-		n, err := o.File.ReadAt(p[:rest], off)
-		if err == nil {
-			err = io.EOF
-		}
-		return n, err
-	}
-	return o.File.ReadAt(p, off)
+	return native.ReadOutput(s.dir, s.id)
 }
 
 func (s *sandbox) Freeze(ctx context.Context) error {

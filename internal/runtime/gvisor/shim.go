@@ -23,6 +23,7 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
 	"github.com/hutch-sandbox/hutch/internal/runtime"
 	"github.com/hutch-sandbox/hutch/internal/runtime/gvisor/link"
+	"github.com/hutch-sandbox/hutch/internal/runtime/native"
 )
 
 // Each sandbox has a shim: a small host process of its own (containerd's
@@ -67,6 +68,13 @@ type shimConfig struct {
 	Checkpoint string   `json:"checkpoint,omitempty"`
 	Console    string   `json:"console,omitempty"` // --console-socket
 	Channels   int      `json:"channels"`
+	// Log has the shim keep the first process's output, through a pipe,
+	// in the sandbox's two output files (native.CopyOutput).
+	Log bool `json:"log,omitempty"`
+	// Cgroup is the sandbox's cgroups path: the shim joins its memory
+	// cgroup, so that what a sandbox makes its shim hold (connections,
+	// buffers) counts against the sandbox's own limit.
+	Cgroup string `json:"cgroup"`
 }
 
 // shimReport is what a shim tells its creator once: the sandbox runs, or
@@ -78,7 +86,10 @@ type shimReport struct {
 // runscFlags are runsc's global flags for every command on a sandbox.
 func (rt *Runtime) runscFlags(dir string) []string {
 	return []string{
-		"--root=" + rt.runscRoot(), "--platform=" + rt.platform, "--network=host",
+		// --allow-suid: setuid programs (sudo) work as on the native
+		// runtime, unless Spec.NoNewPrivileges; root inside is the
+		// Sentry's, never the host's.
+		"--root=" + rt.runscRoot(), "--platform=" + rt.platform, "--network=host", "--allow-suid",
 		"--overlay2=root:dir=" + filepath.Join(dir, "upper"),
 		"--log=" + filepath.Join(dir, "runsc.log"),
 	}
@@ -103,6 +114,7 @@ func (rt *Runtime) runscCmd(ctx context.Context, dir string, args ...string) ([]
 // startShim starts the sandbox's shim and waits for its report.
 func (rt *Runtime) startShim(ctx context.Context, dir string, rec *record, p *runtime.Process, checkpoint string, undo *cleanup) (_ *sandbox, retErr error) {
 	cfg := shimConfig{ID: rec.ID, Runsc: rt.runsc, Flags: rt.runscFlags(dir), Checkpoint: checkpoint, Channels: rec.Channels}
+	cfg.Cgroup = rt.cgroupsPath(rec.ID)
 	if d := rec.Resources.DiskBytes; d > 0 {
 		// The overlay's own size: df inside shows the limit, and writes
 		// past it fail with ENOSPC before the disk image under upper/
@@ -127,6 +139,7 @@ func (rt *Runtime) startShim(ctx context.Context, dir string, rec *record, p *ru
 	if err != nil {
 		return nil, err
 	}
+	cfg.Log = sio.log
 	defer sio.closeChildEnds()
 	undo.add(sio.closeParentEnds)
 	var console net.Listener
@@ -385,6 +398,21 @@ func shimMain() int {
 	cmd.Stdin = stdin
 	cmd.Stdout = os.NewFile(shimStdout, "stdout")
 	cmd.Stderr = os.NewFile(shimStderr, "stderr")
+	var logged chan error
+	if cfg.Log {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return fail(fmt.Errorf("output pipe: %w", err))
+		}
+		cmd.Stdout.(*os.File).Close()
+		cmd.Stderr.(*os.File).Close()
+		cmd.Stdout, cmd.Stderr = w, w
+		logged = make(chan error, 1)
+		go func() {
+			logged <- native.CopyOutput(dir, 0, r)
+			r.Close()
+		}()
+	}
 	if err := cmd.Start(); err != nil {
 		return fail(fmt.Errorf("start runsc: %w", err))
 	}
@@ -392,13 +420,16 @@ func shimMain() int {
 	// seen by the reader when runsc goes.
 	stdin.Close()
 	cmd.Stdout.(*os.File).Close()
-	cmd.Stderr.(*os.File).Close()
+	if cmd.Stderr != cmd.Stdout {
+		cmd.Stderr.(*os.File).Close()
+	}
 	exited := make(chan struct{})
 	var waitErr error
 	go func() {
 		waitErr = cmd.Wait()
 		close(exited)
 	}()
+	joinMemoryCgroup(cfg.Cgroup, pidFile, exited)
 	if host != nil {
 		for i := 0; i < cfg.Channels; i++ {
 			ln, err := net.FileListener(os.NewFile(uintptr(shimExtra+i), "listener"))
@@ -448,6 +479,14 @@ func shimMain() int {
 		report(nil)
 	}
 	<-exited
+	if logged != nil {
+		// The output written before the end, up to a short grace: a
+		// process it left behind cannot hold the log open for ever.
+		select {
+		case <-logged:
+		case <-time.After(time.Second):
+		}
+	}
 	st := runtime.ExitStatus{}
 	var ee *exec.ExitError
 	switch {
@@ -475,6 +514,33 @@ func shimMain() int {
 		host.Close()
 	}
 	return 0
+}
+
+// joinMemoryCgroup moves the shim into the sandbox's memory cgroup once
+// runsc has made it (when it wrote its pid file): a guest that makes its
+// shim hold memory (streams, buffers of a link it floods) is charged
+// for it, within its own limit, not the host's (review 21).
+func joinMemoryCgroup(path, pidFile string, exited <-chan struct{}) {
+	go func() {
+		for i := 0; i < 500; i++ {
+			if _, err := os.Stat(pidFile); err == nil {
+				break
+			}
+			select {
+			case <-exited:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+		pid := []byte(strconv.Itoa(os.Getpid()))
+		for _, dir := range []string{"/sys/fs/cgroup/memory", "/sys/fs/cgroup"} {
+			p := filepath.Join(dir, path, "cgroup.procs")
+			if os.WriteFile(p, pid, 0) == nil {
+				return
+			}
+		}
+		fmt.Fprintln(os.Stderr, "hutch-gvisor-shim: could not join the sandbox's memory cgroup", path)
+	}()
 }
 
 // runscError is the last error line of runsc's log, or its tail.

@@ -3,7 +3,6 @@ package gvisor
 import (
 	"io"
 	"os"
-	"path/filepath"
 	"sync"
 
 	"github.com/hutch-sandbox/hutch/internal/runtime"
@@ -19,6 +18,8 @@ type stdio struct {
 	parentOut, parentErr        *os.File // copied to p.Stdout, p.Stderr
 	wg                          sync.WaitGroup
 	done                        chan struct{} // closed when output is drained
+	// log is set when the shim keeps the output in the sandbox's log.
+	log bool
 }
 
 // newStdio makes the streams for p. A process given none of them (a
@@ -28,20 +29,16 @@ func newStdio(p *runtime.Process, dir string, restored bool) (*stdio, error) {
 	devNull := func() (*os.File, error) { return os.OpenFile(os.DevNull, os.O_RDWR, 0) }
 	var err error
 	if restored || p.Terminal || (p.Stdin == nil && p.Stdout == nil && p.Stderr == nil) {
+		// A daemon's output (and a restored process's) goes to a pipe the
+		// shim keeps in the sandbox's log (shimConfig.Log), never to a host
+		// file: a host file as its stdout could be grown past any disk
+		// limit with fallocate, or made huge and sparse (review 21).
 		if s.childIn, err = devNull(); err != nil {
 			return nil, err
 		}
-		if p.Terminal {
-			s.childOut, _ = devNull()
-			s.childErr, _ = devNull()
-			return s, nil
-		}
-		log, err := os.OpenFile(filepath.Join(dir, "output.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-		if err != nil {
-			s.closeChildEnds()
-			return nil, err
-		}
-		s.childOut, s.childErr = log, log
+		s.childOut, _ = devNull()
+		s.childErr, _ = devNull()
+		s.log = !p.Terminal
 		return s, nil
 	}
 	if p.Stdin != nil {

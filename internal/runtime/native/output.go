@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
+	"github.com/hutch-sandbox/hutch/internal/runtime"
 )
 
 // A detached first process (none of Stdin, Stdout and Stderr set: a daemon,
@@ -211,4 +212,25 @@ func (o *outputFiles) Close() error {
 		f.Close()
 	}
 	return nil
+}
+
+// CopyOutput keeps what r carries (a first process's stdout and stderr,
+// through a pipe) in dir's two output files as a sandbox's init does,
+// until r ends: for another backend's process that holds the pipe
+// (gVisor's shim). The files belong to uid.
+func CopyOutput(dir string, uid int, r io.Reader) error {
+	files, err := openOutputFiles(dir, uid)
+	if err != nil {
+		return err
+	}
+	defer files[0].Close()
+	defer files[1].Close()
+	_, err = io.Copy(&outputRing{files: files, half: outputHalf}, r)
+	return err
+}
+
+// ReadOutput opens dir's output files (CopyOutput's) as one log, the
+// older first; errdefs.ErrNotFound when there are none.
+func ReadOutput(dir, id string) (runtime.OutputLog, error) {
+	return readOutput(dir, id)
 }

@@ -91,7 +91,7 @@ func (h *Host) pump() {
 				}
 				h.log.Debug("link: session over, scanning")
 				ep.end()
-				ep, fr, sc = nil, framer{}, scanner{}
+				ep, fr, sc = nil, framer{drop: fromGuest}, scanner{}
 				p = rest
 				continue
 			}
@@ -99,6 +99,7 @@ func (h *Host) pump() {
 			p = p[k:]
 			if m.kind == msgOK {
 				ep = h.accept(m.nonce)
+				fr = framer{drop: fromGuest}
 			}
 		}
 		if err != nil {

@@ -3,6 +3,7 @@ package link
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -630,5 +631,59 @@ func TestCloseNoLeak(t *testing.T) {
 			buf := make([]byte, 1<<20)
 			t.Errorf("%d goroutines, %d before:\n%s", n, base, buf[:runtime.Stack(buf, true)])
 		})
+	}
+}
+
+// TestGuestOpensNothing: a guest that sends what opens something on the
+// host — pings, streams — by the thousand, never reading an answer, makes
+// the host hold nothing for them (review 21: each ping was a goroutine
+// waiting to answer, and a shim grew by hundreds of MiB).
+func TestGuestOpensNothing(t *testing.T) {
+	hostEnd, guestEnd := socketpair(t)
+	h := NewHost(hostEnd, nil)
+	defer h.Close()
+	// The handshake, by hand: the guest is hostile.
+	r := bufio.NewReader(guestEnd)
+	var nonce string
+	for nonce == "" {
+		l, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i := strings.Index(l, helloPrefix); i >= 0 {
+			nonce = strings.TrimSpace(l[i+len(helloPrefix):])
+		}
+	}
+	guestEnd.Write(line(okPrefix, nonce))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := h.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	before := runtime.NumGoroutine()
+	var frame [12]byte
+	for i := 0; i < 20000; i++ {
+		frame = [12]byte{0, 2, 0, 1} // ping, SYN
+		binary.BigEndian.PutUint32(frame[8:], uint32(i))
+		if _, err := guestEnd.Write(frame[:]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	if grew := runtime.NumGoroutine() - before; grew > 50 {
+		t.Errorf("20000 pings from the guest left %d more goroutines on the host", grew)
+	}
+	// A stream the guest opens is never accepted, and holds nothing.
+	before = runtime.NumGoroutine()
+	for i := 0; i < 2000; i++ {
+		frame = [12]byte{0, 1, 0, 1} // window update, SYN: a new stream
+		binary.BigEndian.PutUint32(frame[4:], uint32(2*i+2))
+		if _, err := guestEnd.Write(frame[:]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	if grew := runtime.NumGoroutine() - before; grew > 50 {
+		t.Errorf("2000 streams opened by the guest left %d more goroutines on the host", grew)
 	}
 }
