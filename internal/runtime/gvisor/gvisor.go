@@ -134,8 +134,9 @@ func (rt *Runtime) Sweep(ctx context.Context) {
 	for _, root := range []string{"/sys/fs/cgroup/unified", "/sys/fs/cgroup/memory", "/sys/fs/cgroup"} {
 		cgs, _ := os.ReadDir(filepath.Join(root, mine))
 		for _, c := range cgs {
-			if _, err := os.Stat(rt.sandboxDir(c.Name())); c.IsDir() && validID(c.Name()) && errors.Is(err, os.ErrNotExist) {
-				rt.removeCgroups(c.Name())
+			id := strings.TrimSuffix(c.Name(), ".shim")
+			if _, err := os.Stat(rt.sandboxDir(id)); c.IsDir() && validID(id) && errors.Is(err, os.ErrNotExist) {
+				rt.removeCgroups(id)
 			}
 		}
 	}

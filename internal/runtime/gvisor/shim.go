@@ -71,9 +71,8 @@ type shimConfig struct {
 	// Log has the shim keep the first process's output, through a pipe,
 	// in the sandbox's two output files (native.CopyOutput).
 	Log bool `json:"log,omitempty"`
-	// Cgroup is the sandbox's cgroups path: the shim joins its memory
-	// cgroup, so that what a sandbox makes its shim hold (connections,
-	// buffers) counts against the sandbox's own limit.
+	// Cgroup is the sandbox's cgroups path: the shim confines itself
+	// beside it (confineShim).
 	Cgroup string `json:"cgroup"`
 }
 
@@ -360,6 +359,9 @@ func shimMain() int {
 		return fail(err)
 	}
 	dir := filepath.Dir(os.Args[1])
+	if err := confineShim(cfg.Cgroup); err != nil {
+		return fail(fmt.Errorf("the shim's memory cgroup: %w", err))
+	}
 	if lo, err := netlink.LinkByName("lo"); err != nil || netlink.LinkSetUp(lo) != nil {
 		return fail(fmt.Errorf("loopback: %v", err))
 	}
@@ -429,7 +431,6 @@ func shimMain() int {
 		waitErr = cmd.Wait()
 		close(exited)
 	}()
-	joinMemoryCgroup(cfg.Cgroup, pidFile, exited)
 	if host != nil {
 		for i := 0; i < cfg.Channels; i++ {
 			ln, err := net.FileListener(os.NewFile(uintptr(shimExtra+i), "listener"))
@@ -516,31 +517,28 @@ func shimMain() int {
 	return 0
 }
 
-// joinMemoryCgroup moves the shim into the sandbox's memory cgroup once
-// runsc has made it (when it wrote its pid file): a guest that makes its
-// shim hold memory (streams, buffers of a link it floods) is charged
-// for it, within its own limit, not the host's (review 21).
-func joinMemoryCgroup(path, pidFile string, exited <-chan struct{}) {
-	go func() {
-		for i := 0; i < 500; i++ {
-			if _, err := os.Stat(pidFile); err == nil {
-				break
-			}
-			select {
-			case <-exited:
-				return
-			case <-time.After(10 * time.Millisecond):
-			}
-		}
-		pid := []byte(strconv.Itoa(os.Getpid()))
-		for _, dir := range []string{"/sys/fs/cgroup/memory", "/sys/fs/cgroup"} {
-			p := filepath.Join(dir, path, "cgroup.procs")
-			if os.WriteFile(p, pid, 0) == nil {
-				return
-			}
-		}
-		fmt.Fprintln(os.Stderr, "hutch-gvisor-shim: could not join the sandbox's memory cgroup", path)
-	}()
+// shimMemory is what a shim may use: it holds the link's buffers and a
+// few goroutines per connection, a few MiB.
+const shimMemory = 128 << 20
+
+// confineShim moves the shim into a memory cgroup of its own beside the
+// sandbox's (path + ".shim"), capped at shimMemory: what a guest makes
+// its shim hold (streams, buffers of a link it floods) cannot grow on the
+// host's account (review 21). Not the sandbox's own cgroup: runsc removes
+// that one when the sandbox ends, and waits while anything is left in it.
+func confineShim(path string) error {
+	pid := []byte(strconv.Itoa(os.Getpid()))
+	dir, limit := filepath.Join("/sys/fs/cgroup/memory", path+".shim"), "memory.limit_in_bytes"
+	if _, err := os.Stat("/sys/fs/cgroup/memory"); err != nil {
+		dir, limit = filepath.Join("/sys/fs/cgroup", path+".shim"), "memory.max" // cgroup v2 only
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, limit), []byte(strconv.Itoa(shimMemory)), 0); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "cgroup.procs"), pid, 0)
 }
 
 // runscError is the last error line of runsc's log, or its tail.
@@ -602,6 +600,9 @@ func (rt *Runtime) removeCgroups(id string) {
 			dirs = append(dirs, filepath.Join(root, e.Name(), rel))
 		}
 		dirs = append(dirs, filepath.Join(root, rel))
+	}
+	if id != "" {
+		dirs = append(dirs, filepath.Join("/sys/fs/cgroup/memory", rel+".shim"), filepath.Join("/sys/fs/cgroup", rel+".shim"))
 	}
 	for try := 0; try < 50; try++ {
 		busy := false

@@ -3,9 +3,9 @@ package link
 import (
 	"bufio"
 	"bytes"
-	"encoding/binary"
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
