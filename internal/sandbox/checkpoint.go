@@ -150,15 +150,47 @@ func (m *Manager) pauseCheckpoint(ctx context.Context, l *live, rec *store.Sandb
 	}
 	m.step("pause.recorded")
 	// Recorded: from here the sandbox is its checkpoint.
+	// Its runtime sandbox goes after the answer: it holds nothing the
+	// checkpoint needs, and a resume of the same id waits for it
+	// (waitDropped).
+	done := make(chan struct{})
 	m.mu.Lock()
 	delete(m.live, id)
 	m.releaseLiveLocked(l)
+	m.dropping[id] = done
 	m.mu.Unlock()
 	l.route.close()
-	if _, err := m.dropRuntime(ctx, id); err != nil {
-		m.logger.Warn("a sandbox paused to a checkpoint", "id", id, "err", err)
-	}
+	go func() {
+		defer close(done)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if _, err := m.dropRuntime(ctx, id); err != nil {
+			m.logger.Warn("a sandbox paused to a checkpoint", "id", id, "err", err)
+		}
+		m.mu.Lock()
+		if m.dropping[id] == done {
+			delete(m.dropping, id)
+		}
+		m.mu.Unlock()
+	}()
 	return nil
+}
+
+// waitDropped waits until the runtime sandbox of id, paused into a
+// checkpoint, is gone.
+func (m *Manager) waitDropped(ctx context.Context, id string) error {
+	m.mu.Lock()
+	done := m.dropping[id]
+	m.mu.Unlock()
+	if done == nil {
+		return nil
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // resumeCheckpoint restores sandbox rec from the checkpoint it was paused
@@ -179,6 +211,9 @@ func (m *Manager) resumeCheckpoint(ctx context.Context, rec *store.Sandbox, info
 			m.release(rec.KeyID)
 		}
 	}()
+	if err := m.waitDropped(ctx, id); err != nil {
+		return err
+	}
 	st, err := m.restoreAs(ctx, id, info.Checkpoint, info.Backend)
 	if err != nil {
 		return fmt.Errorf("resume sandbox %s: %w", id, err)
@@ -205,8 +240,9 @@ func (m *Manager) resumeCheckpoint(ctx context.Context, rec *store.Sandbox, info
 		return err
 	}
 	m.step("resume.recorded")
-	// Running again on its own: the checkpoint is not needed any more.
-	os.RemoveAll(info.Checkpoint)
+	// Running again on its own: the checkpoint is not needed any more
+	// (removed after the answer: hundreds of MiB take a while).
+	go os.RemoveAll(info.Checkpoint)
 	sb.State, sb.EndAt, sb.Runtime = StateRunning, end, st.backend
 	m.adopt(st.sbx, st.route, sb, false)
 	adopted = true

@@ -140,18 +140,20 @@ func (m *Manager) pauseLocked(ctx context.Context, keyID, id string, keepMemory 
 		m.mu.Unlock()
 		m.schedule(id, rec.EndAt)
 	}
-	if err := l.sbx.Freeze(ctx); err != nil {
-		undo()
-		return fmt.Errorf("pause sandbox %s: %w", id, err)
-	}
-	m.step("pause.frozen")
 	if checkpoint {
+		// No freeze first: the checkpoint stops the sandbox while it saves
+		// it, and nothing routes to it meanwhile.
 		if err := m.pauseCheckpoint(ctx, l, &rec, cp); err != nil {
 			undo()
 			return fmt.Errorf("pause sandbox %s: %w", id, err)
 		}
 		return nil
 	}
+	if err := l.sbx.Freeze(ctx); err != nil {
+		undo()
+		return fmt.Errorf("pause sandbox %s: %w", id, err)
+	}
+	m.step("pause.frozen")
 	if !keepMemory {
 		if err := m.pauseFiles(ctx, l, &rec); err != nil {
 			undo()

@@ -99,13 +99,16 @@ type Manager struct {
 	bundle      *cabundle.Bundle
 	logger      *slog.Logger
 
-	mu     sync.Mutex
-	ops    map[string]*opLock // see lockOp
-	timers map[string]*time.Timer
-	live   map[string]*live // every sandbox this manager runs
-	pools  map[string]*pool // warm pools by template; nil until Recover
-	net    *network.Manager
-	warm   map[string]int
+	mu  sync.Mutex
+	ops map[string]*opLock // see lockOp
+	// dropping are the sandboxes paused into a checkpoint whose runtime
+	// sandbox is still being deleted (pauseCheckpoint): a resume waits.
+	dropping map[string]chan struct{}
+	timers   map[string]*time.Timer
+	live     map[string]*live // every sandbox this manager runs
+	pools    map[string]*pool // warm pools by template; nil until Recover
+	net      *network.Manager
+	warm     map[string]int
 	// cold counts creates starting a sandbox on demand: refills wait
 	// while there are any (pool.go).
 	cold atomic.Int32
@@ -169,7 +172,7 @@ func New(opts Options) (*Manager, error) {
 	}
 	m := &Manager{
 		rt: opts.Runtime, store: opts.Store, templates: opts.Templates, sockets: sockets, checkpoints: checkpoints,
-		resources: opts.Resources, logger: logger, timers: map[string]*time.Timer{}, ops: map[string]*opLock{}, live: map[string]*live{}, warm: opts.Warm, net: opts.Network,
+		resources: opts.Resources, logger: logger, timers: map[string]*time.Timer{}, ops: map[string]*opLock{}, dropping: map[string]chan struct{}{}, live: map[string]*live{}, warm: opts.Warm, net: opts.Network,
 		run: newSlots(opts.MaxPerKey, opts.MaxSandboxes, false), frozen: newSlots(opts.MaxPerKey, opts.MaxSandboxes, true),
 		readyTimeout: opts.ReadyTimeout, volumes: opts.Volumes, snapshotTTL: opts.SnapshotTTL, pausedTTL: opts.PausedRetention,
 	}

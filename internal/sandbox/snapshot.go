@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"sync"
@@ -292,7 +293,20 @@ func (m *Manager) DeleteSnapshot(ctx context.Context, keyID, ref string) error {
 	if !isSnapshot(t, keyID) {
 		return fmt.Errorf("snapshot %s: %w", ref, errdefs.ErrNotFound)
 	}
-	return m.templates.Remove(ref, nil)
+	if err := m.templates.Remove(ref, nil); err != nil {
+		return err
+	}
+	m.removeCheckpointOf(t)
+	return nil
+}
+
+// removeCheckpointOf removes the checkpoint of build t, removed from the
+// store, if it has one: sandboxes restored from it need it no more, and
+// it is as large as their memory (the sweep would take it only later).
+func (m *Manager) removeCheckpointOf(t *template.Template) {
+	if t.Checkpoint != "" && filepath.Dir(t.Checkpoint) == m.checkpoints {
+		go os.RemoveAll(t.Checkpoint)
+	}
 }
 
 // IsSnapshot reports whether ref names a snapshot of keyID's.
@@ -338,9 +352,7 @@ func (m *Manager) Fork(ctx context.Context, keyID, id string, count int, d time.
 	// A checkpoint is read whole by each restore: removed after them.
 	defer func() {
 		m.templates.Remove(t.ID, nil)
-		if t.Checkpoint != "" {
-			os.RemoveAll(t.Checkpoint)
-		}
+		m.removeCheckpointOf(t)
 	}()
 	out := make([]ForkResult, count)
 	var wg sync.WaitGroup
@@ -376,6 +388,7 @@ func (m *Manager) sweepSnapshots(ctx context.Context) {
 				m.logger.Warn("remove an expired snapshot", "id", b.ID, "err", err)
 				continue
 			}
+			m.removeCheckpointOf(b)
 			m.logger.Info("snapshot removed at the end of its retention", "id", b.ID, "name", b.Name)
 		}
 	}

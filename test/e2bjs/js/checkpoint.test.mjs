@@ -21,7 +21,16 @@ async function startCounter(sbx) {
   await sbx.commands.run('i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.1; done', { background: true, timeoutMs: 0 })
   await sleep(400)
 }
-const readCount = async (sbx) => Number((await sbx.commands.run('cat /tmp/count')).stdout.trim())
+// The counter rewrites the file: a read between its truncation and its
+// write finds it empty, and is made again.
+async function readCount(sbx) {
+  for (let i = 0; i < 50; i++) {
+    const s = (await sbx.commands.run('cat /tmp/count')).stdout.trim()
+    if (s !== '') return Number(s)
+    await sleep(10)
+  }
+  throw new Error('/tmp/count stays empty')
+}
 
 // goesOnFrom checks that sbx's counter runs, from at least n.
 async function goesOnFrom(sbx, n, what) {
