@@ -6,6 +6,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -99,6 +101,10 @@ func (b *bench) checkpointSize(mib int) {
 		sbx[con.rt] = s
 	}
 	leftSnaps := 0
+	// The restored gvisor sandboxes' memory cgroup peaks (MiB), and its
+	// limit.
+	var peaks []float64
+	var peakLimit float64
 	for i := -1; i < n && b.ctx.Err() == nil; i++ {
 		measured := i >= 0 // the first round is a warm-up
 		for _, con := range b.cons {
@@ -133,6 +139,10 @@ func (b *bench) checkpointSize(mib int) {
 			var resumeErr error
 			if rt == gvisor {
 				resumeMarks, resumeErr = bootMarks(con.data, s.ID)
+				if peak, limit := memoryPeak("hutch-gvisor", s.ID); measured && peak > 0 {
+					peaks = append(peaks, float64(peak)/(1<<20))
+					peakLimit = float64(limit) / (1 << 20)
+				}
 			}
 			if _, err := run(s, "true"); err != nil {
 				resumeCmd.fail(rt, err)
@@ -199,6 +209,11 @@ func (b *bench) checkpointSize(mib int) {
 		if out, err := run(s, "kill -0 "+pids[rt]+" && echo alive"); err != nil || !strings.Contains(out, "alive") {
 			pause.note("%s: the touching process (pid %s) did not survive the pauses: %v", runtimeNames[rt], pids[rt], err)
 		}
+	}
+	if len(peaks) > 0 {
+		sort.Float64s(peaks)
+		resume.note("gvisor: the restored sandbox's memory cgroup (made anew by each restore) peaked by the 201 at %.0f MiB p50, %.0f MiB at most, of its %.0f MiB limit (memory.max_usage_in_bytes: guest memory, the sentry's, the page cache of what the restore read)",
+			peaks[len(peaks)/2], peaks[len(peaks)-1], peakLimit)
 	}
 	if leftSnaps > 0 {
 		snapDisk.note("%d snapshot checkpoint directories were still on disk right after their snapshot was deleted (hutch serve's sweep removes unused checkpoints a minute old or more, once a minute)", leftSnaps)
@@ -276,6 +291,27 @@ func addPhases(phases []*row, marks []time.Time, err error) {
 	for i, r := range phases {
 		r.addTime(gvisor, marks[i+1].Sub(marks[i]))
 	}
+}
+
+// memoryPeak is the most sandbox id's memory cgroup has held since it
+// was made, and its limit, in bytes (cgroup v1: memory.max_usage_in_bytes;
+// v2: memory.peak); 0 when unknown.
+func memoryPeak(parent, id string) (peak, limit int64) {
+	dir := cgroupDir("memory", parent, id)
+	if dir == "" {
+		return 0, 0
+	}
+	read := func(names ...string) int64 {
+		for _, n := range names {
+			if b, err := os.ReadFile(filepath.Join(dir, n)); err == nil {
+				if v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil {
+					return v
+				}
+			}
+		}
+		return 0
+	}
+	return read("memory.max_usage_in_bytes", "memory.peak"), read("memory.limit_in_bytes", "memory.max")
 }
 
 func mib64(kib int64) float64 { return float64(kib) / 1024 }
