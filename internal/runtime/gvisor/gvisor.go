@@ -114,6 +114,11 @@ func New(opts Options) (*Runtime, error) {
 // cgroup directories behind then). A sandbox being made has its
 // directory first, so a concurrent Create loses nothing.
 func (rt *Runtime) Sweep(ctx context.Context) {
+	if sbxs, err := os.ReadDir(rt.sandboxesDir()); err == nil {
+		for _, e := range sbxs {
+			rt.finishDelete(ctx, e.Name())
+		}
+	}
 	ents, err := os.ReadDir(rt.runscRoot())
 	if err != nil {
 		return
@@ -262,7 +267,13 @@ func (rt *Runtime) boot(ctx context.Context, b bootSpec) (_ runtime.Sandbox, ret
 	// and its root are mounted under it on the host, where no other host
 	// user may reach them (review 21); runsc's gofer and Sentry run as the
 	// sandbox's root.
-	if err := os.Mkdir(dir, 0o700); err != nil {
+	err = os.Mkdir(dir, 0o700)
+	if errors.Is(err, os.ErrExist) && rt.finishDelete(ctx, spec.ID) {
+		// A sandbox of this id whose Delete a crash cut short (a pause into
+		// a checkpoint deletes its sandbox after answering): finished now.
+		err = os.Mkdir(dir, 0o700)
+	}
+	if err != nil {
 		if errors.Is(err, os.ErrExist) {
 			return nil, fmt.Errorf("sandbox %s: %w", spec.ID, errdefs.ErrAlreadyExists)
 		}

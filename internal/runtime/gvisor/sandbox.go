@@ -2,6 +2,7 @@ package gvisor
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -220,7 +221,15 @@ func (s *sandbox) Delete(ctx context.Context) error {
 		}
 		return err
 	}
-	if _, err := s.rt.runscCmd(ctx, s.dir, "delete", "--force", s.id); err != nil {
+	return s.rt.teardown(ctx, rec)
+}
+
+// teardown removes what sandbox rec has on the host, its record already
+// renamed state.deleting (by Delete, or by one a crash interrupted:
+// Sweep and boot finish it).
+func (rt *Runtime) teardown(ctx context.Context, rec *record) error {
+	dir := rt.sandboxDir(rec.ID)
+	if _, err := rt.runscCmd(ctx, dir, "delete", "--force", rec.ID); err != nil {
 		// A sandbox runsc has forgotten (its state lost) still has a shim.
 		if fd := openShim(rec); fd >= 0 {
 			unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
@@ -237,16 +246,31 @@ func (s *sandbox) Delete(ctx context.Context) error {
 		cancel()
 		unix.Close(fd)
 	}
-	s.rt.removeCgroups(s.id)
-	if ents, err := os.ReadDir(s.rt.sandboxesDir()); err == nil && len(ents) <= 1 {
+	rt.removeCgroups(rec.ID)
+	if ents, err := os.ReadDir(rt.sandboxesDir()); err == nil && len(ents) <= 1 {
 		// The last sandbox of the data dir: its cgroup parent goes too
 		// (runsc makes it again for the next).
-		s.rt.removeCgroups("")
+		rt.removeCgroups("")
 	}
-	unmountAll(s.dir)
-	if err := os.RemoveAll(s.dir); err != nil {
-		return fmt.Errorf("remove sandbox %s: %w", s.id, err)
+	unmountAll(dir)
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("remove sandbox %s: %w", rec.ID, err)
 	}
-	s.rt.native.ReleaseIDs(idRange(rec), s.dir)
+	rt.native.ReleaseIDs(idRange(rec), dir)
 	return nil
+}
+
+// finishDelete completes the Delete of sandbox id that a crash
+// interrupted (its record is state.deleting); it reports whether there
+// was one.
+func (rt *Runtime) finishDelete(ctx context.Context, id string) bool {
+	b, err := os.ReadFile(filepath.Join(rt.sandboxDir(id), "state.deleting"))
+	if err != nil {
+		return false
+	}
+	var rec record
+	if json.Unmarshal(b, &rec) != nil || rec.ID != id {
+		return false
+	}
+	return rt.teardown(ctx, &rec) == nil
 }
