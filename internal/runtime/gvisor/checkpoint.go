@@ -149,8 +149,8 @@ func (rt *Runtime) Restore(ctx context.Context, dir string, spec runtime.Restore
 		return nil, fmt.Errorf("the saved sandbox served %d extra files, the restore gives %d: %w", saved.Channels, len(spec.ExtraFiles), errdefs.ErrInvalidArgument)
 	}
 	if spec.ID == "" {
-		spec.ID = newID()
-	} else if !validID(spec.ID) {
+		spec.ID = native.NewID()
+	} else if !native.ValidID(spec.ID) {
 		return nil, fmt.Errorf("sandbox id %q must be 3-63 lowercase letters, digits or dashes: %w", spec.ID, errdefs.ErrInvalidArgument)
 	}
 	for _, l := range saved.TemplateLayers {

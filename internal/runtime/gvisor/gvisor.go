@@ -2,7 +2,6 @@ package gvisor
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -126,7 +125,7 @@ func (rt *Runtime) Sweep(ctx context.Context) {
 	for _, e := range ents {
 		// runsc's state files are <id>_sandbox:<id>.state and the like.
 		id, _, _ := strings.Cut(e.Name(), "_")
-		if !validID(id) {
+		if !native.ValidID(id) {
 			continue
 		}
 		if _, err := os.Stat(rt.sandboxDir(id)); !errors.Is(err, os.ErrNotExist) {
@@ -140,7 +139,7 @@ func (rt *Runtime) Sweep(ctx context.Context) {
 		cgs, _ := os.ReadDir(filepath.Join(root, mine))
 		for _, c := range cgs {
 			id := strings.TrimSuffix(c.Name(), ".shim")
-			if _, err := os.Stat(rt.sandboxDir(id)); c.IsDir() && validID(id) && errors.Is(err, os.ErrNotExist) {
+			if _, err := os.Stat(rt.sandboxDir(id)); c.IsDir() && native.ValidID(id) && errors.Is(err, os.ErrNotExist) {
 				rt.removeCgroups(id)
 			}
 		}
@@ -189,17 +188,6 @@ func (rt *Runtime) Capabilities(ctx context.Context) runtime.Capabilities {
 	return rt.caps
 }
 
-// newID returns a random 20-character id in E2B's style.
-func newID() string {
-	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
-	b := make([]byte, 20)
-	rand.Read(b)
-	for i := range b {
-		b[i] = alphabet[int(b[i])%len(alphabet)]
-	}
-	return string(b)
-}
-
 // Create implements runtime.Runtime. See boot for how a sandbox is made.
 func (rt *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbox, error) {
 	if err := native.ValidateSpec(&spec); err != nil {
@@ -219,7 +207,7 @@ func (rt *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandb
 		return nil, err
 	}
 	if spec.ID == "" {
-		spec.ID = newID()
+		spec.ID = native.NewID()
 	}
 	if spec.Hostname == "" {
 		spec.Hostname = spec.ID
@@ -519,56 +507,9 @@ func attach(fd int, target string) error {
 
 // unmountAll takes down every mount under dir, deepest first.
 func unmountAll(dir string) {
-	for _, m := range mountsUnder(dir) {
+	for _, m := range native.MountsUnder(dir) {
 		unix.Unmount(m, unix.MNT_DETACH)
 	}
-}
-
-// mountsUnder lists the mount points at or below dir, deepest first.
-func mountsUnder(dir string) []string {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return nil
-	}
-	var out []string
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 5 {
-			continue
-		}
-		p := unescapeMountPath(f[4])
-		if p == dir || strings.HasPrefix(p, dir+"/") {
-			out = append(out, p)
-		}
-	}
-	// Longer paths first: children before their parents.
-	for i := range out {
-		for j := i + 1; j < len(out); j++ {
-			if len(out[j]) > len(out[i]) {
-				out[i], out[j] = out[j], out[i]
-			}
-		}
-	}
-	return out
-}
-
-// unescapeMountPath undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMountPath(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // process is the first process, resolved against the sandbox's root on
@@ -620,7 +561,7 @@ func resolveProcess(root, defaultUser string, p runtime.Process, hostname string
 	if p.Terminal {
 		env = append(env, "TERM=xterm-256color")
 	}
-	env = mergeEnv(env, p.Env)
+	env = native.MergeEnv(env, p.Env)
 	r, err := os.OpenRoot(root)
 	if err != nil {
 		return nil, err
@@ -639,7 +580,7 @@ func resolveProcess(root, defaultUser string, p runtime.Process, hostname string
 	if args[0] == runtime.SelfExe {
 		args[0] = guestBinary
 	} else {
-		if args[0], err = lookPath(r, args[0], envValue(env, "PATH")); err != nil {
+		if args[0], err = lookPath(r, args[0], native.EnvValue(env, "PATH")); err != nil {
 			return nil, err
 		}
 	}
@@ -713,33 +654,6 @@ func lookPath(r *os.Root, file, pathEnv string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("exec: %q: executable file not found in $PATH: %w", file, errdefs.ErrNotFound)
-}
-
-func envValue(env []string, key string) string {
-	for i := len(env) - 1; i >= 0; i-- {
-		if k, v, _ := strings.Cut(env[i], "="); k == key {
-			return v
-		}
-	}
-	return ""
-}
-
-// mergeEnv returns base with each KEY=VALUE of extra added or replacing.
-func mergeEnv(base, extra []string) []string {
-	out := append([]string(nil), base...)
-	for _, e := range extra {
-		k, _, _ := strings.Cut(e, "=")
-		replaced := false
-		for i, o := range out {
-			if ok, _, _ := strings.Cut(o, "="); ok == k {
-				out[i], replaced = e, true
-			}
-		}
-		if !replaced {
-			out = append(out, e)
-		}
-	}
-	return out
 }
 
 func writeJSON(p string, v any) error {

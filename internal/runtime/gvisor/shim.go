@@ -191,7 +191,7 @@ func (rt *Runtime) startShim(ctx context.Context, dir string, rec *record, p *ru
 		unix.Wait4(pid, &ws, 0, nil)
 	}()
 	rec.ShimPid = pid
-	if rec.ShimStart, err = processStartTime(pid); err != nil {
+	if rec.ShimStart, err = native.ProcessStartTime(pid); err != nil {
 		return nil, fmt.Errorf("sandbox shim: %w", err)
 	}
 	if err := rt.writeRecord(rec); err != nil {

@@ -6,14 +6,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
 	"github.com/hutch-sandbox/hutch/internal/runtime"
+	"github.com/hutch-sandbox/hutch/internal/runtime/native"
 )
 
 // On disk, under Options.DataDir:
@@ -64,7 +63,7 @@ func (rt *Runtime) sandboxDir(id string) string { return filepath.Join(rt.sandbo
 func (rt *Runtime) runscRoot() string           { return filepath.Join(rt.dataDir, "gvisor", "runsc") }
 
 func (rt *Runtime) readRecord(id string) (*record, error) {
-	if !validID(id) {
+	if !native.ValidID(id) {
 		return nil, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
 	}
 	b, err := os.ReadFile(filepath.Join(rt.sandboxDir(id), "state.json"))
@@ -108,43 +107,6 @@ func readExit(dir string) *runtime.ExitStatus {
 	return &st
 }
 
-// validID is the native backend's rule: 3-63 of [a-z0-9-], not starting
-// with a dash. runsc takes ids that prefix one another as ambiguous in
-// some commands; Hutch's ids are all the same length.
-func validID(id string) bool {
-	if len(id) < 3 || len(id) > 63 {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || i > 0 && c == '-') {
-			return false
-		}
-	}
-	return true
-}
-
-// processStartTime is field 22 of /proc/<pid>/stat, which tells a process
-// from a later one given the same pid.
-func processStartTime(pid int) (uint64, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, err
-	}
-	s := string(b)
-	// The command name may hold spaces and parentheses: fields count from
-	// the last ')'.
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("malformed /proc/%d/stat", pid)
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 {
-		return 0, fmt.Errorf("malformed /proc/%d/stat", pid)
-	}
-	return strconv.ParseUint(f[19], 10, 64)
-}
-
 // openShim returns a pidfd for r's shim, or -1 when it is gone (or its pid
 // is another process's now).
 func openShim(r *record) int {
@@ -155,7 +117,7 @@ func openShim(r *record) int {
 	if err != nil {
 		return -1
 	}
-	if st, err := processStartTime(r.ShimPid); err != nil || st != r.ShimStart {
+	if st, err := native.ProcessStartTime(r.ShimPid); err != nil || st != r.ShimStart {
 		unix.Close(fd)
 		return -1
 	}

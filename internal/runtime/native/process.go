@@ -183,6 +183,13 @@ func notFound(file string, err error) error {
 	return &initError{msg: fmt.Sprintf("exec: %q: %v", file, err), class: errdefs.ErrInvalidArgument}
 }
 
+// EnvValue is the value of key in env (KEY=VALUE entries), the last
+// one's; "" when there is none.
+func EnvValue(env []string, key string) string { return envValue(env, key) }
+
+// MergeEnv returns base with each KEY=VALUE of extra added or replacing.
+func MergeEnv(base, extra []string) []string { return mergeEnv(base, extra) }
+
 func envValue(env []string, key string) string {
 	for i := len(env) - 1; i >= 0; i-- {
 		if k, v, _ := strings.Cut(env[i], "="); k == key {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -252,7 +254,11 @@ func (s *sandbox) Delete(ctx context.Context) error {
 }
 
 // mountsUnder lists mount points at or below dir in this mount namespace.
-func mountsUnder(dir string) []string {
+func mountsUnder(dir string) []string { return MountsUnder(dir) }
+
+// MountsUnder lists the mount points at dir or below it in this
+// process's mount namespace, deepest first (the order to unmount them).
+func MountsUnder(dir string) []string {
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return nil
@@ -260,9 +266,33 @@ func mountsUnder(dir string) []string {
 	var out []string
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
-		if len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
-			out = append(out, f[4])
+		if len(f) < 5 {
+			continue
+		}
+		if p := unescapeMountPath(f[4]); p == dir || strings.HasPrefix(p, dir+"/") {
+			out = append(out, p)
 		}
 	}
+	// Longer paths first: children before their parents.
+	sort.SliceStable(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
 	return out
+}
+
+// unescapeMountPath undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMountPath(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }

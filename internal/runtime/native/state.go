@@ -53,6 +53,17 @@ type record struct {
 
 func (r *record) hostUID() int { return uidBase + r.Slot*uidRange }
 
+// ValidID reports whether id may name a sandbox of any backend (ids
+// become directory, cgroup and runsc container names).
+func ValidID(id string) bool { return validID(id) }
+
+// NewID returns a random 20-character sandbox id in E2B's style.
+func NewID() string { return newID() }
+
+// ProcessStartTime is field 22 of /proc/<pid>/stat, which tells a
+// process from a later one given the same pid.
+func ProcessStartTime(pid int) (uint64, error) { return processStartTime(pid) }
+
 // validID reports whether id may name a sandbox: 3-63 characters of
 // [a-z0-9-], starting with a letter or digit. Ids become directory and
 // cgroup names, so nothing else is allowed.
