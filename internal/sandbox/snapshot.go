@@ -296,7 +296,10 @@ func (m *Manager) DeleteSnapshot(ctx context.Context, keyID, ref string) error {
 	if err := m.templates.Remove(ref, nil); err != nil {
 		return err
 	}
-	m.removeCheckpointOf(t)
+	// At once: the disk it takes is free when the delete is answered.
+	if t.Checkpoint != "" && filepath.Dir(t.Checkpoint) == m.checkpoints {
+		os.RemoveAll(t.Checkpoint)
+	}
 	return nil
 }
 
