@@ -729,6 +729,63 @@ attempt("mem envd", os.open, f"/proc/{envd}/mem", os.O_RDONLY)
 			t.Errorf("a host user (nobody) creates %s, a file in a layer of the sandbox's root: %q", planted, out)
 		}
 	})
+
+	// runsc's gofer and Sentry run as the sandbox's root's host uid: a
+	// Sentry or gofer escape lands there, and must get no further. The
+	// sandbox's state directory holds what the server (root) trusts: its
+	// record (state.json: the id it removes, the shim pid it kills, the
+	// layers and volumes a resume mounts), its output log (which a logs
+	// call reads as root). Owned by that uid, it lets the uid rename any
+	// of them and put its own in their place: here, output.log becomes a
+	// symlink to a root-only host file, which the logs API then returns.
+	t.Run("StateDirNotTheSandboxUIDs", func(t *testing.T) {
+		sbx := newSandbox(t)
+		dir := filepath.Join(srv.DataDir, "gvisor", "sandboxes", sbx.ID)
+		var st syscall.Stat_t
+		if err := syscall.Stat(filepath.Join(dir, "upper"), &st); err != nil {
+			t.Fatal(err)
+		}
+		uid := st.Uid // upper/ is the sandbox's root's, by design
+		secretDir := t.TempDir()
+		secret := "host-root-secret-" + randHex(t)
+		secretFile := filepath.Join(secretDir, "secret")
+		if err := os.WriteFile(secretFile, []byte(secret+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		asSandboxUID := func(script string) (string, error) {
+			cmd := exec.Command("sh", "-c", script)
+			cmd.Dir = "/"
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid}}
+			out, err := cmd.CombinedOutput()
+			return string(out), err
+		}
+		// The control: the uid cannot read the secret itself.
+		if out, err := asSandboxUID("cat " + secretFile); err == nil || strings.Contains(out, secret) {
+			t.Fatalf("the control failed: uid %d reads %s: %q", uid, secretFile, out)
+		}
+		for _, f := range []string{"state.json", "output.log"} {
+			p := filepath.Join(dir, f)
+			if out, err := asSandboxUID("mv " + p + " " + p + ".moved"); err == nil {
+				t.Errorf("uid %d (the sandbox's gofer and Sentry) renamed %s, a file the server trusts: %q", uid, p, out)
+				os.Rename(p+".moved", p)
+			}
+		}
+		log := filepath.Join(dir, "output.log")
+		if out, err := asSandboxUID("mv " + log + " " + log + ".orig && ln -s " + secretFile + " " + log); err == nil {
+			t.Errorf("uid %d replaced %s with a symlink to %s: %q", uid, log, secretFile, out)
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			entries, err := sbx.Logs(ctx, sdk.LogsOptions{})
+			for _, e := range entries {
+				if strings.Contains(e.Message, secret) {
+					t.Errorf("the logs API returned the root-only host file %s: %q", secretFile, e.Message)
+				}
+			}
+			t.Logf("logs: %d entries, %v", len(entries), err)
+			os.Remove(log)
+			os.Rename(log+".orig", log)
+		}
+	})
 }
 
 // vmHWM is a host process's peak resident set, in KiB.
