@@ -251,10 +251,12 @@ func (rt *Runtime) boot(ctx context.Context, b bootSpec) (_ runtime.Sandbox, ret
 	spec := b.spec
 	dir := rt.sandboxDir(spec.ID)
 	var err error
-	// 0700, and the sandbox's root's once its ids are known: its volumes
-	// and its root are mounted under it on the host, where no other host
-	// user may reach them (review 21); runsc's gofer and Sentry run as the
-	// sandbox's root.
+	// Root's, 0710 to the sandbox's root's group once its ids are known:
+	// its volumes and its root are mounted under it on the host, where no
+	// other host user may reach them (review 21); runsc's gofer and Sentry,
+	// which run as the sandbox's root, may pass through but neither create
+	// nor rename anything in it: what the server trusts there (the record,
+	// the log) must not be theirs to swap (review 22).
 	err = os.Mkdir(dir, 0o700)
 	if errors.Is(err, os.ErrExist) && rt.finishDelete(ctx, spec.ID) {
 		// A sandbox of this id whose Delete a crash cut short (a pause into
@@ -289,7 +291,10 @@ func (rt *Runtime) boot(ctx context.Context, b bootSpec) (_ runtime.Sandbox, ret
 		return nil, err
 	}
 	undo.add(func() { rt.native.ReleaseIDs(ids, dir) })
-	if err := os.Chown(dir, ids.HostID, ids.HostID); err != nil {
+	if err := os.Chown(dir, 0, ids.HostID); err != nil {
+		return nil, fmt.Errorf("sandbox dir: %w", err)
+	}
+	if err := os.Chmod(dir, 0o710); err != nil {
 		return nil, fmt.Errorf("sandbox dir: %w", err)
 	}
 	rec := &record{
@@ -315,9 +320,7 @@ func (rt *Runtime) boot(ctx context.Context, b bootSpec) (_ runtime.Sandbox, ret
 			return nil, fmt.Errorf("sandbox dir: %w", err)
 		}
 	}
-	if err := os.Chown(filepath.Join(dir, "upper"), ids.HostID, ids.HostID); err != nil {
-		return nil, err
-	}
+
 	if err := rt.writeRecord(rec); err != nil {
 		return nil, err
 	}

@@ -77,6 +77,11 @@ func (rt *Runtime) readRecord(id string) (*record, error) {
 	if err := json.Unmarshal(b, &r); err != nil {
 		return nil, fmt.Errorf("sandbox %s: state: %w", id, err)
 	}
+	if r.ID != id {
+		// Its directory's name is the id: a record naming another is not
+		// this sandbox's (and would make Delete remove that one's).
+		return nil, fmt.Errorf("sandbox %s: its record names %q: %w", id, r.ID, errdefs.ErrFailedPrecondition)
+	}
 	return &r, nil
 }
 

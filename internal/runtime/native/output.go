@@ -87,7 +87,8 @@ func (o *outputRing) Write(p []byte) (int, error) {
 func openOutputFiles(dir string, uid int) ([2]*os.File, error) {
 	var files [2]*os.File
 	for i, name := range []string{outputLog, outputLogOld} {
-		f, err := os.OpenFile(filepath.Join(dir, name), os.O_CREATE|os.O_WRONLY|os.O_APPEND|os.O_TRUNC, 0o600)
+		// No symlink followed: the files are written by root.
+		f, err := os.OpenFile(filepath.Join(dir, name), os.O_CREATE|os.O_WRONLY|os.O_APPEND|os.O_TRUNC|unix.O_NOFOLLOW, 0o600)
 		if err == nil {
 			if err = f.Chown(uid, uid); err != nil {
 				f.Close()
@@ -126,9 +127,17 @@ func readOutput(dir, id string) (*outputFiles, error) {
 	}
 	var parts []part
 	for _, name := range []string{outputLog, outputLogOld} {
-		f, err := os.Open(filepath.Join(dir, name))
+		// No symlink followed, and a regular file only: the server reads
+		// them as root (review 22 swapped one for a link to /etc/shadow).
+		f, err := os.OpenFile(filepath.Join(dir, name), os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
+		}
+		if err == nil {
+			if fi, serr := f.Stat(); serr != nil || !fi.Mode().IsRegular() {
+				f.Close()
+				err = fmt.Errorf("output %s is not a regular file: %w", name, errdefs.ErrFailedPrecondition)
+			}
 		}
 		if err != nil {
 			for _, p := range parts {
