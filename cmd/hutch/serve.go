@@ -74,6 +74,12 @@ Stopping the server leaves sandboxes running; a restart adopts them.`,
 				return err
 			}
 			defer unlock()
+			// Before anything slow: a certificate clients would refuse
+			// stops the server at once.
+			tc, err := tlsf.config(ctx, g.dataDir, domain, os.Stdout, logger)
+			if err != nil {
+				return err
+			}
 			diskBytes, err := units.ParseBytes(disk)
 			if err != nil {
 				return fmt.Errorf("--disk: %w", err)
@@ -115,10 +121,6 @@ Stopping the server leaves sandboxes running; a restart adopts them.`,
 			}
 			defer s.Close()
 			if err := ensureKey(ctx, g, s.Store); err != nil {
-				return err
-			}
-			tc, err := tlsf.config(ctx, g.dataDir, domain, os.Stdout, logger)
-			if err != nil {
 				return err
 			}
 			ln, err := net.Listen("tcp", listen)

@@ -28,6 +28,14 @@ const DomainTestDomain = "hutch.localhost"
 // args come after those flags (networking is off).
 func StartDomainServe(t *testing.T, bin, domain string, args ...string) *Server {
 	t.Helper()
+	s := NewDomainServer(t, bin, domain, args...)
+	s.Start()
+	return s
+}
+
+// NewDomainServer is StartDomainServe's server, not started.
+func NewDomainServer(t *testing.T, bin, domain string, args ...string) *Server {
+	t.Helper()
 	tmp := t.TempDir()
 	os.Chmod(filepath.Dir(tmp), 0o711)
 	os.Chmod(tmp, 0o711)
@@ -39,7 +47,6 @@ func StartDomainServe(t *testing.T, bin, domain string, args ...string) *Server 
 	s.Wrap = s.NS.Wrap()
 	s.Args = append([]string{"--domain", domain, "--tls-self-signed", "--network=false"}, args...)
 	s.Client = &http.Client{Timeout: 30 * time.Second, Transport: &caTransport{s: s}}
-	s.Start()
 	return s
 }
 
