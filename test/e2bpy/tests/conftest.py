@@ -12,6 +12,7 @@ The suite is the same in both modes; only the environment says which:
 
 import os
 import secrets
+import ssl
 import time
 
 import httpx
@@ -84,7 +85,8 @@ async def await_for(cond, timeout=10.0, what="condition"):
 def http_client():
     """A plain HTTP client, as a user would fetch a signed URL with: it
     trusts SSL_CERT_FILE when set (the server's CA in domain mode)."""
-    return httpx.Client(verify=os.environ.get("SSL_CERT_FILE") or True, timeout=30)
+    ca = os.environ.get("SSL_CERT_FILE")
+    return httpx.Client(verify=ssl.create_default_context(cafile=ca) if ca else True, timeout=30)
 
 
 @pytest.fixture(scope="module")
