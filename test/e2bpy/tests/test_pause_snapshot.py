@@ -12,6 +12,14 @@ UNKNOWN = "inosuchsandbox00000000"
 COUNTER = "i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.1; done"
 
 
+def start_counter(sbx):
+    """Starts a process that counts in its memory, writing each number to
+    /tmp/count: it goes on across a pause that keeps memory, and is gone
+    after one that keeps files only."""
+    sbx.commands.run(COUNTER, background=True, timeout=0)
+    wait_for(lambda: sbx.files.exists("/tmp/count"), 5, "the counter")
+
+
 def count(sbx):
     """The counter's number (read again when the shell was caught between
     truncating /tmp/count and writing it)."""
@@ -35,8 +43,7 @@ def test_pause_keeps_memory_and_files_connect_resumes():
     sbx = Sandbox.create(metadata={"suite": tag}, envs={"KEPT": "yes"}, timeout=120)
     try:
         sbx.files.write("/home/user/note.txt", "written before the pause")
-        sbx.commands.run(COUNTER, background=True, timeout=0)
-        wait_for(lambda: sbx.files.exists("/tmp/count"), 5, "the counter")
+        start_counter(sbx)
         before = count(sbx)
 
         assert sbx.pause() is True
@@ -61,31 +68,24 @@ def test_pause_keeps_memory_and_files_connect_resumes():
         Sandbox.kill(sbx.sandbox_id)
 
 
-def test_pause_filesystem_mode_keeps_files_not_processes():
+@pytest.mark.parametrize(
+    "pause, resume",
+    [({"mode": "filesystem"}, {}), ({}, {"on_resume": "reboot"})],
+    ids=["pause mode filesystem", "connect on_resume reboot"],
+)
+def test_files_kept_processes_not(pause, resume):
+    """A pause without memory, or a resume that reboots a sandbox paused
+    with it, keeps the files and no process."""
     sbx = Sandbox.create(timeout=120)
     try:
         sbx.files.write("/home/user/note.txt", "kept")
-        sbx.commands.run(COUNTER, background=True, timeout=0)
-        wait_for(lambda: sbx.files.exists("/tmp/count"), 5, "the counter")
-        assert sbx.pause(mode="filesystem") is True
+        start_counter(sbx)
+        assert sbx.pause(**pause) is True
         assert sbx.get_info().state == SandboxState.PAUSED
-        back = Sandbox.connect(sbx.sandbox_id)
+        back = Sandbox.connect(sbx.sandbox_id, **resume)
+        assert back.sandbox_id == sbx.sandbox_id
         assert back.files.read("/home/user/note.txt") == "kept"
-        assert counting(back) is False, "processes do not survive a pause without memory"
-    finally:
-        Sandbox.kill(sbx.sandbox_id)
-
-
-def test_connect_on_resume_reboot():
-    sbx = Sandbox.create(timeout=120)
-    try:
-        sbx.files.write("/tmp/kept", "files stay")
-        sbx.commands.run(COUNTER, background=True, timeout=0)
-        wait_for(lambda: sbx.files.exists("/tmp/count"), 5, "the counter")
-        assert sbx.pause() is True
-        rebooted = Sandbox.connect(sbx.sandbox_id, on_resume="reboot")
-        assert rebooted.files.read("/tmp/kept") == "files stay"
-        assert counting(rebooted) is False, "a reboot starts no old process"
+        assert counting(back) is False, "no process survives"
     finally:
         Sandbox.kill(sbx.sandbox_id)
 
@@ -105,12 +105,9 @@ def test_timeout_pauses_and_auto_resume():
 
 
 def test_unknown_sandbox_pause_and_connect():
-    with pytest.raises(SandboxNotFoundException):
-        Sandbox.pause(UNKNOWN)
-    with pytest.raises(SandboxNotFoundException):
-        Sandbox.connect(UNKNOWN)
-    with pytest.raises(SandboxNotFoundException):
-        Sandbox.create_snapshot(UNKNOWN)
+    for call in (Sandbox.pause, Sandbox.connect, Sandbox.create_snapshot):
+        with pytest.raises(SandboxNotFoundException):
+            call(UNKNOWN)
 
 
 def test_snapshot_create_from_list_delete():
@@ -118,8 +115,7 @@ def test_snapshot_create_from_list_delete():
     name = unique("snap")
     try:
         sbx.files.write("/home/user/state.txt", "at the snapshot")
-        sbx.commands.run(COUNTER, background=True, timeout=0)
-        wait_for(lambda: sbx.files.exists("/tmp/count"), 5, "the counter")
+        start_counter(sbx)
         snap = sbx.create_snapshot(name)
         assert snap.snapshot_id
         assert snap.names == [f"{name}:default"]
