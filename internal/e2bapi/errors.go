@@ -208,7 +208,7 @@ func Internal(err error) *StatusError {
 // Write sends err as an E2B error response. The status is chosen once, here:
 //
 //   - a [*StatusError] anywhere in the chain: its status, message, error
-//     code and Retry-After;
+//     code and Retry-After (and Should-Retry, see setShouldRetry);
 //   - errdefs.ErrNotImplemented → 501, ErrNotFound → 404,
 //     ErrInvalidArgument → 400, ErrAlreadyExists and
 //     ErrFailedPrecondition (the sandbox's state does not allow it) → 409,
@@ -237,7 +237,25 @@ func Write(w http.ResponseWriter, logger *slog.Logger, err error) {
 		secs := math.Ceil(se.RetryAfter.Seconds())
 		w.Header().Set("Retry-After", strconv.FormatInt(int64(secs), 10))
 	}
+	setShouldRetry(w.Header(), se)
 	WriteError(w, se.Status, se.Message, se.ErrorCode)
+}
+
+// setShouldRetry tells the Python SDK what Retry-After tells the JS SDK.
+// The Python SDK (2.63) retries every 429, 502, 503 and 504 three times,
+// with backoff, unless a Should-Retry header says otherwise; the JS SDK
+// retries only a 429 with Retry-After. So: Should-Retry: true beside a
+// Retry-After, and false on those statuses without one (a cap that only
+// a kill lifts, a sandbox in a state that forbids the call), which both
+// SDKs then raise at once.
+func setShouldRetry(h http.Header, se *StatusError) {
+	switch {
+	case se.RetryAfter > 0:
+		h.Set("Should-Retry", "true")
+	case se.Status == http.StatusTooManyRequests, se.Status == http.StatusBadGateway,
+		se.Status == http.StatusServiceUnavailable, se.Status == http.StatusGatewayTimeout:
+		h.Set("Should-Retry", "false")
+	}
 }
 
 // StatusOf is the HTTP status [Write] would send for err (200 for nil).

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -56,6 +57,33 @@ func TestWriteSandboxNotFound502(t *testing.T) {
 	rec := httptest.NewRecorder()
 	e2bapi.WriteSandboxNotFound502(rec, "i1a2b3c")
 	checkResponse(t, rec, 502, `{"sandboxId":"i1a2b3c","message":"The sandbox was not found","code":502}`+"\n")
+}
+
+// TestWriteShouldRetry: the Python SDK retries a 429, 502, 503 or 504
+// unless Should-Retry says no; Hutch says yes exactly when it sends a
+// Retry-After (as the JS SDK reads it), no otherwise.
+func TestWriteShouldRetry(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"429 with Retry-After", e2bapi.TooManyRequests(time.Second, "slow down"), "true"},
+		{"a cap", fmt.Errorf("at most 3 sandboxes per key: %w", errdefs.ErrResourceExhausted), "false"},
+		{"unavailable", fmt.Errorf("no free uid range: %w", errdefs.ErrUnavailable), "false"},
+		{"502", &e2bapi.StatusError{Status: 502, Message: "bad gateway"}, "false"},
+		{"504", &e2bapi.StatusError{Status: 504, Message: "timeout"}, "false"},
+		{"not found", e2bapi.SandboxNotFound("x"), ""},
+		{"internal", errors.New("boom"), ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			e2bapi.Write(rec, slog.New(slog.NewTextHandler(io.Discard, nil)), tt.err)
+			if got := rec.Header().Get("Should-Retry"); got != tt.want {
+				t.Errorf("Should-Retry = %q, want %q", got, tt.want)
+			}
+		})
+	}
 }
 
 func TestWrite(t *testing.T) {
