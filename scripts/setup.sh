@@ -12,8 +12,11 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 # Debian packages: debootstrap builds templates; busybox-static is the
-# shell of the small images the tests import; the rest are usually there.
-pkgs="debootstrap busybox-static ca-certificates util-linux mount e2fsprogs"
+# shell of the small images the tests import; libnss-myhostname resolves
+# names under .localhost to this host (hutch serve --domain on a laptop:
+# docs/tls.md); python3-venv makes the Python SDK tests' virtualenvs; the
+# rest are usually there.
+pkgs="debootstrap busybox-static ca-certificates util-linux mount e2fsprogs curl python3 python3-venv libnss-myhostname"
 missing=""
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
