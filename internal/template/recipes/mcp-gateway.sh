@@ -24,8 +24,10 @@ PACKAGES="@modelcontextprotocol/server-filesystem@2026.8.31 \
 # (install.cjs, run with Node) hard-links the native binary of an optional
 # dependency, @anthropic-ai/claude-code-<platform>, over bin/claude.exe; the
 # binary itself needs no Node. Debian's npm 9 ignores the optional
-# dependencies' libc field (it would add the musl build too, as large), so
-# the glibc package of this machine is named, and optional ones omitted.
+# dependencies' libc field and, installing globally, --omit=optional: it
+# adds the musl build too, as large (240 MB). So the glibc package of this
+# machine is installed by name, and the wrapper's own node_modules (nothing
+# but those optional builds: it has no dependencies) removed.
 CLAUDE_CODE_VERSION=2.1.197
 case $(uname -m) in
 x86_64) claude_platform=linux-x64 ;;
@@ -77,7 +79,8 @@ PACKAGES=$PACKAGES CLAUDE_PACKAGES=$CLAUDE_PACKAGES cafile=$cafile unshare --mou
   }
   npm $PACKAGES
   echo "==> installing Claude Code with npm"
-  npm --omit=optional $CLAUDE_PACKAGES
+  npm $CLAUDE_PACKAGES
+  rm -rf "$ROOTFS/usr/local/lib/node_modules/@anthropic-ai/claude-code/node_modules"
   # Its own postinstall, the only one run: place the native binary.
   chroot "$ROOTFS" /usr/bin/env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/root \
     sh -c "cd /usr/local/lib/node_modules/@anthropic-ai/claude-code && node install.cjs"
