@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -41,6 +42,7 @@ func newServeCmd(g *globals) *cobra.Command {
 		conns          connFlags
 		caps           sandboxCaps
 		caBundle       string
+		tlsf           tlsFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -54,6 +56,10 @@ Stopping the server leaves sandboxes running; a restart adopts them.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
+			domain = strings.ToLower(strings.TrimSuffix(domain, "."))
+			if domain != "" && !validDomain(domain) {
+				return fmt.Errorf("--domain %q: want a DNS name such as sandbox.example.com, without a scheme or port", domain)
+			}
 			var extraCAs *cabundle.Bundle
 			if caBundle != "" {
 				b, err := cabundle.Load(caBundle)
@@ -111,18 +117,22 @@ Stopping the server leaves sandboxes running; a restart adopts them.`,
 			if err := ensureKey(ctx, g, s.Store); err != nil {
 				return err
 			}
+			tc, err := tlsf.config(ctx, g.dataDir, domain, os.Stdout, logger)
+			if err != nil {
+				return err
+			}
 			ln, err := net.Listen("tcp", listen)
 			if err != nil {
 				return err
 			}
-			capped, srv, err := serve.Listen(ln, s.Handler, conns.options(), logger)
+			capped, srv, err := serve.Listen(ln, s.Handler, conns.options(), tc, logger)
 			if err != nil {
 				ln.Close()
 				return err
 			}
-			logger.Info("serving", "addr", ln.Addr().String(), "data", g.dataDir)
+			logger.Info("serving", "addr", ln.Addr().String(), "data", g.dataDir, "tls", tc != nil, "domain", domain)
 			errc := make(chan error, 1)
-			go func() { errc <- srv.Serve(capped) }()
+			go func() { errc <- serve.Serve(srv, capped) }()
 			select {
 			case err := <-errc:
 				return err
@@ -138,7 +148,8 @@ Stopping the server leaves sandboxes running; a restart adopts them.`,
 		},
 	}
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:3000", "address to serve on")
-	cmd.Flags().StringVar(&domain, "domain", "", `sandbox domain: route Host "<port>-<id>.<domain>" to sandboxes`)
+	cmd.Flags().StringVar(&domain, "domain", "", `the domain clients reach the server by (E2B_DOMAIN): api.<domain> serves the API, "<port>-<id>.<domain>" a sandbox's port, on the same listener; the names must resolve to this server (docs/tls.md)`)
+	tlsf.register(cmd.Flags())
 	cmd.Flags().StringVar(&runtimeName, "runtime", g.envOr("HUTCH_RUNTIME", "native"), "the runtime backend sandboxes run on unless their template names one: native (namespaces, cgroups, seccomp) or gvisor (gVisor's user-space kernel: a stronger boundary, memory checkpoints for pause, snapshots and fork; needs runsc); see docs/runtime.md (env HUTCH_RUNTIME)")
 	cmd.Flags().StringVar(&disk, "disk", "4G", "each sandbox's disk: its writable layer lives on a file system of this size with one inode per 16 KiB, so a sandbox cannot fill the host's disk or inodes (a template's diskSizeMB overrides it; 0: no limit, not for untrusted code)")
 	cmd.Flags().IntVar(&warm, "warm", 4, "sandboxes of the base template kept started ahead of demand (0: start each on demand)")
@@ -157,6 +168,26 @@ Stopping the server leaves sandboxes running; a restart adopts them.`,
 	cmd.Flags().StringVar(&caBundle, "ca-bundle", g.envOr("HUTCH_CA_BUNDLE", ""), "extra CA certificates every sandbox trusts, for a network whose proxy inspects TLS: a PEM `FILE`, or \"host\" for this host's own trust store; added to each sandbox's system bundle at create, with NODE_EXTRA_CA_CERTS, SSL_CERT_FILE, REQUESTS_CA_BUNDLE and PIP_CERT set for Node.js, Python and others (env HUTCH_CA_BUNDLE)")
 	cmd.Flags().StringSliceVar(&dnsUpstream, "dns-upstream", nil, "DNS servers (ip:port) the sandboxes' resolver forwards to (default: the host's /etc/resolv.conf)")
 	return cmd
+}
+
+// validDomain reports whether d is a DNS name: dot-separated labels of
+// letters, digits and hyphens, none empty, none starting or ending with a
+// hyphen.
+func validDomain(d string) bool {
+	if len(d) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(d, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for _, c := range label {
+			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // ensureKey adds HUTCH_API_KEY when set; otherwise, when no key exists at

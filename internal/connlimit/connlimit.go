@@ -14,6 +14,7 @@ package connlimit
 
 import (
 	"container/list"
+	"crypto/tls"
 	"errors"
 	"io"
 	"log/slog"
@@ -93,6 +94,10 @@ func (l *Listener) Accept() (net.Conn, error) {
 // idle connection at any time) and which are serving one. Connections of
 // a server without it are never closed to make room.
 func (l *Listener) ConnState(nc net.Conn, state http.ConnState) {
+	if tc, ok := nc.(*tls.Conn); ok {
+		// Served over TLS: the listener's connection is beneath.
+		nc = tc.NetConn()
+	}
 	c, ok := nc.(*conn)
 	if !ok {
 		return

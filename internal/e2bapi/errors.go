@@ -71,6 +71,15 @@ func WriteSandboxNotFound502(w http.ResponseWriter, sandboxID string) {
 	})
 }
 
+// WriteBadSandboxHost502 answers a request whose Host is under the sandbox
+// domain but is not "<port>-<sandboxID>.<domain>": the edge proxy's 502,
+// as for a sandbox that does not exist, saying what the name should be.
+func WriteBadSandboxHost502(w http.ResponseWriter, host, domain string) {
+	writeJSON(w, http.StatusBadGateway, sandboxNotFound502{
+		Message: fmt.Sprintf("The sandbox was not found: host %q is not <port>-<sandboxID>.%s", host, domain), Code: http.StatusBadGateway,
+	})
+}
+
 // portClosed502 is the edge proxy's answer for a running sandbox whose
 // port has no listener.
 type portClosed502 struct {

@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -39,7 +40,21 @@ const (
 	// host all come from 127.0.0.1, and each running command streams on a
 	// connection of its own.
 	DefaultConnsPerClient = 4096
+	// maxStreamsPerConn bounds the requests one HTTP/2 connection carries
+	// at once.
+	maxStreamsPerConn = 64
 )
+
+// Serve serves srv (from Listen) on ln until it is shut down: TLS when
+// srv has a TLS configuration. A plain-HTTP request on a TLS listener is
+// answered 400 by net/http ("Client sent an HTTP request to an HTTPS
+// server"), not left hanging.
+func Serve(srv *http.Server, ln net.Listener) error {
+	if srv.TLSConfig != nil {
+		return srv.ServeTLS(ln, "", "")
+	}
+	return srv.Serve(ln)
+}
 
 // ConnOptions bound a server's client connections (hutch serve's
 // --idle-timeout, --max-conns-per-client, --max-conns-total).
@@ -53,8 +68,9 @@ type ConnOptions struct {
 }
 
 // Listen wraps ln in the options' caps, and returns the HTTP server to
-// serve it with h.
-func Listen(ln net.Listener, h http.Handler, f ConnOptions, logger *slog.Logger) (net.Listener, *http.Server, error) {
+// serve it with h. With tc, the server is to serve TLS (Serve), HTTP/2
+// included for clients that offer it.
+func Listen(ln net.Listener, h http.Handler, f ConnOptions, tc *tls.Config, logger *slog.Logger) (net.Listener, *http.Server, error) {
 	if f.PerClient < 0 || f.Total < 0 || f.IdleTimeout < 0 {
 		return nil, nil, fmt.Errorf("--max-conns-per-client, --max-conns-total and --idle-timeout cannot be negative")
 	}
@@ -69,13 +85,14 @@ func Listen(ln net.Listener, h http.Handler, f ConnOptions, logger *slog.Logger)
 		logger.Warn("--max-conns-total leaves the server few descriptors of its own: each connection to a sandbox holds two",
 			"max-conns-total", total, "open file limit", limit)
 	}
-	capped := connlimit.New(ln, connlimit.Options{
-		PerClient:  f.PerClient,
-		Total:      total,
-		OverClient: refusal("too many connections from this address: hutch serve --max-conns-per-client"),
-		OverTotal:  refusal("too many connections: hutch serve --max-conns-total"),
-		Logger:     logger,
-	})
+	opts := connlimit.Options{PerClient: f.PerClient, Total: total, Logger: logger}
+	if tc == nil {
+		// Over TLS the answer could not be read before a handshake: a
+		// connection over a cap is only closed.
+		opts.OverClient = refusal("too many connections from this address: hutch serve --max-conns-per-client")
+		opts.OverTotal = refusal("too many connections: hutch serve --max-conns-total")
+	}
+	capped := connlimit.New(ln, opts)
 	logger.Info("client connections", "per client", f.PerClient, "total", total, "idle timeout", f.IdleTimeout)
 	srv := &http.Server{
 		Handler:           h,
@@ -84,6 +101,15 @@ func Listen(ln net.Listener, h http.Handler, f ConnOptions, logger *slog.Logger)
 		// Zero would fall back to ReadTimeout (none): no idle timeout.
 		IdleTimeout: f.IdleTimeout,
 		ConnState:   capped.ConnState,
+		TLSConfig:   tc,
+		// TLS handshakes that fail (clients that do not trust the
+		// certificate, scanners) are the clients' to see, not warnings.
+		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelDebug),
+		// The caps count connections, and an HTTP/2 connection carries
+		// many requests, each routed to a sandbox holding a descriptor of
+		// its own: fewer at once than Go's 250. (Clients open another
+		// connection past it.)
+		HTTP2: &http.HTTP2Config{MaxConcurrentStreams: maxStreamsPerConn},
 	}
 	if f.IdleTimeout == 0 {
 		srv.IdleTimeout = -1

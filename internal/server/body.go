@@ -36,6 +36,11 @@ import (
 //     "Connection: close", and once the handler returns what is left may
 //     take at most drainWindow to arrive (a client that sent its body
 //     reads its answer, not a reset); then the connection is closed.
+//     HTTP/2 needs neither: the rest of one request's body is refused by
+//     resetting its stream alone, and the connection carries on (there,
+//     "Connection: close" would end it for every request it carries: Go
+//     answers it with GOAWAY, and undici, the JS SDK's client, fails the
+//     requests in flight on a GOAWAY).
 //
 // WebSocket and other Upgrade tunnels are not bodies and are not paced.
 const (
@@ -138,6 +143,7 @@ func (b *pacedBody) Close() error {
 type guarded struct {
 	http.ResponseWriter
 	body     *pacedBody
+	http1    bool // the connection is HTTP/1: "Connection: close" applies
 	wrote    bool
 	hijacked bool
 }
@@ -147,7 +153,7 @@ type guarded struct {
 func (g *guarded) WriteHeader(code int) {
 	if code >= 200 && !g.wrote {
 		g.wrote = true
-		if !g.body.done.Load() {
+		if g.http1 && !g.body.done.Load() {
 			g.Header().Set("Connection", "close")
 		}
 	}
@@ -192,9 +198,14 @@ func (s *Server) paceBodies(w http.ResponseWriter, r *http.Request, h func(http.
 	}
 	body := &pacedBody{body: r.Body, rc: http.NewResponseController(w), grace: s.bodyGrace, minRate: s.bodyMinRate}
 	r.Body = body
-	g := &guarded{ResponseWriter: w, body: body}
+	g := &guarded{ResponseWriter: w, body: body, http1: r.ProtoMajor == 1}
 	h(g, r)
 	if g.hijacked || body.done.Load() {
+		return
+	}
+	if !g.http1 {
+		// HTTP/2 resets the stream of the unread rest.
+		body.Close()
 		return
 	}
 	if !g.wrote {

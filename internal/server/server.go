@@ -71,7 +71,9 @@ func New(opts Options) *Server {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{mgr: opts.Manager, domain: opts.Domain, logger: logger, api: http.NewServeMux(),
+	// Host names are compared in lower case, without the root's dot.
+	domain := strings.ToLower(strings.TrimSuffix(opts.Domain, "."))
+	s := &Server{mgr: opts.Manager, domain: domain, logger: logger, api: http.NewServeMux(),
 		bodyGrace: opts.BodyGrace, bodyMinRate: int64(opts.BodyMinRate), templates: opts.Templates, builder: opts.Builder, volumes: opts.Volumes}
 	rand.Read(s.uploadKey[:])
 	if s.bodyGrace <= 0 {
@@ -100,7 +102,12 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		e2bapi.WriteError(w, http.StatusMethodNotAllowed, "CONNECT is not served: reach a sandbox's ports with E2b-Sandbox-Id/E2b-Sandbox-Port or a <port>-<id> host", "")
 		return
 	}
-	if id, port, ok := s.sandboxTarget(r); ok {
+	id, port, ok, bad := s.sandboxTarget(r)
+	if bad {
+		e2bapi.WriteBadSandboxHost502(w, hostOnly(r.Host), s.domain)
+		return
+	}
+	if ok {
 		if !sandbox.ValidPort(port) {
 			e2bapi.WriteError(w, http.StatusBadRequest, "invalid sandbox port: want 1-65535", "")
 			return
@@ -185,30 +192,40 @@ const maxSignedPath = 4096
 
 // sandboxTarget finds the sandbox a request is for, if any. A port that
 // is not a number in 1-65535 comes back as 0, for the caller to refuse.
-func (s *Server) sandboxTarget(r *http.Request) (id string, port int, ok bool) {
+// bad is a Host under the sandbox domain that names no sandbox port (not
+// api.<domain>, not <port>-<id>.<domain>): the caller answers it as the
+// edge proxy does a sandbox it cannot find.
+func (s *Server) sandboxTarget(r *http.Request) (id string, port int, ok, bad bool) {
 	if id := r.Header.Get("E2b-Sandbox-Id"); id != "" {
 		port := envdapi.Port
 		if v := r.Header.Get("E2b-Sandbox-Port"); v != "" {
 			port = parsePort(v)
 		}
-		return id, port, true
+		return id, port, true, false
 	}
 	if s.domain == "" {
-		return "", 0, false
+		return "", 0, false, false
 	}
-	host := r.Host
-	if i := strings.LastIndexByte(host, ':'); i > strings.LastIndexByte(host, ']') {
-		host = host[:i]
-	}
-	label, rest, found := strings.Cut(host, ".")
-	if !found || rest != s.domain {
-		return "", 0, false
+	host := strings.ToLower(strings.TrimSuffix(hostOnly(r.Host), "."))
+	label, found := strings.CutSuffix(host, "."+s.domain)
+	if !found || label == "api" {
+		// The domain itself and api.<domain> are the control plane's, as
+		// is every other name (an address, E2B_API_URL's host).
+		return "", 0, false, false
 	}
 	p, id, found := strings.Cut(label, "-")
-	if !found || id == "" || p == "" || strings.Trim(p, "0123456789") != "" {
-		return "", 0, false
+	if !found || id == "" || p == "" || strings.Trim(p, "0123456789") != "" || strings.Contains(id, ".") {
+		return "", 0, false, true
 	}
-	return id, parsePort(p), true
+	return id, parsePort(p), true, false
+}
+
+// hostOnly is host without its port.
+func hostOnly(host string) string {
+	if i := strings.LastIndexByte(host, ':'); i > strings.LastIndexByte(host, ']') {
+		return host[:i]
+	}
+	return host
 }
 
 // parsePort reads a port number, 0 when it is not one in 1-65535.

@@ -70,6 +70,26 @@ func TestE2BJSSDKOnGvisor(t *testing.T) {
 	}
 }
 
+// tlsFiles are the suite's files run against a server reached over TLS by
+// its domain (TestE2BJSSDKOverTLS): every call of theirs goes to
+// https://api.<domain> or https://49983-<id>.<domain>, over HTTP/2 where
+// the SDK offers it (its envd client does), with Connect streams, uploads
+// and WebSockets of terminals among them.
+var tlsFiles = []string{"commands.test.mjs", "files.test.mjs", "pty.test.mjs", "watch.test.mjs"}
+
+// TestE2BJSSDKOverTLS runs tlsFiles against `hutch serve --domain
+// hutch.localhost --tls-self-signed` on port 443 of a network namespace,
+// the SDK configured as a remote user's is: E2B_DOMAIN, E2B_API_KEY and
+// the server's CA in NODE_EXTRA_CA_CERTS, nothing else.
+func TestE2BJSSDKOverTLS(t *testing.T) {
+	dir := jsPackage(t)
+	s := hutchtest.StartDomainServe(t, hutchBin.Path(t), hutchtest.DomainTestDomain)
+	t.Setenv("E2BJS_FILES", strings.Join(tlsFiles, " "))
+	if err := runNodeIn(t, dir, s.NS.Wrap(), s.DomainEnv()...); err != nil {
+		t.Errorf("node --test over TLS to %s failed: %v", s.URL(), err)
+	}
+}
+
 // jsPackage returns test/e2bjs/js (package.json, package-lock.json and
 // the *.test.mjs files) with its packages installed. Every test here
 // starts with it and runs sandboxes, so it checks for root first.
@@ -82,6 +102,13 @@ func jsPackage(t *testing.T) string {
 // runNode runs node's test runner in dir with env added.
 func runNode(t *testing.T, dir string, env ...string) error {
 	t.Helper()
+	return runNodeIn(t, dir, nil, env...)
+}
+
+// runNodeIn is runNode with node run under wrap (nsenter into a network
+// namespace).
+func runNodeIn(t *testing.T, dir string, wrap []string, env ...string) error {
+	t.Helper()
 	node, err := exec.LookPath("node")
 	if err != nil {
 		t.Fatalf("node is required: %v", err)
@@ -92,7 +119,8 @@ func runNode(t *testing.T, dir string, env ...string) error {
 	// E2BJS_FILES (space-separated, relative to test/e2bjs/js) runs only those
 	// test files.
 	args = append(args, strings.Fields(os.Getenv("E2BJS_FILES"))...)
-	cmd := exec.CommandContext(ctx, node, args...)
+	argv := append(append(append([]string{}, wrap...), node), args...)
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Dir = dir
 	cmd.Env = append(append(os.Environ(), "NO_COLOR=1"), env...)
 	// node --test runs each file in a child process: kill the whole group.

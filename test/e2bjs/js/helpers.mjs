@@ -6,12 +6,13 @@ import { Sandbox } from 'e2b'
 export const HOME = '/home/user'
 
 // connect returns an SDK sandbox. With E2B_API_KEY set it is a real one,
-// created through `hutch serve` at E2B_API_URL / E2B_SANDBOX_URL; otherwise
+// created through `hutch serve` at E2B_API_URL / E2B_SANDBOX_URL, or at
+// https://api.<E2B_DOMAIN> and https://<port>-<id>.<E2B_DOMAIN>; otherwise
 // debug mode (no control plane) talks to the envd at E2B_SANDBOX_URL.
 export async function connect() {
   const sandboxUrl = process.env.E2B_SANDBOX_URL
-  if (!sandboxUrl) {
-    throw new Error('E2B_SANDBOX_URL is not set: run these tests through `go test ./test/e2bjs`')
+  if (!sandboxUrl && !process.env.E2B_DOMAIN) {
+    throw new Error('neither E2B_SANDBOX_URL nor E2B_DOMAIN is set: run these tests through `go test ./test/e2bjs`')
   }
   if (process.env.E2B_API_KEY) {
     return Sandbox.create({ timeoutMs: 10 * 60_000 })

@@ -52,6 +52,12 @@ type Server struct {
 	// Log receives the server's output; when nil each line is logged to
 	// the test.
 	Log io.Writer
+	// NS is the network namespace the server runs in, when not the
+	// test's (StartDomainServe).
+	NS *NetNS
+	// Domain, when set, is the server's --domain, served over TLS: URL is
+	// https://api.<Domain> (StartDomainServe).
+	Domain string
 
 	t *testing.T
 
@@ -108,7 +114,12 @@ func NewServer(t *testing.T, bin, data string) *Server {
 }
 
 // URL is the server's base URL.
-func (s *Server) URL() string { return "http://" + s.Addr }
+func (s *Server) URL() string {
+	if s.Domain != "" {
+		return "https://api." + s.Domain
+	}
+	return "http://" + s.Addr
+}
 
 func (s *Server) client() *http.Client {
 	if s.Client != nil {
