@@ -1,5 +1,3 @@
-//go:build hutch_tls_helper
-
 // Package quickstart runs E2B's MCP quick start as published (js/index.ts,
 // from Docker's "E2B sandboxes" page, with the e2b JS SDK it was written
 // for, 2.3.4, and tsx, as that page says) against the hutch binary built
