@@ -347,8 +347,9 @@ var mcpServers = []struct{ pkg, cmd string }{
 // `hutch template build mcp-gateway` made in the store (HUTCH_TEMPLATES or
 // the default; scripts/setup.sh builds it): built from this tree's recipe
 // on the store's base, carrying the hutch binary (HUTCH_BINARY, else
-// /usr/local/bin/hutch) byte for byte, and its four MCP servers answering
-// initialize without a network in a read-only view of the root.
+// /usr/local/bin/hutch) byte for byte, its four MCP servers answering
+// initialize without a network in a read-only view of the root, and
+// Claude Code running there as the sandbox's user.
 func TestMCPGatewayTemplate(t *testing.T) {
 	testenv.RequireRoot(t, "the template is root-owned and the servers run in a chroot")
 	dir := testenv.TemplatesDir()
@@ -463,7 +464,65 @@ func TestMCPGatewayTemplate(t *testing.T) {
 			t.Logf("%s: %s, protocol %s", s.cmd, resp.Result.ServerInfo.Name, resp.Result.ProtocolVersion)
 		})
 	}
+
+	// Claude Code, pinned, the native build of this machine's libc only,
+	// runs as the sandbox's user without a network, and `claude mcp add`
+	// (E2B's MCP quick start) writes the server into ~/.claude.json.
+	t.Run("claude", func(t *testing.T) {
+		var pkg struct{ Version string }
+		b, err := os.ReadFile(inRoot("usr/local/lib/node_modules/@anthropic-ai/claude-code/package.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(b, &pkg); err != nil || pkg.Version != claudeCodeVersion {
+			t.Errorf("@anthropic-ai/claude-code version %q (%v), want %s", pkg.Version, err, claudeCodeVersion)
+		}
+		musl, _ := filepath.Glob(inRoot("usr/local/lib/node_modules/@anthropic-ai/claude-code") + "/node_modules/@anthropic-ai/claude-code-*")
+		if len(musl) != 0 {
+			t.Errorf("the template carries other builds of claude too: %v", musl)
+		}
+		cmd := exec.Command("unshare", "--mount", "--net", "--propagation", "private", "sh", "-euc", `
+			mount -t overlay overlay -o "ro,userxattr,lowerdir=$LOWERS" "$VIEW"
+			mount -t proc proc "$VIEW/proc"
+			mount --rbind /dev "$VIEW/dev"
+			mount -t tmpfs -o mode=1777 tmpfs "$VIEW/tmp"
+			install -d -o 1000 -g 1000 "$VIEW/tmp/home"
+			run() { chroot --userspec=1000:1000 "$VIEW" /usr/bin/env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/tmp/home sh -c 'cd && exec timeout 60 "$@"' run "$@"; }
+			run claude --version
+			run claude mcp add --transport http gw http://127.0.0.1:1/mcp --header "Authorization: Bearer t" >/dev/null
+			cat "$VIEW/tmp/home/.claude.json"`)
+		cmd.Env = append(os.Environ(), "LOWERS="+strings.Join(lowers, ":"), "VIEW="+view)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("claude: %v\n%s\nstderr: %s", err, out, stderr.String())
+		}
+		version, config, _ := strings.Cut(string(out), "\n")
+		if want := claudeCodeVersion + " (Claude Code)"; version != want {
+			t.Errorf("claude --version = %q, want %q", version, want)
+		}
+		var cfg struct {
+			Projects map[string]struct {
+				MCPServers map[string]struct {
+					Type, URL string
+					Headers   map[string]string
+				} `json:"mcpServers"`
+			} `json:"projects"`
+		}
+		if err := json.Unmarshal([]byte(config), &cfg); err != nil {
+			t.Fatalf("~/.claude.json: %v\n%s", err, config)
+		}
+		gw := cfg.Projects["/tmp/home"].MCPServers["gw"]
+		if gw.Type != "http" || gw.URL != "http://127.0.0.1:1/mcp" || gw.Headers["Authorization"] != "Bearer t" {
+			t.Errorf("claude mcp add wrote %+v, want http, http://127.0.0.1:1/mcp, Bearer t:\n%s", gw, config)
+		}
+	})
 }
+
+// claudeCodeVersion is the version of @anthropic-ai/claude-code the
+// mcp-gateway recipe pins (CLAUDE_CODE_VERSION).
+const claudeCodeVersion = "2.1.197"
 
 func fileSHA256(t *testing.T, path string) string {
 	t.Helper()
