@@ -1,7 +1,7 @@
 #!/bin/sh
-# Recipe of Hutch's "mcp-gateway" template: the base template plus the MCP
-# reference servers (npm, pinned, installed globally so they run offline),
-# the Claude Code CLI (`claude`, as E2B's sandboxes have it, for the MCP
+# Recipe of Hutch's "mcp-gateway" template: the base template (which has
+# the MCP reference servers, npm, pinned, installed globally so they run
+# offline), plus the Claude Code CLI (`claude`, as E2B's sandboxes have it, for the MCP
 # quick start's `claude mcp add`) and the hutch binary as
 # /usr/local/bin/mcp-gateway, which E2B's JS SDK starts for
 # Sandbox.create({ mcp }). Run by `hutch template build mcp-gateway` with
@@ -10,13 +10,6 @@
 # the binary's SHA-256, so a change to any of them makes the next build rebuild.
 set -eu
 step() { printf '==> %s\n' "$*"; }
-
-# The servers, exactly these versions. Their own dependencies are resolved
-# by npm at build time within the ranges the packages declare.
-PACKAGES="@modelcontextprotocol/server-filesystem@2026.8.31 \
-@modelcontextprotocol/server-memory@2026.8.31 \
-@modelcontextprotocol/server-everything@2026.8.31 \
-@modelcontextprotocol/server-sequential-thinking@2026.8.31"
 
 # Claude Code, exactly this version: the newest whose package declares
 # support for the template's Node.js 18 (Debian's nodejs); from 2.1.198 on
@@ -52,7 +45,9 @@ install -d -o root -g root -m 0755 "$ROOTFS/etc/mcp-gateway"
 # an interrupted build), with its cache bind-mounted from $CACHE/npm. HTTPS
 # is checked against the host's CA bundle, so a build works behind whatever
 # TLS proxy the host trusts; the bundle is not left in the template.
-step "installing the MCP servers with npm"
+# (base's /root/.npm, the seeded cache npx reads offline, is only hidden
+# by the bind mount while npm runs, and kept.)
+step "installing Claude Code with npm"
 mkdir -p "$CACHE/npm"
 mkdir -p "$ROOTFS/root/.npm"
 rm -f "$ROOTFS/etc/resolv.conf"
@@ -63,7 +58,7 @@ if [ -f "$hostca" ]; then
 	cp "$hostca" "$ROOTFS/tmp/.build-ca.crt"
 	cafile=/tmp/.build-ca.crt
 fi
-PACKAGES=$PACKAGES CLAUDE_PACKAGES=$CLAUDE_PACKAGES cafile=$cafile unshare --mount --propagation private sh -eu -c '
+CLAUDE_PACKAGES=$CLAUDE_PACKAGES cafile=$cafile unshare --mount --propagation private sh -eu -c '
   mount -t proc proc "$ROOTFS/proc"
   mount --rbind /dev "$ROOTFS/dev"
   mount --bind "$CACHE/npm" "$ROOTFS/root/.npm"
@@ -77,17 +72,15 @@ PACKAGES=$PACKAGES CLAUDE_PACKAGES=$CLAUDE_PACKAGES cafile=$cafile unshare --mou
       npm install --global --ignore-scripts --no-fund --no-audit --no-update-notifier \
         --loglevel=error "$@"
   }
-  npm $PACKAGES
-  echo "==> installing Claude Code with npm"
   npm $CLAUDE_PACKAGES
   rm -rf "$ROOTFS/usr/local/lib/node_modules/@anthropic-ai/claude-code/node_modules"
   # Its own postinstall, the only one run: place the native binary.
   chroot "$ROOTFS" /usr/bin/env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/root \
     sh -c "cd /usr/local/lib/node_modules/@anthropic-ai/claude-code && node install.cjs"
 '
-rm -rf "$ROOTFS/tmp/.build-ca.crt" "$ROOTFS/root/.npm"
+rm -rf "$ROOTFS/tmp/.build-ca.crt" "$ROOTFS/root/.npm/_logs"
 
-# Each server must start in the finished root without a network: answer an
+# Each server (base's) must start in the finished root without a network: answer an
 # MCP initialize over stdio with a JSON-RPC result.
 step "checking that the servers start offline"
 unshare --mount --net --propagation private sh -eu -c '
