@@ -20,11 +20,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/hutch-sandbox/hutch/internal/syncbuf"
 	"github.com/hutch-sandbox/hutch/internal/testenv"
 	"github.com/hutch-sandbox/hutch/internal/tlscert"
 	"github.com/hutch-sandbox/hutch/test/internal/hutchtest"
@@ -39,25 +39,6 @@ func TestMain(m *testing.M) {
 }
 
 const domain = hutchtest.DomainTestDomain
-
-// syncBuffer is a bytes.Buffer safe for the server's writes and the
-// test's reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
 
 // get fetches url with c and returns the status, protocol major version
 // and body.
@@ -105,7 +86,7 @@ func createSandbox(t *testing.T, s *hutchtest.Server) string {
 func TestSelfSignedDomain(t *testing.T) {
 	testenv.RequireRoot(t, "network namespaces, sandboxes")
 	s := hutchtest.NewDomainServer(t, hutchBin.Path(t), domain, "--warm", "0")
-	out := &syncBuffer{}
+	out := &syncbuf.Buffer{}
 	log := hutchtest.LogWriter(t, "serve: ")
 	t.Cleanup(func() { log.Close() })
 	s.Log = io.MultiWriter(out, log)
