@@ -87,6 +87,9 @@ func TestRunscDied(t *testing.T) {
 		t.Fatal(err)
 	}
 	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	if pid <= 0 {
+		t.Fatalf("init.pid holds %q once Create returned", b)
+	}
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatalf("kill runsc's sandbox process %d: %v", pid, err)
 	}

@@ -450,7 +450,10 @@ func shimMain() int {
 			return
 		}
 		for {
-			if _, err := os.Stat(pidFile); err == nil {
+			// Written, not only made: runsc creates the file before it
+			// writes the pid, and a reader in between would find nothing
+			// (a test killed pid 0 from an empty one, and hung).
+			if b, err := os.ReadFile(pidFile); err == nil && len(strings.TrimSpace(string(b))) > 0 {
 				return
 			}
 			select {
