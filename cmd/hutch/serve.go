@@ -27,6 +27,7 @@ func newServeCmd(g *globals) *cobra.Command {
 		listen, domain string
 		disk           string
 		runtimeName    string
+		runtimes       []string
 		warm           int
 		warmTemplates  map[string]int
 		readyTimeout   time.Duration
@@ -110,7 +111,7 @@ Stopping the server leaves sandboxes running; a restart adopts them.`,
 				TuneHost: true, Logger: logger, SandboxBinary: sandboxBinary(logger), CABundle: extraCAs,
 				ReadyTimeout: readyTimeout, RegistryAllow: registryAllow,
 				SnapshotTTL: snapshotTTL, PausedRetention: pausedKeep, VolumeSize: volumeBytes, MaxVolumesPerKey: maxVolumes,
-				Runtime: runtimeName,
+				Runtime: runtimeName, Runtimes: runtimes,
 			}
 			if withNet {
 				cfg.Network = &serve.NetworkConfig{CIDR: netCIDR, DNSUpstream: dnsUpstream, MaxConns: maxConns}
@@ -153,6 +154,7 @@ Stopping the server leaves sandboxes running; a restart adopts them.`,
 	cmd.Flags().StringVar(&domain, "domain", "", `the domain clients reach the server by (E2B_DOMAIN): api.<domain> serves the API, "<port>-<id>.<domain>" a sandbox's port, on the same listener; the names must resolve to this server (docs/tls.md)`)
 	tlsf.register(cmd.Flags())
 	cmd.Flags().StringVar(&runtimeName, "runtime", g.envOr("HUTCH_RUNTIME", "native"), "the runtime backend sandboxes run on unless their template names one: native (namespaces, cgroups, seccomp) or gvisor (gVisor's user-space kernel: a stronger boundary, memory checkpoints for pause, snapshots and fork; needs runsc); see docs/runtime.md (env HUTCH_RUNTIME)")
+	cmd.Flags().StringSliceVar(&runtimes, "runtimes", nil, "the runtime backends sandboxes may run on (the --runtime among them); a create request or a template asking for another is refused (default: every one this host has)")
 	cmd.Flags().StringVar(&disk, "disk", "4G", "each sandbox's disk: its writable layer lives on a file system of this size with one inode per 16 KiB, so a sandbox cannot fill the host's disk or inodes (a template's diskSizeMB overrides it; 0: no limit, not for untrusted code)")
 	cmd.Flags().IntVar(&warm, "warm", 4, "sandboxes of the base template kept started ahead of demand (0: start each on demand)")
 	cmd.Flags().StringToIntVar(&warmTemplates, "warm-template", nil, "warm pools of other templates, NAME=N (repeatable; base=N overrides --warm)")

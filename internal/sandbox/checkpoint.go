@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -54,13 +55,19 @@ func (m *Manager) backendFor(tpl *template.Template, asked string) (string, erro
 			return "", err
 		}
 	}
+	backend := asked
 	switch {
 	case tpl.Runtime != "" && asked != "" && asked != tpl.Runtime:
 		return "", fmt.Errorf("template %s runs on the %s runtime, not %s: %w", tpl.Name, tpl.Runtime, asked, errdefs.ErrInvalidArgument)
 	case tpl.Runtime != "":
-		return tpl.Runtime, nil
+		backend = tpl.Runtime
 	}
-	return asked, nil
+	if m.runtimes != nil {
+		if name := m.backendName(backend); !slices.Contains(m.runtimes, name) {
+			return "", fmt.Errorf("runtime %s is not allowed on this server (it allows %s): %w", name, strings.Join(m.runtimes, ", "), errdefs.ErrInvalidArgument)
+		}
+	}
+	return backend, nil
 }
 
 // checkpointerOf returns the Checkpointer for sandboxes of backend, when

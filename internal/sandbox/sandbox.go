@@ -80,7 +80,12 @@ type Options struct {
 	// Volumes finds the volumes create requests name; nil refuses every
 	// request that names one (errdefs.ErrNotImplemented).
 	Volumes *volume.Manager
-	Logger  *slog.Logger
+	// Runtimes are the runtime backends sandboxes may run on, by name
+	// (the default one among them); nil allows every backend Runtime has.
+	// A request, or a template, for another is refused: an operator who
+	// made gvisor the default can keep every sandbox on it.
+	Runtimes []string
+	Logger   *slog.Logger
 }
 
 // Manager runs the sandboxes of one control plane. It is safe for
@@ -93,6 +98,7 @@ type Manager struct {
 	// checkpoints holds the checkpoints of sandboxes paused with their
 	// memory, and of snapshots with it (checkpoint.go).
 	checkpoints string
+	runtimes    []string // see Options.Runtimes
 	resources   runtime.Resources
 	caBundle    string // PEM; "" for none
 	volumes     *volume.Manager
@@ -171,7 +177,7 @@ func New(opts Options) (*Manager, error) {
 		return nil, fmt.Errorf("checkpoints dir: %w", err)
 	}
 	m := &Manager{
-		rt: opts.Runtime, store: opts.Store, templates: opts.Templates, sockets: sockets, checkpoints: checkpoints,
+		rt: opts.Runtime, store: opts.Store, templates: opts.Templates, sockets: sockets, checkpoints: checkpoints, runtimes: opts.Runtimes,
 		resources: opts.Resources, logger: logger, timers: map[string]*time.Timer{}, ops: map[string]*opLock{}, dropping: map[string]chan struct{}{}, live: map[string]*live{}, warm: opts.Warm, net: opts.Network,
 		run: newSlots(opts.MaxPerKey, opts.MaxSandboxes, false), frozen: newSlots(opts.MaxPerKey, opts.MaxSandboxes, true),
 		readyTimeout: opts.ReadyTimeout, volumes: opts.Volumes, snapshotTTL: opts.SnapshotTTL, pausedTTL: opts.PausedRetention,

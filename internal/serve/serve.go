@@ -15,6 +15,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/builder"
@@ -62,6 +64,9 @@ type Config struct {
 	// template or request names another ("native", "gvisor"; "" is
 	// native). See package backends.
 	Runtime string
+	// Runtimes are the backends sandboxes may run on (Runtime among
+	// them); nil allows every backend this host has.
+	Runtimes []string
 	// CABundle are CA certificates every sandbox trusts beside its
 	// template's (see sandbox.Options.CABundle); nil for none.
 	CABundle *cabundle.Bundle
@@ -141,6 +146,14 @@ func Open(ctx context.Context, cfg Config) (_ *Server, retErr error) {
 		return nil, err
 	}
 	// Better no server than one whose every create fails.
+	if cfg.Runtimes != nil && !slices.Contains(cfg.Runtimes, rt.Default()) {
+		return nil, fmt.Errorf("the default runtime %s is not among the allowed ones (%s)", rt.Default(), strings.Join(cfg.Runtimes, ", "))
+	}
+	for _, name := range cfg.Runtimes {
+		if _, err := rt.Backend(name); err != nil {
+			return nil, err
+		}
+	}
 	if err := nrt.Reachable(); err != nil {
 		return nil, err
 	}
@@ -159,7 +172,7 @@ func Open(ctx context.Context, cfg Config) (_ *Server, retErr error) {
 	}
 	vols.Sweep()
 	s.Manager, err = sandbox.New(sandbox.Options{
-		Runtime: rt, Store: s.Store, Templates: templates, DataDir: cfg.DataDir, Logger: logger,
+		Runtime: rt, Runtimes: cfg.Runtimes, Store: s.Store, Templates: templates, DataDir: cfg.DataDir, Logger: logger,
 		Resources: cfg.Resources, Warm: cfg.Warm, Network: s.nets.manager(),
 		MaxSandboxes: cfg.MaxSandboxes, MaxPerKey: cfg.MaxPerKey, CABundle: cfg.CABundle, ReadyTimeout: cfg.ReadyTimeout,
 		SnapshotTTL: cfg.SnapshotTTL, PausedRetention: cfg.PausedRetention,

@@ -57,3 +57,21 @@ func TestRuntimeChoice(t *testing.T) {
 		t.Errorf("create on an unknown runtime: %v, want a 400 naming gvisor, native", err)
 	}
 }
+
+// TestRuntimesAllowed: `--runtimes` keeps every sandbox on the backends
+// the operator allows: a request for another is refused with the E2B
+// API's 400 naming them, and a default outside them stops the server.
+func TestRuntimesAllowed(t *testing.T) {
+	hutchtest.RequireRunsc(t)
+	e := startServer(t, "--runtime", "gvisor", "--runtimes", "gvisor")
+	ctx := t.Context()
+	sbx := e.sandbox(t, sdk.CreateOptions{})
+	if info, err := sbx.GetInfo(ctx); err != nil || info.Metadata[sdk.RuntimeMetadata] != "gvisor" {
+		t.Errorf("default sandbox: %+v, %v; want it on gvisor", info, err)
+	}
+	_, err := e.client.Create(ctx, sdk.CreateOptions{Runtime: "native"})
+	var se *sdk.Error
+	if !errors.As(err, &se) || se.StatusCode != http.StatusBadRequest || !strings.Contains(err.Error(), "not allowed") {
+		t.Errorf("create on native with --runtimes gvisor: %v, want a 400 saying it is not allowed", err)
+	}
+}
