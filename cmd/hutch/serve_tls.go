@@ -55,7 +55,7 @@ func (f *tlsFlags) config(ctx context.Context, dataDir, domain string, out io.Wr
 		return &tls.Config{GetCertificate: files.GetCertificate}, nil
 	case f.selfSigned:
 		now := time.Now()
-		ca, err := tlscert.OpenLocal(filepath.Join(dataDir, "tls"), now)
+		ca, err := tlscert.OpenLocal(filepath.Join(dataDir, "tls"), domain, now)
 		if err != nil {
 			return nil, fmt.Errorf("--tls-self-signed: %w", err)
 		}

@@ -183,8 +183,11 @@ func (l *Listener) releaseLocked(c *conn) {
 // clientOf returns the key a remote address is counted under: its IPv4
 // address, or its IPv6 /64. Addresses that are not IP (a unix socket's)
 // all count as one client.
-func clientOf(a net.Addr) netip.Addr {
-	ap, err := netip.ParseAddrPort(a.String())
+func clientOf(a net.Addr) netip.Addr { return clientOfAddr(a.String()) }
+
+// clientOfAddr is clientOf for an address written host:port.
+func clientOfAddr(a string) netip.Addr {
+	ap, err := netip.ParseAddrPort(a)
 	if err != nil {
 		return netip.Addr{}
 	}

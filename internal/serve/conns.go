@@ -61,6 +61,9 @@ func Serve(srv *http.Server, ln net.Listener) error {
 type ConnOptions struct {
 	// IdleTimeout closes a keep-alive connection idle this long; 0: never.
 	IdleTimeout time.Duration
+	// StallTimeout ends a request one write of whose answer the client
+	// has not taken for this long; 0: DefaultStallTimeout.
+	StallTimeout time.Duration
 	// PerClient caps one address's connections (IPv6 by /64); 0: no cap.
 	PerClient int
 	// Total caps all connections; 0: a quarter of RLIMIT_NOFILE.
@@ -71,8 +74,12 @@ type ConnOptions struct {
 // serve it with h. With tc, the server is to serve TLS (Serve), HTTP/2
 // included for clients that offer it.
 func Listen(ln net.Listener, h http.Handler, f ConnOptions, tc *tls.Config, logger *slog.Logger) (net.Listener, *http.Server, error) {
-	if f.PerClient < 0 || f.Total < 0 || f.IdleTimeout < 0 {
-		return nil, nil, fmt.Errorf("--max-conns-per-client, --max-conns-total and --idle-timeout cannot be negative")
+	if f.PerClient < 0 || f.Total < 0 || f.IdleTimeout < 0 || f.StallTimeout < 0 {
+		return nil, nil, fmt.Errorf("--max-conns-per-client, --max-conns-total, --idle-timeout and --stall-timeout cannot be negative")
+	}
+	stall := f.StallTimeout
+	if stall == 0 {
+		stall = DefaultStallTimeout
 	}
 	limit, err := openFileLimit()
 	if err != nil {
@@ -94,8 +101,14 @@ func Listen(ln net.Listener, h http.Handler, f ConnOptions, tc *tls.Config, logg
 	}
 	capped := connlimit.New(ln, opts)
 	logger.Info("client connections", "per client", f.PerClient, "total", total, "idle timeout", f.IdleTimeout)
+	// Requests are capped as connections are (HTTP/2 carries many on
+	// one), and none may wait on a client that stopped reading.
+	requests := connlimit.NewRequests(f.PerClient, total)
+	over := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		e2bapi.WriteError(w, http.StatusServiceUnavailable, "too many requests in flight: hutch serve --max-conns-per-client and --max-conns-total cap requests as they cap connections", "")
+	})
 	srv := &http.Server{
-		Handler:           h,
+		Handler:           progressDeadlines(requests.Wrap(h, over), stall),
 		ReadHeaderTimeout: readHeaderTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
 		// Zero would fall back to ReadTimeout (none): no idle timeout.

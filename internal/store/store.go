@@ -112,6 +112,14 @@ func openWith(ctx context.Context, path string, migs []string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", abs, err)
 	}
+	// A few connections, kept: SQLite serves one writer at a time anyway,
+	// and a connection's descriptors (the database, its -wal and -shm)
+	// are not given back while any other connection holds a lock on the
+	// file, which in WAL mode an open one always does. Unbounded, a burst
+	// of requests (one lookup each) left thousands of descriptors open
+	// until the server restarted (review 23).
+	db.SetMaxOpenConns(maxConns)
+	db.SetMaxIdleConns(maxConns)
 	s := &Store{db: db}
 	if err := s.migrateRetrying(ctx, migs); err != nil {
 		db.Close()
@@ -119,6 +127,9 @@ func openWith(ctx context.Context, path string, migs []string) (*Store, error) {
 	}
 	return s, nil
 }
+
+// maxConns is the most connections to the database open at once.
+const maxConns = 8
 
 // Close closes the database. Calls made after Close fail; Close itself is
 // safe to call more than once.

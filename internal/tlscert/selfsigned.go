@@ -16,6 +16,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -44,9 +45,14 @@ type Local struct {
 }
 
 // OpenLocal loads the CA kept in dir, making it (and dir) the first
-// time. A CA whose files are damaged, or whose key is readable by others,
-// is an error rather than replaced: clients trust it by now.
-func OpenLocal(dir string, now time.Time) (*Local, error) {
+// time, for domain (may be empty): the CA may only sign for domain and the
+// names under it, localhost and the loopback addresses (X.509 name
+// constraints), so that its key, were it ever taken, could not make
+// certificates for anything else to a host that trusts it. A CA whose
+// files are damaged, whose key is readable by others, or whose
+// constraints leave domain out is an error rather than replaced: clients
+// trust it by now.
+func OpenLocal(dir, domain string, now time.Time) (*Local, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -55,7 +61,7 @@ func OpenLocal(dir string, now time.Time) (*Local, error) {
 	_, keyErr := os.Stat(keyPath)
 	switch {
 	case errors.Is(certErr, fs.ErrNotExist) && errors.Is(keyErr, fs.ErrNotExist):
-		if err := makeCA(certPath, keyPath, now); err != nil {
+		if err := makeCA(certPath, keyPath, domain, now); err != nil {
 			return nil, fmt.Errorf("make the local CA in %s: %w", dir, err)
 		}
 	case certErr != nil:
@@ -63,10 +69,29 @@ func OpenLocal(dir string, now time.Time) (*Local, error) {
 	case keyErr != nil:
 		return nil, fmt.Errorf("local CA: %w", keyErr)
 	}
-	return loadCA(certPath, keyPath, now)
+	ca, err := loadCA(certPath, keyPath, now)
+	if err != nil {
+		return nil, err
+	}
+	if domain != "" && len(ca.cert.PermittedDNSDomains) > 0 && !permits(ca.cert.PermittedDNSDomains, domain) {
+		return nil, fmt.Errorf("local CA %s may sign only for %s, not %s (it was made for another --domain): remove %s and %s to make a new one, then have clients trust it again",
+			certPath, strings.Join(ca.cert.PermittedDNSDomains, ", "), domain, certPath, keyPath)
+	}
+	return ca, nil
 }
 
-func makeCA(certPath, keyPath string, now time.Time) error {
+// permits reports whether a name constraint list lets a CA sign for
+// domain and the names under it.
+func permits(permitted []string, domain string) bool {
+	for _, p := range permitted {
+		if domain == p || strings.HasSuffix(domain, "."+p) {
+			return true
+		}
+	}
+	return false
+}
+
+func makeCA(certPath, keyPath, domain string, now time.Time) error {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return err
@@ -81,6 +106,13 @@ func makeCA(certPath, keyPath string, now time.Time) error {
 		BasicConstraintsValid: true,
 		IsCA:                  true,
 		MaxPathLenZero:        true,
+		// A constraint on a name covers the names under it too.
+		PermittedDNSDomainsCritical: true,
+		PermittedDNSDomains:         append(nonEmpty(domain), "localhost"),
+		PermittedIPRanges: []*net.IPNet{
+			{IP: net.IPv4(127, 0, 0, 0).To4(), Mask: net.CIDRMask(8, 32)},
+			{IP: net.IPv6loopback, Mask: net.CIDRMask(128, 128)},
+		},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
 	if err != nil {
@@ -168,6 +200,13 @@ func ServeNames(domain string) ([]string, []net.IP) {
 	}
 	names = append(names, "localhost")
 	return names, []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
+}
+
+func nonEmpty(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return []string{s}
 }
 
 // serial is a random 128-bit serial number, as RFC 5280 wants them unique.

@@ -15,7 +15,7 @@ import (
 func TestLocalCAIsMadeOnceAndKept(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "tls")
 	now := time.Now()
-	ca, err := OpenLocal(dir, now)
+	ca, err := OpenLocal(dir, "", now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +27,7 @@ func TestLocalCAIsMadeOnceAndKept(t *testing.T) {
 		t.Errorf("CA key mode %v, want 0600", st.Mode().Perm())
 	}
 	first, _ := os.ReadFile(ca.CertFile)
-	again, err := OpenLocal(dir, now)
+	again, err := OpenLocal(dir, "", now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,11 +50,11 @@ func TestLocalCARefusesWhatClientsCannotTrust(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			if _, err := OpenLocal(dir, time.Now()); err != nil {
+			if _, err := OpenLocal(dir, "", time.Now()); err != nil {
 				t.Fatal(err)
 			}
 			tc.damage(dir)
-			_, err := OpenLocal(dir, time.Now())
+			_, err := OpenLocal(dir, "", time.Now())
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Fatalf("OpenLocal after %s: %v, want an error saying %q", tc.name, err, tc.wantErr)
 			}
@@ -64,7 +64,7 @@ func TestLocalCARefusesWhatClientsCannotTrust(t *testing.T) {
 
 func TestIssuedCertificateCoversTheDomain(t *testing.T) {
 	now := time.Now()
-	ca, err := OpenLocal(t.TempDir(), now)
+	ca, err := OpenLocal(t.TempDir(), "hutch.example", now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func TestIssuedCertificateCoversTheDomain(t *testing.T) {
 // and its key into dir, returning the paths.
 func pair(t *testing.T, dir, prefix string, names []string, notBefore time.Time) (string, string) {
 	t.Helper()
-	ca, err := OpenLocal(filepath.Join(dir, prefix+"-ca"), notBefore)
+	ca, err := OpenLocal(filepath.Join(dir, prefix+"-ca"), "", notBefore)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,5 +179,35 @@ func TestLoadFilesReloadsWhenTheFilesChange(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("still serving %v after the files changed", f.Leaf().DNSNames)
 		}
+	}
+}
+
+func TestLocalCASignsOnlyForItsNames(t *testing.T) {
+	dir := t.TempDir()
+	now := time.Now()
+	ca, err := OpenLocal(dir, "hutch.example", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.cert)
+	// Its key, were it taken, makes nothing a client accepts for other
+	// names.
+	for _, name := range []string{"www.example.com", "hutch.example.evil.test"} {
+		c, err := ca.Issue([]string{name}, nil, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Leaf.Verify(x509.VerifyOptions{DNSName: name, Roots: pool, CurrentTime: now}); err == nil {
+			t.Errorf("a certificate for %s from the local CA verifies", name)
+		}
+	}
+	// A later start for another domain is refused, saying what to do.
+	if _, err := OpenLocal(dir, "other.example", now); err == nil || !strings.Contains(err.Error(), "may sign only for hutch.example, localhost, not other.example") {
+		t.Errorf("OpenLocal for another domain: %v", err)
+	}
+	// A name under its domain is fine.
+	if _, err := OpenLocal(dir, "eu.hutch.example", now); err != nil {
+		t.Errorf("OpenLocal for a name under the CA's domain: %v", err)
 	}
 }

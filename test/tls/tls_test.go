@@ -14,6 +14,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"io"
+	"mime/multipart"
 	"net"
 	"net/http"
 	"os"
@@ -227,7 +228,7 @@ type testCA struct {
 }
 
 func newTestCA(t *testing.T, dir string, now time.Time) *testCA {
-	ca, err := tlscert.OpenLocal(dir, now)
+	ca, err := tlscert.OpenLocal(dir, "", now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -344,7 +345,7 @@ func TestRefusedAtStart(t *testing.T) {
 	other, otherKey := filepath.Join(dir, "other.pem"), filepath.Join(dir, "other-key.pem")
 	ca.writeCert(other, otherKey, now, "other.example", "*.other.example")
 	badCA := filepath.Join(dir, "badca")
-	if _, err := tlscert.OpenLocal(filepath.Join(badCA, "tls"), now); err != nil {
+	if _, err := tlscert.OpenLocal(filepath.Join(badCA, "tls"), domain, now); err != nil {
 		t.Fatal(err)
 	}
 	os.Chmod(filepath.Join(badCA, "tls", tlscert.CAKeyFile), 0o644)
@@ -383,5 +384,166 @@ func TestRefusedAtStart(t *testing.T) {
 				t.Errorf("hutch serve %s: %v; want it to stop saying %q; it said:\n%s", strings.Join(tc.args, " "), err, tc.wantErr, out)
 			}
 		})
+	}
+}
+
+// createSecure creates a base sandbox with envd's access token through
+// the API at s and returns its id and token.
+func createSecure(t *testing.T, s *hutchtest.Server) (id, token string) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", s.URL()+"/sandboxes", strings.NewReader(`{"templateID":"base","timeout":300,"secure":true}`))
+	req.Header.Set("X-API-KEY", hutchtest.TestKey)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := s.Client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var got struct {
+		SandboxID string `json:"sandboxID"`
+		Token     string `json:"envdAccessToken"`
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusCreated || json.Unmarshal(body, &got) != nil || got.Token == "" {
+		t.Fatalf("create: %d %s", resp.StatusCode, body)
+	}
+	return got.SandboxID, got.Token
+}
+
+// waitFor polls cond for up to a minute, failing the test with what it
+// waited for if it never holds.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited a minute for %s", what)
+		}
+	}
+}
+
+// openFiles counts the server process's open descriptors whose target
+// contains name (all of them for "").
+func openFiles(t *testing.T, pid int, name string) int {
+	t.Helper()
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range ents {
+		if target, err := os.Readlink(filepath.Join(dir, e.Name())); err == nil && strings.Contains(target, name) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestClientsThatHoldRequests: HTTP/2 carries many requests on one
+// connection, so what the connection caps bound per connection must hold
+// per request too (review 23): a client's requests in flight are capped as
+// its connections are; an answer the client stops reading ends after
+// --stall-timeout instead of holding a descriptor into a sandbox for good;
+// and a flood of requests for sandboxes that do not exist leaves no
+// descriptors behind.
+func TestClientsThatHoldRequests(t *testing.T) {
+	testenv.RequireRoot(t, "network namespaces, sandboxes")
+	const perClient = 8
+	s := hutchtest.StartDomainServe(t, hutchBin.Path(t), domain, "--warm", "0",
+		"--max-conns-per-client", fmt.Sprint(perClient), "--stall-timeout", "3s")
+	id, token := createSecure(t, s)
+	envd := fmt.Sprintf("https://49983-%s.%s", id, domain)
+
+	// A file larger than a stream's flow-control window (Go's client
+	// grants 4 MiB), for answers that stall when nobody reads them.
+	var form bytes.Buffer
+	mw := multipart.NewWriter(&form)
+	fw, _ := mw.CreateFormFile("file", "big")
+	fw.Write(bytes.Repeat([]byte("x"), 16<<20))
+	mw.Close()
+	req, _ := http.NewRequest("POST", envd+"/files?path=/tmp/big", &form)
+	req.Header.Set("Content-Type", mw.FormDataContentType())
+	req.Header.Set("X-Access-Token", token)
+	resp, err := s.Client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("upload: %d", resp.StatusCode)
+	}
+
+	// perClient downloads whose answers never get out: the client grants
+	// no flow-control window.
+	caPEM, err := os.ReadFile(s.CAFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := dialRawH2(t.Context(), s, pool(t, caPEM), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	fdsBefore := openFiles(t, s.Pid(), "")
+	for range perClient {
+		if err := h.get(fmt.Sprintf("49983-%s.%s", id, domain), "/files?path=/tmp/big", "x-access-token", token); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the downloads' answers to begin", func() bool { return h.headers.Load() == perClient })
+	// One more request of the client's is over the cap, on any
+	// connection: the E2B error shape, 503.
+	code, _, body := get(t, s.Client, s.URL()+"/health")
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "too many requests in flight") {
+		t.Errorf("a request past %d in flight: %d %s; want 503, too many requests in flight", perClient, code, body)
+	}
+	// The stalled answers end after the stall timeout: their streams are
+	// reset, the connection carries on, what they held is given back and
+	// the client's requests are served again.
+	waitFor(t, "the stalled streams to be reset", func() bool { return h.resets.Load() == perClient })
+	waitFor(t, "the client's requests to be served again", func() bool {
+		code, _, _ := get(t, s.Client, s.URL()+"/health")
+		return code == http.StatusOK
+	})
+	waitFor(t, "the stalled streams' descriptors to be closed", func() bool {
+		return openFiles(t, s.Pid(), "") <= fdsBefore+2
+	})
+
+}
+
+// TestUnknownSandboxFlood: requests for sandboxes that do not exist (no key
+// needed), hundreds at once over HTTP/2, each looking the id up in the
+// database, leave no descriptors behind (review 23: thousands stayed open
+// until a restart).
+func TestUnknownSandboxFlood(t *testing.T) {
+	testenv.RequireRoot(t, "network namespaces")
+	s := hutchtest.StartDomainServe(t, hutchBin.Path(t), domain, "--warm", "0")
+	caPEM, err := os.ReadFile(s.CAFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := pool(t, caPEM)
+	// Every stream of every connection sent at once, as an attacker
+	// would: what makes the lookups run at the same time.
+	const conns, streams = 40, 64
+	var hs []*rawH2
+	for c := range conns {
+		h, err := dialRawH2(t.Context(), s, roots, 1<<16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Close()
+		hs = append(hs, h)
+		for i := range streams {
+			if err := h.get(fmt.Sprintf("49983-nosuch%d-%d.%s", c, i, domain), "/health"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, h := range hs {
+		waitFor(t, "every stream to be answered", func() bool { return h.headers.Load() == streams })
+	}
+	if n := openFiles(t, s.Pid(), "hutch.db"); n > 40 {
+		t.Errorf("%d descriptors open on the database after a flood of lookups, want a few per connection of a small pool", n)
 	}
 }
