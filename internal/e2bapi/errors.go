@@ -75,6 +75,12 @@ func WriteSandboxNotFound502(w http.ResponseWriter, sandboxID string) {
 // domain but is not "<port>-<sandboxID>.<domain>": the edge proxy's 502,
 // as for a sandbox that does not exist, saying what the name should be.
 func WriteBadSandboxHost502(w http.ResponseWriter, host, domain string) {
+	// Quoted up to the longest DNS name: a client's 48 KiB Host made an
+	// answer as long, which a client that never reads kept the server
+	// holding (review 24).
+	if len(host) > 253 {
+		host = host[:253] + "…"
+	}
 	writeJSON(w, http.StatusBadGateway, sandboxNotFound502{
 		Message: fmt.Sprintf("The sandbox was not found: host %q is not <port>-<sandboxID>.%s", host, domain), Code: http.StatusBadGateway,
 	})

@@ -118,11 +118,19 @@ func Listen(ln net.Listener, h http.Handler, f ConnOptions, tc *tls.Config, logg
 		// TLS handshakes that fail (clients that do not trust the
 		// certificate, scanners) are the clients' to see, not warnings.
 		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelDebug),
-		// The caps count connections, and an HTTP/2 connection carries
-		// many requests, each routed to a sandbox holding a descriptor of
-		// its own: fewer at once than Go's 250. (Clients open another
-		// connection past it.)
-		HTTP2: &http.HTTP2Config{MaxConcurrentStreams: maxStreamsPerConn},
+		// An HTTP/2 connection carries many requests, each routed to a
+		// sandbox holding a descriptor of its own: fewer at once than
+		// Go's 250. (Clients open another connection past it.)
+		HTTP2: &http.HTTP2Config{
+			MaxConcurrentStreams: maxStreamsPerConn,
+			// A stream's write deadline (the stall timeout) only queues
+			// its reset, and one writer serves the whole connection: a
+			// client that stops reading its socket stalled that writer
+			// in the kernel, the resets never went out and every stream
+			// stayed, however long (review 24). A connection that takes
+			// no byte for the stall timeout is closed.
+			WriteByteTimeout: stall,
+		},
 	}
 	if f.IdleTimeout == 0 {
 		srv.IdleTimeout = -1

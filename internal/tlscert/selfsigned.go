@@ -113,6 +113,13 @@ func makeCA(certPath, keyPath, domain string, now time.Time) error {
 			{IP: net.IPv4(127, 0, 0, 0).To4(), Mask: net.CIDRMask(8, 32)},
 			{IP: net.IPv6loopback, Mask: net.CIDRMask(128, 128)},
 		},
+		// Nor any other kind of identity (review 24): e-mail and URI
+		// names only under the reserved .invalid, and certificates for
+		// TLS servers only (verifiers apply a CA's key usages to what it
+		// signs).
+		PermittedEmailAddresses: []string{"invalid"},
+		PermittedURIDomains:     []string{"invalid"},
+		ExtKeyUsage:             []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
 	if err != nil {

@@ -2,9 +2,13 @@ package tlscert
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/x509"
 	"encoding/pem"
 	"log/slog"
+	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
@@ -200,6 +204,30 @@ func TestLocalCASignsOnlyForItsNames(t *testing.T) {
 		}
 		if _, err := c.Leaf.Verify(x509.VerifyOptions{DNSName: name, Roots: pool, CurrentTime: now}); err == nil {
 			t.Errorf("a certificate for %s from the local CA verifies", name)
+		}
+	}
+	// Nor other kinds of identity: a client's, an e-mail address's.
+	for _, tc := range []struct {
+		name  string
+		tmpl  func(*x509.Certificate)
+		usage x509.ExtKeyUsage
+	}{
+		{"client auth", func(c *x509.Certificate) { c.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth} }, x509.ExtKeyUsageClientAuth},
+		{"e-mail", func(c *x509.Certificate) {
+			c.EmailAddresses = []string{"ceo@bank.example"}
+			c.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageEmailProtection}
+		}, x509.ExtKeyUsageEmailProtection},
+	} {
+		key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(7), NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour)}
+		tc.tmpl(tmpl)
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, key.Public(), ca.key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leaf, _ := x509.ParseCertificate(der)
+		if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{tc.usage}}); err == nil {
+			t.Errorf("a %s certificate from the local CA verifies", tc.name)
 		}
 	}
 	// A later start for another domain is refused, saying what to do.

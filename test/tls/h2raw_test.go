@@ -31,8 +31,10 @@ type rawH2 struct {
 }
 
 // dialRawH2 opens an HTTP/2 connection to s announcing a stream window of
-// window bytes.
-func dialRawH2(ctx context.Context, s *hutchtest.Server, roots *x509.CertPool, window uint32) (*rawH2, error) {
+// window bytes, reading what the server sends when read, or else never
+// reading its socket at all (with windows wide open on both levels: the
+// server's writes fill the socket's buffers, then block).
+func dialRawH2(ctx context.Context, s *hutchtest.Server, roots *x509.CertPool, window uint32, read bool) (*rawH2, error) {
 	raw, err := s.NS.DialContext(ctx, "tcp", s.Addr)
 	if err != nil {
 		return nil, err
@@ -55,6 +57,10 @@ func dialRawH2(ctx context.Context, s *hutchtest.Server, roots *x509.CertPool, w
 	if err := h.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: window}); err != nil {
 		c.Close()
 		return nil, err
+	}
+	if !read {
+		h.fr.WriteWindowUpdate(0, 1<<30)
+		return h, nil
 	}
 	go h.readLoop()
 	return h, nil

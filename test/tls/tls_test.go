@@ -479,7 +479,7 @@ func TestClientsThatHoldRequests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := dialRawH2(t.Context(), s, pool(t, caPEM), 0)
+	h, err := dialRawH2(t.Context(), s, pool(t, caPEM), 0, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -509,6 +509,32 @@ func TestClientsThatHoldRequests(t *testing.T) {
 		return openFiles(t, s.Pid(), "") <= fdsBefore+2
 	})
 
+	// A client that stops reading its socket altogether: the streams'
+	// resets cannot go out, the connection's writer blocks in the kernel
+	// (review 24). The connection is closed once it takes no byte for
+	// the stall timeout, and what its requests held with it.
+	stuck, err := dialRawH2(t.Context(), s, pool(t, caPEM), 1<<30, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stuck.Close()
+	for range perClient {
+		if err := stuck.get(fmt.Sprintf("49983-%s.%s", id, domain), "/files?path=/tmp/big", "x-access-token", token); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the unread answers to fill the client's requests in flight", func() bool {
+		code, _, _ := get(t, s.Client, s.URL()+"/health")
+		return code == http.StatusServiceUnavailable
+	})
+	waitFor(t, "the client's requests to be served again after its socket stalled", func() bool {
+		code, _, _ := get(t, s.Client, s.URL()+"/health")
+		return code == http.StatusOK
+	})
+	waitFor(t, "the stalled connection's descriptors to be closed", func() bool {
+		return openFiles(t, s.Pid(), "") <= fdsBefore+2
+	})
+
 }
 
 // TestUnknownSandboxFlood: requests for sandboxes that do not exist (no key
@@ -528,7 +554,7 @@ func TestUnknownSandboxFlood(t *testing.T) {
 	const conns, streams = 40, 64
 	var hs []*rawH2
 	for c := range conns {
-		h, err := dialRawH2(t.Context(), s, roots, 1<<16)
+		h, err := dialRawH2(t.Context(), s, roots, 1<<16, true)
 		if err != nil {
 			t.Fatal(err)
 		}
