@@ -47,16 +47,10 @@ if [ -z "${HUTCH_BENCH_GVISOR_NETNS:-}" ]; then
 	build_harness gvisor
 	# The pinned version, from the module runsc was built from.
 	RUNSC_VERSION=$("$GO" version -m "$RUNSC" 2>/dev/null | awk '$1 == "mod" && $2 == "gvisor.dev/gvisor" { print $3 }')
-	echo "==> continuing in a network namespace of its own (unshare --net)"
-	HUTCH_BENCH_GVISOR_NETNS=1
-	export HUTCH_BENCH_GVISOR_NETNS HUTCH RUNSC_VERSION
-	exec unshare --net -- sh ./bench/gvisor.sh "$@"
+	export HUTCH RUNSC_VERSION
+	in_own_netns HUTCH_BENCH_GVISOR_NETNS ./bench/gvisor.sh "$@"
 fi
-if [ "$(readlink /proc/self/ns/net)" = "$(readlink /proc/1/ns/net)" ]; then
-	echo "bench: HUTCH_BENCH_GVISOR_NETNS is set but this is PID 1's network namespace; run bench/gvisor.sh without it" >&2
-	exit 1
-fi
-ip link set lo up
+own_netns_ready HUTCH_BENCH_GVISOR_NETNS bench/gvisor.sh
 
 ROOT=/var/tmp/hutch-bench-gvisor
 NATIVE_DATA=$ROOT/native

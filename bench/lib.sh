@@ -158,3 +158,27 @@ hutch_binaries() {
 	fi
 	export HUTCH HUTCH_BENCH_REV
 }
+
+# in_own_netns VAR SCRIPT ARGS...: re-executes SCRIPT (with sh) with ARGS
+# in a network namespace of its own (unshare --net), VAR=1 in its
+# environment telling it so (export what else it needs first). Does not
+# return.
+in_own_netns() {
+	netns_var=$1
+	netns_script=$2
+	shift 2
+	echo "==> continuing in a network namespace of its own (unshare --net)"
+	export "$netns_var=1"
+	exec unshare --net -- sh "$netns_script" "$@"
+}
+
+# own_netns_ready VAR SCRIPT: in the SCRIPT in_own_netns re-executed
+# (VAR set): refuses to go on in PID 1's network namespace (VAR set by
+# hand), then brings loopback up.
+own_netns_ready() {
+	if [ "$(readlink /proc/self/ns/net)" = "$(readlink /proc/1/ns/net)" ]; then
+		echo "bench: $1 is set but this is PID 1's network namespace; run $2 without it" >&2
+		exit 1
+	fi
+	ip link set lo up
+}

@@ -36,16 +36,10 @@ if [ -z "${HUTCH_BENCH_LIFECYCLE_NETNS:-}" ]; then
 		exit 1
 	fi
 	build_harness lifecycle
-	echo "==> continuing in a network namespace of its own (unshare --net)"
-	HUTCH_BENCH_LIFECYCLE_NETNS=1
-	export HUTCH_BENCH_LIFECYCLE_NETNS HUTCH
-	exec unshare --net -- sh ./bench/lifecycle.sh "$@"
+	export HUTCH
+	in_own_netns HUTCH_BENCH_LIFECYCLE_NETNS ./bench/lifecycle.sh "$@"
 fi
-if [ "$(readlink /proc/self/ns/net)" = "$(readlink /proc/1/ns/net)" ]; then
-	echo "bench: HUTCH_BENCH_LIFECYCLE_NETNS is set but this is PID 1's network namespace; run bench/lifecycle.sh without it" >&2
-	exit 1
-fi
-ip link set lo up
+own_netns_ready HUTCH_BENCH_LIFECYCLE_NETNS bench/lifecycle.sh
 
 ROOT=/var/tmp/hutch-bench-lifecycle
 COLD_DATA=$ROOT/serve

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -18,7 +17,6 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/syncbuf"
 
 	"connectrpc.com/connect"
-	"google.golang.org/protobuf/proto"
 
 	pb "github.com/hutch-sandbox/hutch/api/gen/process"
 	"github.com/hutch-sandbox/hutch/api/gen/process/processconnect"
@@ -350,46 +348,11 @@ func (b *bench) roundTripRows() []*rtRow {
 	}
 }
 
-// startOnce is one commands.run as the E2B SDK does it: a Start stream
-// (stdin false, Connect-Timeout-Ms 60000, Keepalive-Ping-Interval 50),
-// timed from opening the stream to the end event.
+// startOnce is one commands.run as the E2B SDK does it
+// (harness.StartProcess).
 func (b *bench) startOnce(cfg *pb.ProcessConfig) func() (time.Duration, time.Duration, error) {
 	return func() (time.Duration, time.Duration, error) {
-		ctx, cancel := context.WithTimeout(b.ctx, 60*time.Second)
-		defer cancel()
-		req := connect.NewRequest(&pb.StartRequest{Process: cfg, Stdin: proto.Bool(false)})
-		req.Header().Set("Keepalive-Ping-Interval", "50")
-		t0 := time.Now()
-		stream, err := b.proc.Start(ctx, req)
-		if err != nil {
-			return 0, 0, err
-		}
-		defer stream.Close()
-		var first, d time.Duration
-		var end *pb.ProcessEvent_EndEvent
-		for stream.Receive() {
-			switch ev := stream.Msg().GetEvent().GetEvent().(type) {
-			case *pb.ProcessEvent_Start:
-				first = time.Since(t0)
-			case *pb.ProcessEvent_End:
-				d = time.Since(t0)
-				end = ev.End
-			}
-		}
-		// Read to the end of the stream (outside the timing), so that the
-		// connection is reused as the SDK's would be.
-		if err := stream.Err(); err != nil {
-			return 0, 0, err
-		}
-		switch {
-		case first == 0:
-			return 0, 0, errors.New("no start event")
-		case end == nil:
-			return 0, 0, errors.New("no end event")
-		case end.GetExitCode() != 0:
-			return 0, 0, fmt.Errorf("exit code %d: %s", end.GetExitCode(), end.GetError())
-		}
-		return d, first, nil
+		return harness.StartProcess(b.ctx, b.proc, cfg)
 	}
 }
 

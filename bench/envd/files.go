@@ -1,14 +1,9 @@
 package main
 
 import (
-	"bytes"
-	"compress/gzip"
 	"context"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"net/http"
-	"net/url"
 	"time"
 
 	"github.com/hutch-sandbox/hutch/bench/internal/harness"
@@ -103,78 +98,20 @@ func mbps(size int64, d time.Duration) float64 {
 	return float64(size) / 1e6 / d.Seconds()
 }
 
-func (b *bench) filesURL(path string) string {
-	return b.url + "/files?" + url.Values{"path": {path}}.Encode()
-}
+func (b *bench) filesURL(path string) string { return harness.FilesURL(b.url, path) }
 
-// upload POSTs data as the file's raw content (the SDKs' octet-stream
-// upload, envd >= 0.5.7), timed until the reply is read.
+// upload POSTs data as the file's raw content (harness.UploadFile).
 func (b *bench) upload(path string, data []byte) (time.Duration, error) {
 	ctx, cancel := context.WithTimeout(b.ctx, b.cfg.runTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.filesURL(path), bytes.NewReader(data))
-	if err != nil {
-		return 0, err
-	}
-	req.Header.Set("Content-Type", "application/octet-stream")
-	t0 := time.Now()
-	resp, err := b.client.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	reply, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	d := time.Since(t0)
-	if err != nil {
-		return 0, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("upload: %s: %s", resp.Status, reply)
-	}
-	return d, nil
+	return harness.UploadFile(ctx, b.client, b.filesURL(path), data)
 }
 
-// download GETs the file, timed until its last byte is read (and decoded,
-// for gzip).
+// download GETs the file (harness.DownloadFile).
 func (b *bench) download(path string, size int64, gz bool) (time.Duration, error) {
 	ctx, cancel := context.WithTimeout(b.ctx, b.cfg.runTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.filesURL(path), nil)
-	if err != nil {
-		return 0, err
-	}
-	if gz {
-		req.Header.Set("Accept-Encoding", "gzip, deflate")
-	}
-	t0 := time.Now()
-	resp, err := b.client.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
-		return 0, fmt.Errorf("download: %s: %s", resp.Status, msg)
-	}
-	var body io.Reader = resp.Body
-	if resp.Header.Get("Content-Encoding") == "gzip" {
-		zr, err := gzip.NewReader(resp.Body)
-		if err != nil {
-			return 0, err
-		}
-		body = zr
-	} else if gz {
-		return 0, fmt.Errorf("asked for gzip, got Content-Encoding %q", resp.Header.Get("Content-Encoding"))
-	}
-	n, err := io.CopyBuffer(io.Discard, body, make([]byte, 256<<10))
-	d := time.Since(t0)
-	if err != nil {
-		return 0, err
-	}
-	if n != size {
-		return 0, fmt.Errorf("download: got %d bytes, want %d", n, size)
-	}
-	return d, nil
+	return harness.DownloadFile(ctx, b.client, b.filesURL(path), size, gz)
 }
 
 // remove deletes the test file in the sandbox (filesystem.Filesystem/Remove).

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"golang.org/x/sys/unix"
 
 	"github.com/hutch-sandbox/hutch/bench/internal/harness"
 )
@@ -323,13 +322,7 @@ func (b *bench) throughput(c *contender) (t throughput) {
 }
 
 // selfCPU is this process's CPU time (user + system) so far.
-func selfCPU() time.Duration {
-	var ru unix.Rusage
-	if unix.Getrusage(unix.RUSAGE_SELF, &ru) != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
+func selfCPU() time.Duration { return harness.SelfCPU() }
 
 // clockTick is USER_HZ, the unit of /proc/<pid>/stat's times (100 on
 // Linux everywhere).

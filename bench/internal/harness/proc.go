@@ -7,6 +7,9 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Rollup is one process's memory from /proc/<pid>/smaps_rollup, in KiB.
@@ -92,21 +95,67 @@ func (t ProcTable) Tree(roots ...int) []int {
 	return out
 }
 
-// ParentPid reads field 4 of /proc/pid/stat; the command name before it
-// may contain spaces and parentheses, so parse after the last ')'.
+// ParentPid reads field 4 of /proc/pid/stat.
 func ParentPid(pid int) (int, bool) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, false
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, false
-	}
-	f := strings.Fields(string(b[i+1:]))
+	f := statFields(pid)
 	if len(f) < 2 {
 		return 0, false
 	}
 	ppid, err := strconv.Atoi(f[1])
 	return ppid, err == nil
+}
+
+// clockTick is USER_HZ, the unit of /proc/<pid>/stat's times (100 on
+// Linux everywhere).
+const clockTick = 100
+
+// ProcCPU is the CPU time (user + system, all threads, and the children
+// it has reaped) that process pid has used so far; false when it is gone.
+func ProcCPU(pid int) (time.Duration, bool) {
+	f := statFields(pid)
+	// After the command: state(0) ppid(1) … utime(11) stime(12)
+	// cutime(13) cstime(14).
+	if len(f) < 15 {
+		return 0, false
+	}
+	var ticks int64
+	for _, k := range []int{11, 12, 13, 14} {
+		v, _ := strconv.ParseInt(f[k], 10, 64)
+		ticks += v
+	}
+	return time.Duration(ticks) * time.Second / clockTick, true
+}
+
+// TreeCPU is ProcCPU summed over roots and all their descendants.
+func TreeCPU(roots ...int) time.Duration {
+	var sum time.Duration
+	for _, pid := range NewProcTable().Tree(roots...) {
+		d, _ := ProcCPU(pid)
+		sum += d
+	}
+	return sum
+}
+
+// SelfCPU is this process's CPU time (user + system) so far.
+func SelfCPU() time.Duration {
+	var ru unix.Rusage
+	if unix.Getrusage(unix.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// statFields are the fields of /proc/pid/stat after the command name
+// (which may contain spaces and parentheses, so they are split after the
+// last ')'): the state first; nil when the process is gone.
+func statFields(pid int) []string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return nil
+	}
+	return strings.Fields(string(b[i+1:]))
 }
