@@ -48,7 +48,7 @@ def test_pause_keeps_memory_and_files_connect_resumes():
         before = count(sbx)
 
         assert sbx.pause() is True
-        paused = time.monotonic()
+        paused_at = time.monotonic()
         assert sbx.pause() is False, "a second pause reports already paused"
         assert sbx.get_info().state == SandboxState.PAUSED
         assert sbx.is_running() is False
@@ -57,7 +57,7 @@ def test_pause_keeps_memory_and_files_connect_resumes():
         assert Sandbox.list(query=SandboxQuery(metadata={"suite": tag}, state=[SandboxState.RUNNING])).next_items() == []
 
         time.sleep(1.5)  # 15 counts, were it running
-        resuming = time.monotonic()
+        resuming_at = time.monotonic()
         resumed = Sandbox.connect(sbx.sandbox_id, timeout=60)
         assert resumed.sandbox_id == sbx.sandbox_id
         assert resumed.get_info().state == SandboxState.RUNNING
@@ -66,9 +66,9 @@ def test_pause_keeps_memory_and_files_connect_resumes():
         # paused: it adds at most one per 0.1 s it runs (and one for a sleep
         # that ended while it was frozen), and it ran at most the time
         # outside the pause, however slow the machine.
-        ran = time.monotonic() - start - (resuming - paused)
+        ran = time.monotonic() - start - (resuming_at - paused_at)
         assert before <= after <= before + 10 * ran + 2, (
-            f"count {before} -> {after} across a pause of {resuming - paused:.1f} s, {ran:.1f} s outside it")
+            f"count {before} -> {after} across a pause of {resuming_at - paused_at:.1f} s, {ran:.1f} s outside it")
         assert counting(resumed), "the counter goes on after the resume"
         assert resumed.files.read("/home/user/note.txt") == "written before the pause"
         assert resumed.commands.run("echo $KEPT").stdout == "yes\n"
