@@ -202,58 +202,22 @@ func (m *Manager) waitDropped(ctx context.Context, id string) error {
 
 // resumeCheckpoint restores sandbox rec from the checkpoint it was paused
 // into, under its own id, for d.
-func (m *Manager) resumeCheckpoint(ctx context.Context, rec *store.Sandbox, info runtimeInfo, d time.Duration) (retErr error) {
-	id := rec.ID
-	sb := fromRecord(rec)
-	egress, err := parseEgress(sb.Network)
-	if err != nil {
-		return err
-	}
-	if err := m.reserve(rec.KeyID); err != nil {
-		return err
-	}
-	adopted := false
-	defer func() {
-		if !adopted {
-			m.release(rec.KeyID)
-		}
-	}()
-	if err := m.waitDropped(ctx, id); err != nil {
-		return err
-	}
-	st, err := m.restoreAs(ctx, id, info.Checkpoint, info.Backend)
-	if err != nil {
-		return fmt.Errorf("resume sandbox %s: %w", id, err)
-	}
-	m.step("resume.restored")
-	defer func() {
-		if retErr != nil {
-			if m.net != nil {
-				m.net.Detach(context.Background(), id)
+func (m *Manager) resumeCheckpoint(ctx context.Context, rec *store.Sandbox, info runtimeInfo, d time.Duration) error {
+	return m.resumeWith(ctx, rec, d, resumePlan{
+		step: "resume.restored",
+		make: func(ctx context.Context, _ *Sandbox) (*started, error) {
+			if err := m.waitDropped(ctx, rec.ID); err != nil {
+				return nil, err
 			}
-			st.discard()
-		}
-	}()
-	// Its envd kept its token and settings: the resolv.conf write needs it.
-	if err := m.attachNetwork(ctx, st.sbx, st.route, egress, sb.EnvdAccessToken); err != nil {
-		return err
-	}
-	end := time.Now().Add(d)
-	if err := m.store.SetEndAt(ctx, id, end); err != nil {
-		return err
-	}
-	running, _ := json.Marshal(runtimeInfo{Socket: st.route.api, Control: st.route.control, Backend: st.backend})
-	if err := m.store.SetStateRuntime(ctx, id, string(StateRunning), string(running)); err != nil {
-		return err
-	}
-	m.step("resume.recorded")
-	// Running again on its own: the checkpoint is not needed any more
-	// (removed after the answer: hundreds of MiB take a while).
-	go os.RemoveAll(info.Checkpoint)
-	sb.State, sb.EndAt, sb.Runtime = StateRunning, end, st.backend
-	m.adopt(st.sbx, st.route, sb, false)
-	adopted = true
-	return nil
+			return m.restoreAs(ctx, rec.ID, info.Checkpoint, info.Backend)
+		},
+		// Its envd kept its token and settings: the resolv.conf write
+		// needs it.
+		token: rec.EnvdAccessToken,
+		// Running again on its own: the checkpoint is not needed any more
+		// (removed after the answer: hundreds of MiB take a while).
+		done: func() { go os.RemoveAll(info.Checkpoint) },
+	})
 }
 
 // captureCheckpoint makes a build of sandbox id — live l, or paused into

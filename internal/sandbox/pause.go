@@ -325,13 +325,53 @@ func (m *Manager) resumeLocked(ctx context.Context, rec *store.Sandbox, d time.D
 }
 
 // resumeFiles boots sandbox rec again from the build its files were kept
-// in (pauseFiles), under its own id and tokens, for d.
-func (m *Manager) resumeFiles(ctx context.Context, rec *store.Sandbox, build, backend string, d time.Duration) (retErr error) {
-	id := rec.ID
+// in (pauseFiles), under its own id and tokens, on backend, for d.
+func (m *Manager) resumeFiles(ctx context.Context, rec *store.Sandbox, build, backend string, d time.Duration) error {
 	tpl, err := m.templates.Get(build)
 	if err != nil {
-		return fmt.Errorf("resume sandbox %s: its files: %w", id, err)
+		return fmt.Errorf("resume sandbox %s: its files: %w", rec.ID, err)
 	}
+	if backend == "" {
+		backend = tpl.Runtime // recorded before pauses named it
+	}
+	return m.resumeWith(ctx, rec, d, resumePlan{
+		step: "resume.started",
+		make: func(ctx context.Context, sb *Sandbox) (*started, error) {
+			mounts, err := m.mountsOf(sb)
+			if err != nil {
+				return nil, err
+			}
+			return m.startOn(ctx, rec.ID, tpl, mounts, backend)
+		},
+		init: func(ctx context.Context, st *started, sb *Sandbox) error {
+			return m.initEnvd(ctx, st.route, sb, tpl)
+		},
+	})
+}
+
+// resumePlan is what sets one kind of resume apart (resumeWith).
+type resumePlan struct {
+	// step names, for tests, the point where the sandbox is made.
+	step string
+	// make makes the sandbox in the runtime: booted on its files, or
+	// restored from its memory.
+	make func(ctx context.Context, sb *Sandbox) (*started, error)
+	// token is envd's access token, for a restored envd that kept its
+	// settings ("" for one that waits for its /init).
+	token string
+	// init, when not nil, runs once the sandbox has its network (envd's
+	// /init for a fresh boot).
+	init func(ctx context.Context, st *started, sb *Sandbox) error
+	// done, when not nil, runs once the sandbox is recorded running.
+	done func()
+}
+
+// resumeWith is what every resume of a sandbox that has left the runtime
+// shares: take a slot for its key, make it (p.make), give it its network,
+// record it running with d to live, and adopt it; on failure, what was
+// done is undone.
+func (m *Manager) resumeWith(ctx context.Context, rec *store.Sandbox, d time.Duration, p resumePlan) (retErr error) {
+	id := rec.ID
 	sb := fromRecord(rec)
 	egress, err := parseEgress(sb.Network)
 	if err != nil {
@@ -346,18 +386,11 @@ func (m *Manager) resumeFiles(ctx context.Context, rec *store.Sandbox, build, ba
 			m.release(rec.KeyID)
 		}
 	}()
-	mounts, err := m.mountsOf(sb)
+	st, err := p.make(ctx, sb)
 	if err != nil {
 		return fmt.Errorf("resume sandbox %s: %w", id, err)
 	}
-	if backend == "" {
-		backend = tpl.Runtime // recorded before pauses named it
-	}
-	st, err := m.startOn(ctx, id, tpl, mounts, backend)
-	if err != nil {
-		return fmt.Errorf("resume sandbox %s: %w", id, err)
-	}
-	m.step("resume.started")
+	m.step(p.step)
 	defer func() {
 		if retErr != nil {
 			if m.net != nil {
@@ -366,11 +399,13 @@ func (m *Manager) resumeFiles(ctx context.Context, rec *store.Sandbox, build, ba
 			st.discard()
 		}
 	}()
-	if err := m.attachNetwork(ctx, st.sbx, st.route, egress, ""); err != nil {
+	if err := m.attachNetwork(ctx, st.sbx, st.route, egress, p.token); err != nil {
 		return err
 	}
-	if err := m.initEnvd(ctx, st.route, sb, tpl); err != nil {
-		return err
+	if p.init != nil {
+		if err := p.init(ctx, st, sb); err != nil {
+			return err
+		}
 	}
 	end := time.Now().Add(d)
 	if err := m.store.SetEndAt(ctx, id, end); err != nil {
@@ -381,6 +416,9 @@ func (m *Manager) resumeFiles(ctx context.Context, rec *store.Sandbox, build, ba
 		return err
 	}
 	m.step("resume.recorded")
+	if p.done != nil {
+		p.done()
+	}
 	sb.State, sb.EndAt, sb.Runtime = StateRunning, end, st.backend
 	m.adopt(st.sbx, st.route, sb, false)
 	adopted = true
