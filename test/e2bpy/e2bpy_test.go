@@ -26,11 +26,7 @@ import (
 // hutchBin is cmd/hutch built from this checkout, once.
 var hutchBin = &hutchtest.Binary{ModuleRoot: "../.."}
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	hutchBin.Remove()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { hutchtest.Main(m, hutchBin) }
 
 // pytestTimeout bounds one pytest run.
 const pytestTimeout = 4 * time.Minute

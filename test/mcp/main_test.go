@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -29,11 +28,7 @@ import (
 // bin is cmd/hutch built from this checkout, once.
 var bin = &hutchtest.Binary{ModuleRoot: "../.."}
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	bin.Remove()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { hutchtest.Main(m, bin) }
 
 // jsDir holds package.json, package-lock.json and the client scripts
 // (under test/).

@@ -12,7 +12,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -25,11 +24,7 @@ import (
 
 var hutchBin = &hutchtest.Binary{ModuleRoot: "../.."}
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	hutchBin.Remove()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { hutchtest.Main(m, hutchBin) }
 
 // scriptTimeout bounds connector.py: a sandbox, supergateway's start
 // (the connector waits up to 30 s for it), four MCP requests, cleanup.

@@ -101,11 +101,7 @@ var certNames = []string{"allowed.test", "other.test", "wild.test", "api.wild.te
 // hutchBin is cmd/hutch built from this checkout, once.
 var hutchBin = &hutchtest.Binary{ModuleRoot: "../.."}
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	hutchBin.Remove()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { hutchtest.Main(m, hutchBin) }
 
 // world is one host namespace with its internet, a hutch serve in the host
 // and an SDK driver talking to it.

@@ -31,11 +31,7 @@ import (
 // bin is cmd/hutch built from this checkout, once.
 var bin = &hutchtest.Binary{ModuleRoot: "../.."}
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	bin.Remove()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { hutchtest.Main(m, bin) }
 
 // domain is the sandbox domain the server serves: api.<domain> and
 // <port>-<id>.<domain> all resolve to loopback.

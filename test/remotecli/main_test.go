@@ -24,11 +24,7 @@ import (
 // bin is cmd/hutch built from this checkout.
 var bin = &hutchtest.Binary{ModuleRoot: "../.."}
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	bin.Remove()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { hutchtest.Main(m, bin) }
 
 // fixture is a running server and the environment to run the CLI in.
 type fixture struct {

@@ -33,11 +33,7 @@ import (
 
 var hutchBin = &hutchtest.Binary{ModuleRoot: "../.."}
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	hutchBin.Remove()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { hutchtest.Main(m, hutchBin) }
 
 const domain = hutchtest.DomainTestDomain
 
@@ -54,11 +50,11 @@ func get(t *testing.T, c *http.Client, url string) (int, int, string) {
 	return resp.StatusCode, resp.ProtoMajor, string(body)
 }
 
-// createSandbox creates a base sandbox through the API at s and returns
-// its id.
-func createSandbox(t *testing.T, s *hutchtest.Server) string {
+// createSandbox creates a base sandbox through the API at s, with envd's
+// access token when secure, and returns its id and token.
+func createSandbox(t *testing.T, s *hutchtest.Server, secure bool) (id, token string) {
 	t.Helper()
-	req, _ := http.NewRequest("POST", s.URL()+"/sandboxes", strings.NewReader(`{"templateID":"base","timeout":300}`))
+	req, _ := http.NewRequest("POST", s.URL()+"/sandboxes", strings.NewReader(fmt.Sprintf(`{"templateID":"base","timeout":300,"secure":%v}`, secure)))
 	req.Header.Set("X-API-KEY", hutchtest.TestKey)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := s.Client.Do(req)
@@ -69,15 +65,16 @@ func createSandbox(t *testing.T, s *hutchtest.Server) string {
 	var got struct {
 		SandboxID string `json:"sandboxID"`
 		Domain    string `json:"domain"`
+		Token     string `json:"envdAccessToken"`
 	}
 	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusCreated || json.Unmarshal(body, &got) != nil || got.SandboxID == "" {
+	if resp.StatusCode != http.StatusCreated || json.Unmarshal(body, &got) != nil || got.SandboxID == "" || secure && got.Token == "" {
 		t.Fatalf("create: %d %s", resp.StatusCode, body)
 	}
 	if got.Domain != domain {
 		t.Errorf("create answered domain %q, want %q: the SDKs build the sandbox's URLs from it", got.Domain, domain)
 	}
-	return got.SandboxID
+	return got.SandboxID, got.Token
 }
 
 // TestSelfSignedDomain is --domain with --tls-self-signed: the CA made
@@ -110,7 +107,7 @@ func TestSelfSignedDomain(t *testing.T) {
 	if code, proto, body := get(t, s.Client, s.URL()+"/health"); code != 200 || proto != 2 {
 		t.Errorf("GET https://api.%s/health: %d over HTTP/%d (%s); want 200 over HTTP/2", domain, code, proto, body)
 	}
-	id := createSandbox(t, s)
+	id, _ := createSandbox(t, s, false)
 	envd := fmt.Sprintf("https://49983-%s.%s/health", id, domain)
 	if code, proto, body := get(t, s.Client, envd); code != http.StatusNoContent || proto != 2 {
 		t.Errorf("GET %s: %d over HTTP/%d (%s); want envd's 204 over HTTP/2", envd, code, proto, body)
@@ -387,29 +384,6 @@ func TestRefusedAtStart(t *testing.T) {
 	}
 }
 
-// createSecure creates a base sandbox with envd's access token through
-// the API at s and returns its id and token.
-func createSecure(t *testing.T, s *hutchtest.Server) (id, token string) {
-	t.Helper()
-	req, _ := http.NewRequest("POST", s.URL()+"/sandboxes", strings.NewReader(`{"templateID":"base","timeout":300,"secure":true}`))
-	req.Header.Set("X-API-KEY", hutchtest.TestKey)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := s.Client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var got struct {
-		SandboxID string `json:"sandboxID"`
-		Token     string `json:"envdAccessToken"`
-	}
-	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusCreated || json.Unmarshal(body, &got) != nil || got.Token == "" {
-		t.Fatalf("create: %d %s", resp.StatusCode, body)
-	}
-	return got.SandboxID, got.Token
-}
-
 // waitFor polls cond for up to a minute, failing the test with what it
 // waited for if it never holds.
 func waitFor(t *testing.T, what string, cond func() bool) {
@@ -451,7 +425,7 @@ func TestClientsThatHoldRequests(t *testing.T) {
 	const perClient = 8
 	s := hutchtest.StartDomainServe(t, hutchBin.Path(t), domain, "--warm", "0",
 		"--max-conns-per-client", fmt.Sprint(perClient), "--stall-timeout", "3s")
-	id, token := createSecure(t, s)
+	id, token := createSandbox(t, s, true)
 	envd := fmt.Sprintf("https://49983-%s.%s", id, domain)
 
 	// A file larger than a stream's flow-control window (Go's client

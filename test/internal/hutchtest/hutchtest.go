@@ -162,3 +162,13 @@ func RequireRunsc(t testing.TB) {
 		t.Fatalf("runsc: %v (run ./scripts/setup.sh)", err)
 	}
 }
+
+// Main is a test package's TestMain for suites that build the binary:
+// it runs the tests, removes the builds and exits with the tests' code.
+func Main(m *testing.M, builds ...*Binary) {
+	code := m.Run()
+	for _, b := range builds {
+		b.Remove()
+	}
+	os.Exit(code)
+}
