@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+	"github.com/google/renameio/v2"
 )
 
 // Files serves the certificate in a pair of PEM files and loads them again
@@ -164,27 +165,8 @@ func uniq(a, b string) []string {
 	return []string{a, b}
 }
 
-// writeFile writes data to path atomically, with mode perm.
+// writeFile replaces path with data, mode perm, atomically and durably:
+// a CA's key must be whole on disk or not there at all.
 func writeFile(path string, data []byte, perm os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(perm); err != nil {
-		tmp.Close()
-		return err
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return renameio.WriteFile(path, data, perm, renameio.WithTempDir(filepath.Dir(path)), renameio.WithStaticPermissions(perm))
 }
