@@ -20,6 +20,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hutch-sandbox/hutch/test/internal/hutchtest"
 )
 
 // caPort is where the internet serves HTTPS with a certificate of the
@@ -51,7 +53,7 @@ func TestCABundle(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			w := newWorld(t, tc.args...)
-			if err := inNS(w.internet, func() error {
+			if err := hutchtest.NetNSOf(w.internet).Do(func() error {
 				ln, err := net.Listen("tcp", fmt.Sprintf("%s:%d", webAddr, caPort))
 				if err != nil {
 					return err

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+
+	"github.com/hutch-sandbox/hutch/test/internal/hutchtest"
 )
 
 // floodPy sends DNS queries (AAAA, which the resolver answers itself) to
@@ -95,7 +97,7 @@ func TestConnectionCap(t *testing.T) {
 	// And the size of the whole table, expired entries the dumps below
 	// would remove included. The file shows the namespace it was opened in.
 	var count *os.File
-	if err := inNS(w.host, func() (err error) {
+	if err := hutchtest.NetNSOf(w.host).Do(func() (err error) {
 		count, err = os.Open("/proc/sys/net/netfilter/nf_conntrack_count")
 		return err
 	}); err != nil {

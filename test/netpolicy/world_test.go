@@ -29,7 +29,6 @@ package netpolicy
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -119,21 +118,6 @@ type world struct {
 	sdk *driver
 }
 
-// inNS runs f on a thread in ns. The thread is left there and dies with
-// its goroutine: it never goes back to the pool in the wrong namespace.
-func inNS(ns netns.NsHandle, f func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		if err := netns.Set(ns); err != nil {
-			errc <- fmt.Errorf("setns: %w", err)
-			return
-		}
-		errc <- f()
-	}()
-	return <-errc
-}
-
 func ipnet(a string, bits int) *net.IPNet {
 	return &net.IPNet{IP: net.ParseIP(a).To4(), Mask: net.CIDRMask(bits, 32)}
 }
@@ -184,7 +168,7 @@ func newWorldFiles(t *testing.T, nofile int, serveArgs ...string) *world {
 			t.Fatal(err)
 		}
 	}
-	must(inNS(w.host, func() error {
+	must(hutchtest.NetNSOf(w.host).Do(func() error {
 		lo, err := netlink.LinkByName("lo")
 		if err != nil {
 			return err
@@ -208,7 +192,7 @@ func newWorldFiles(t *testing.T, nofile int, serveArgs ...string) *world {
 		}
 		return netlink.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Gw: net.ParseIP(upstreamGW)})
 	}))
-	must(inNS(w.internet, func() error {
+	must(hutchtest.NetNSOf(w.internet).Do(func() error {
 		lo, err := netlink.LinkByName("lo")
 		if err != nil {
 			return err
@@ -234,7 +218,7 @@ func newWorldFiles(t *testing.T, nofile int, serveArgs ...string) *world {
 
 	cert := selfSigned(t)
 	handler := echoHandler(w.streams)
-	must(inNS(w.internet, func() error {
+	must(hutchtest.NetNSOf(w.internet).Do(func() error {
 		for _, a := range []string{webAddr, otherAddr, metadataAddr, privateAddr} {
 			if err := w.serveHTTP(a+":80", handler, nil); err != nil {
 				return err
@@ -256,7 +240,7 @@ func newWorldFiles(t *testing.T, nofile int, serveArgs ...string) *world {
 		}
 		return w.dns.start(w, dnsAddr+":53")
 	}))
-	must(inNS(w.host, func() error {
+	must(hutchtest.NetNSOf(w.host).Do(func() error {
 		return w.serveHTTP(fmt.Sprintf(":%d", hostSvcPort), handler, nil) // IPv4 and IPv6
 	}))
 
@@ -573,24 +557,11 @@ func (s *streams) run(st *stream, write func(n int) error, done <-chan struct{})
 	}
 }
 
-// dialIn returns a dialer whose sockets are made in ns.
-func dialIn(ns netns.NsHandle) func(ctx context.Context, network, addr string) (net.Conn, error) {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		var c net.Conn
-		err := inNS(ns, func() error {
-			var err error
-			c, err = (&net.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, network, addr)
-			return err
-		})
-		return c, err
-	}
-}
-
 // hostClient is an HTTP client whose connections start in the host
 // namespace (the API listens there).
 func (w *world) hostClient() *http.Client {
 	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
-		DialContext:     dialIn(w.host),
+		DialContext:     hutchtest.NetNSOf(w.host).DialContext,
 		TLSClientConfig: &tls.Config{InsecureSkipVerify: true},
 	}}
 }
@@ -608,7 +579,7 @@ func (w *world) hostGet(url string) (string, error) {
 // hostLookup asks the test DNS server from the host.
 func (w *world) hostLookup(name string) (string, error) {
 	var addr string
-	err := inNS(w.host, func() error {
+	err := hutchtest.NetNSOf(w.host).Do(func() error {
 		c := &dns.Client{Timeout: 5 * time.Second}
 		m := new(dns.Msg)
 		m.SetQuestion(dns.Fqdn(name), dns.TypeA)

@@ -50,6 +50,9 @@ func NewNetNS(t testing.TB) *NetNS {
 	return n
 }
 
+// NetNSOf is a namespace the caller made (and closes), as a NetNS.
+func NetNSOf(h netns.NsHandle) *NetNS { return &NetNS{h: h} }
+
 // Do runs f on a thread in the namespace. The thread is left there and
 // dies with its goroutine: it never goes back to the pool in the wrong
 // namespace.
