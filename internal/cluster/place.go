@@ -1,14 +1,13 @@
 package cluster
 
 import (
-	"math"
 	"context"
 	"encoding/json"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
-
 )
 
 // Peer is a node a request can be sent to.
