@@ -158,19 +158,23 @@ func (n *Node) currentLease() clientv3.LeaseID {
 // leaseLoop holds the node's lease: grant, register, reconcile, keep
 // alive; when the lease is lost (not renewed within its TTL), again.
 func (n *Node) leaseLoop() {
-	backoff := 200 * time.Millisecond
 	ttl := int64(max(1, n.cfg.LeaseTTL/time.Second))
+	// Short tries, often: after a partition heals, the first grant that
+	// can succeed should not wait behind one stuck on the dead link.
+	try := max(time.Second, n.cfg.LeaseTTL/3)
+	failures := 0
 	for n.ctx.Err() == nil {
-		ctx, cancel := n.op(n.ctx)
+		ctx, cancel := context.WithTimeout(n.ctx, try)
 		g, err := n.cli.Grant(ctx, ttl)
 		cancel()
 		if err != nil {
-			n.log.Warn("cluster: cannot get a lease; retrying", "err", err)
-			sleep(n.ctx, backoff)
-			backoff = min(2*backoff, 2*time.Second)
+			if failures++; failures == 1 || failures%30 == 0 {
+				n.log.Warn("cluster: cannot get a lease; retrying", "err", err, "tries", failures)
+			}
+			sleep(n.ctx, 250*time.Millisecond)
 			continue
 		}
-		backoff = 200 * time.Millisecond
+		failures = 0
 		lease := g.ID
 		if err := n.register(n.ctx, lease); err != nil {
 			n.log.Warn("cluster: register", "err", err)
