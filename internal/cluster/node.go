@@ -77,9 +77,9 @@ type Node struct {
 	log *slog.Logger
 
 	// Set by Start.
-	mgr       *sandbox.Manager
+	mgr       Sandboxes
 	store     *store.Store
-	templates *template.Store
+	templates Templates
 
 	mu        sync.Mutex
 	lease     clientv3.LeaseID // 0 while the node holds none
@@ -116,9 +116,21 @@ func (n *Node) Name() string { return n.cfg.Name }
 // Transport reaches other nodes' cluster listeners.
 func (n *Node) Transport() http.RoundTripper { return n.cfg.Transport }
 
+// Sandboxes are this node's sandboxes: a *sandbox.Manager.
+type Sandboxes interface {
+	Load() sandbox.Load
+	Local(ctx context.Context) ([]*sandbox.Sandbox, error)
+	Evict(ctx context.Context, id string) error
+}
+
+// Templates are the templates this node holds: a *template.Store.
+type Templates interface {
+	List() ([]*template.Template, error)
+}
+
 // Start joins the cluster: it starts keeping this node's lease, records
 // and mirrors. mgr runs this node's sandboxes; st holds its API keys.
-func (n *Node) Start(mgr *sandbox.Manager, st *store.Store, templates *template.Store) {
+func (n *Node) Start(mgr Sandboxes, st *store.Store, templates Templates) {
 	n.mgr, n.store, n.templates = mgr, st, templates
 	n.wg.Add(3)
 	go func() { defer n.wg.Done(); n.watchLoop() }()
