@@ -192,7 +192,7 @@ func Open(ctx context.Context, cfg Config) (_ *Server, retErr error) {
 	}
 	s.Manager, err = sandbox.New(sandbox.Options{
 		Registry: registry,
-		Runtime: rt, Runtimes: cfg.Runtimes, Store: s.Store, Templates: templates, DataDir: cfg.DataDir, Logger: logger,
+		Runtime:  rt, Runtimes: cfg.Runtimes, Store: s.Store, Templates: templates, DataDir: cfg.DataDir, Logger: logger,
 		Resources: cfg.Resources, Warm: cfg.Warm, Network: s.nets.manager(),
 		MaxSandboxes: cfg.MaxSandboxes, MaxPerKey: cfg.MaxPerKey, CABundle: cfg.CABundle, ReadyTimeout: cfg.ReadyTimeout,
 		SnapshotTTL: cfg.SnapshotTTL, PausedRetention: cfg.PausedRetention,
