@@ -34,6 +34,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"golang.org/x/time/rate"
 
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
@@ -48,6 +49,10 @@ const DefaultLeaseTTL = 10 * time.Second
 // opTimeout bounds each etcd call: a node cut off from etcd must notice,
 // not hang (a write forwarded to a dead leader waits until its context ends).
 const opTimeout = 3 * time.Second
+
+// missRate is how many etcd reads a second Owner makes, at most, for
+// sandboxes the mirror does not know.
+const missRate = 200
 
 // refreshEvery is how often a node rewrites its record with fresh load.
 const refreshEvery = 2 * time.Second
@@ -88,6 +93,7 @@ type Node struct {
 	owners    map[string]string // sandbox id -> node name
 	synced    bool              // the maps mirror etcd (watchLoop)
 	placed    []placement       // creates sent lately, oldest first (Place)
+	misses    *rate.Limiter     // etcd reads for ids the mirror lacks (Owner)
 	started   time.Time
 
 	ctx    context.Context
@@ -105,7 +111,7 @@ func New(cli *clientv3.Client, cfg Config) *Node {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	n := &Node{cfg: cfg, cli: cli, log: cfg.Logger.With("node", cfg.Name), nodes: map[string]NodeRecord{},
-		owners: map[string]string{}, started: time.Now().UTC()}
+		owners: map[string]string{}, started: time.Now().UTC(), misses: rate.NewLimiter(missRate, missRate)}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	return n
 }
