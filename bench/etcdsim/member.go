@@ -240,7 +240,7 @@ func (c *cluster) stop() {
 // freePorts returns n TCP ports on 127.0.0.1 that were free a moment ago
 // (held together so that they differ). embed.Config takes URLs, not
 // listeners, and the members must know each other's peer URLs before any
-// of them starts (as internal/cluster/etcdspike does).
+// of them starts (as internal/cluster/etcdtest does).
 func freePorts(n int) ([]int, error) {
 	var ports []int
 	for range n {

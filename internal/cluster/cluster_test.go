@@ -45,9 +45,10 @@ func (f *fakeSandboxes) evictions() []string {
 	return append([]string(nil), f.evicted...)
 }
 
-type noTemplates struct{}
+func (f *fakeSandboxes) TemplateUsers(string) []string { return nil }
 
-func (noTemplates) List() ([]*template.Template, error) { return nil, nil }
+// noTemplates is an empty template store.
+func noTemplates(t *testing.T) *template.Store { return template.Open(t.TempDir()) }
 
 // etcd starts a one-member etcd for the test and returns its client URL.
 func etcd(t *testing.T) string {
@@ -90,7 +91,7 @@ func startNode(t *testing.T, url, name string, sbs Sandboxes, dataDir string) (*
 	n := New(dial(t, url), Config{Name: name, URL: "https://" + name + ":7443", LeaseTTL: 2 * time.Second, DataDir: dataDir,
 		Capacity: Capacity{CPUs: 2, MemoryMB: 4096, SandboxMemoryMB: 512}})
 	st := openStore(t)
-	n.Start(sbs, st, noTemplates{})
+	n.Start(sbs, st, noTemplates(t))
 	t.Cleanup(n.Close)
 	waitFor(t, 15*time.Second, func() bool { return n.Ready() == nil })
 	return n, st
@@ -180,7 +181,7 @@ func TestADeadNodesSandboxesGoWithItsLease(t *testing.T) {
 	a, _ := startNode(t, url, "a", &fakeSandboxes{}, "")
 	bcli := dial(t, url)
 	b := New(bcli, Config{Name: "b", URL: "https://b:7443", LeaseTTL: 2 * time.Second, DataDir: t.TempDir()})
-	b.Start(&fakeSandboxes{}, openStore(t), noTemplates{})
+	b.Start(&fakeSandboxes{}, openStore(t), noTemplates(t))
 	waitFor(t, 15*time.Second, func() bool { return b.Ready() == nil })
 	ctx := context.Background()
 	if err := b.Claim(ctx, sb("sb-of-b", "key_1", time.Now(), nil)); err != nil {
@@ -338,7 +339,7 @@ func TestPlace(t *testing.T) {
 func TestNoLeaseNoCreates(t *testing.T) {
 	// etcd that does not answer: a closed port.
 	n := New(dial(t, "http://127.0.0.1:1"), Config{Name: "alone", LeaseTTL: time.Second, DataDir: t.TempDir()})
-	n.Start(&fakeSandboxes{}, openStore(t), noTemplates{})
+	n.Start(&fakeSandboxes{}, openStore(t), noTemplates(t))
 	defer n.Close()
 	if err := n.Ready(); !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Fatalf("Ready without a lease: %v, want ErrUnavailable", err)

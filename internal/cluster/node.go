@@ -84,7 +84,7 @@ type Node struct {
 	// Set by Start.
 	mgr       Sandboxes
 	store     *store.Store
-	templates Templates
+	templates *template.Store
 
 	mu        sync.Mutex
 	lease     clientv3.LeaseID // 0 while the node holds none
@@ -94,6 +94,7 @@ type Node struct {
 	synced    bool              // the maps mirror etcd (watchLoop)
 	placed    []placement       // creates sent lately, oldest first (Place)
 	misses    *rate.Limiter     // etcd reads for ids the mirror lacks (Owner)
+	seen      map[string]bool   // builds the cluster recorded (templates.go)
 	started   time.Time
 
 	ctx    context.Context
@@ -127,18 +128,16 @@ type Sandboxes interface {
 	Load() sandbox.Load
 	Local(ctx context.Context) ([]*sandbox.Sandbox, error)
 	Evict(ctx context.Context, id string) error
-}
-
-// Templates are the templates this node holds: a *template.Store.
-type Templates interface {
-	List() ([]*template.Template, error)
+	// TemplateUsers lists the sandboxes running a build.
+	TemplateUsers(build string) []string
 }
 
 // Start joins the cluster: it starts keeping this node's lease, records
 // and mirrors. mgr runs this node's sandboxes; st holds its API keys.
-func (n *Node) Start(mgr Sandboxes, st *store.Store, templates Templates) {
+func (n *Node) Start(mgr Sandboxes, st *store.Store, templates *template.Store) {
 	n.mgr, n.store, n.templates = mgr, st, templates
-	n.wg.Add(3)
+	n.wg.Add(4)
+	go func() { defer n.wg.Done(); n.templateLoop() }()
 	go func() { defer n.wg.Done(); n.watchLoop() }()
 	go func() { defer n.wg.Done(); n.leaseLoop() }()
 	go func() { defer n.wg.Done(); n.keyLoop() }()
@@ -269,7 +268,10 @@ func (n *Node) record(lease clientv3.LeaseID) NodeRecord {
 	if ts, err := n.templates.List(); err == nil {
 		seen := map[string]bool{}
 		for _, t := range ts {
-			for _, s := range []string{t.Name, t.ID} {
+			if !shared(t) && !template.Builtin(t.Name) {
+				continue // a paused sandbox's files, a fork's
+			}
+			for _, s := range []string{t.Name, t.Ref(), t.ID} {
 				if !seen[s] {
 					seen[s] = true
 					rec.Templates = append(rec.Templates, s)

@@ -213,7 +213,7 @@ func Open(ctx context.Context, cfg Config) (_ *Server, retErr error) {
 	srv := server.New(server.Options{Manager: s.Manager, Domain: cfg.Domain, Logger: logger, Templates: templates, Builder: s.builder, Volumes: vols, Cluster: s.Cluster})
 	s.Handler = srv
 	if s.cluster != nil {
-		s.cluster.serve(s, srv.Forwarded(), logger)
+		s.cluster.serve(s, s.Cluster.PeerHandler(srv.Forwarded()), logger)
 	}
 	return s, nil
 }
