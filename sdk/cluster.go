@@ -15,8 +15,8 @@ type ClusterNode struct {
 	// Self marks the node that answered.
 	Self   bool              `json:"self"`
 	Labels map[string]string `json:"labels,omitempty"`
-	// Templates are the names and build ids of the templates it holds.
-	Templates    []string  `json:"templates"`
+	// Templates counts the template names and builds it holds.
+	Templates    int       `json:"templates"`
 	Started      time.Time `json:"started"`
 	Updated      time.Time `json:"updated"`
 	CPUs         int       `json:"cpus"`

@@ -92,7 +92,7 @@ default of hutch serve's --cluster-ca, --cluster-cert and --cluster-key.`,
 					lease = fmt.Sprintf("%ds", n.LeaseSeconds)
 				}
 				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%.0f%% of %d\t%d/%d MiB\t%d\t%s\n", name, printable.String(n.URL), lease,
-					n.Running, n.Creating, n.Warm, 100*n.CPULoad, n.CPUs, n.MemoryUsedMB, n.MemoryMB, len(n.Templates),
+					n.Running, n.Creating, n.Warm, 100*n.CPULoad, n.CPUs, n.MemoryUsedMB, n.MemoryMB, n.Templates,
 					time.Since(n.Started).Round(time.Second))
 			}
 			if err := w.Flush(); err != nil {

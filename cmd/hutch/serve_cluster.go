@@ -23,7 +23,7 @@ type clusterFlags struct {
 	on                           bool
 	nodeName, listen, advertise  string
 	ca, cert, key                string
-	lease                        time.Duration
+	lease, forget                time.Duration
 	labels                       map[string]string
 	endpoints                    []string
 	etcdCA, etcdCert, etcdKey    string
@@ -41,6 +41,7 @@ func (f *clusterFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.cert, "cluster-cert", "", "this node's certificate, a PEM `FILE` (default DATA_DIR/cluster/node.pem; hutch cluster issue)")
 	fs.StringVar(&f.key, "cluster-key", "", "this node's key, a PEM `FILE` (default DATA_DIR/cluster/node-key.pem)")
 	fs.DurationVar(&f.lease, "cluster-lease", cluster.DefaultLeaseTTL, "the node's lease: when a node dies, its sandboxes answer 502 for at most this long, then 404")
+	fs.DurationVar(&f.forget, "cluster-forget-after", cluster.DefaultForgetAfter, "a node back after losing its lease records its sandboxes again if it was away less than this; past it, it kills the ones the cluster forgot")
 	fs.StringToStringVar(&f.labels, "node-label", nil, "a label of this node, KEY=VALUE (repeatable)")
 	fs.StringSliceVar(&f.endpoints, "etcd-endpoints", nil, "etcd's client URLs (comma-separated); https ones use --etcd-cacert/--etcd-cert/--etcd-key, or the cluster's files")
 	fs.StringVar(&f.etcdCA, "etcd-cacert", "", "CA of an external etcd's https endpoints, a PEM `FILE` (default: --cluster-ca)")
@@ -93,7 +94,7 @@ func (f *clusterFlags) config(dataDir string) (*serve.ClusterConfig, error) {
 		return nil, fmt.Errorf("--cluster-lease %s: at least 1s", f.lease)
 	}
 	c := &serve.ClusterConfig{
-		Node:   cluster.Config{Name: name, URL: adv, Labels: f.labels, LeaseTTL: f.lease},
+		Node:   cluster.Config{Name: name, URL: adv, Labels: f.labels, LeaseTTL: f.lease, ForgetAfter: f.forget},
 		Listen: f.listen,
 		TLS:    files,
 		Etcd: cluster.ClientConfig{Endpoints: f.endpoints, TLS: cluster.TLSFiles{
@@ -124,11 +125,18 @@ func (f *clusterFlags) config(dataDir string) (*serve.ClusterConfig, error) {
 }
 
 // syncClusterKeys shares the node's API keys with the cluster before it
-// serves, retrying while etcd does not answer.
+// serves, retrying for a while when etcd does not answer; past that the
+// node serves anyway (its own sandboxes, at least) and the node's key loop
+// goes on trying.
 func syncClusterKeys(ctx context.Context, n *cluster.Node, logger *slog.Logger) error {
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		err := n.SyncKeys(ctx)
 		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			logger.Warn("serving before the API keys are shared: etcd does not take them", "err", strings.TrimSpace(err.Error()))
 			return nil
 		}
 		logger.Info("waiting for etcd to share the API keys", "err", strings.TrimSpace(err.Error()))

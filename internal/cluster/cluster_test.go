@@ -83,13 +83,16 @@ func openStore(t *testing.T) *store.Store {
 
 // startNode starts node name on etcd at url, running sbs, and waits until
 // it holds its lease.
-func startNode(t *testing.T, url, name string, sbs Sandboxes, dataDir string) (*Node, *store.Store) {
+func startNode(t *testing.T, url, name string, sbs Sandboxes, dataDir string, forgetAfter ...time.Duration) (*Node, *store.Store) {
 	t.Helper()
 	if dataDir == "" {
 		dataDir = t.TempDir()
 	}
 	n := New(dial(t, url), Config{Name: name, URL: "https://" + name + ":7443", LeaseTTL: 2 * time.Second, DataDir: dataDir,
 		Capacity: Capacity{CPUs: 2, MemoryMB: 4096, SandboxMemoryMB: 512}})
+	if len(forgetAfter) > 0 {
+		n.cfg.ForgetAfter = forgetAfter[0]
+	}
 	st := openStore(t)
 	n.Start(sbs, st, noTemplates(t))
 	t.Cleanup(n.Close)
@@ -221,30 +224,49 @@ func TestReconcile(t *testing.T) {
 	n.Close()
 
 	// Back again (same data dir, so not the first join) after its lease
-	// expired and a record was put back by hand: y was forgotten with the
-	// lease and is killed; x is recorded again; z, recorded as the node's
-	// but not running there, is deleted.
+	// expired, and within ForgetAfter: what runs is recorded again (x,
+	// whose record was put back by hand meanwhile, and y, whose record
+	// went with the lease); z, recorded as the node's but not running
+	// there, is deleted.
 	cli := dial(t, url)
-	waitFor(t, 10*time.Second, func() bool {
-		r, err := cli.Get(ctx, sandboxesPrefix+"y")
-		return err == nil && len(r.Kvs) == 0
-	})
+	gone := func(id string) func() bool {
+		return func() bool {
+			r, err := cli.Get(ctx, sandboxesPrefix+id)
+			return err == nil && len(r.Kvs) == 0
+		}
+	}
+	waitFor(t, 10*time.Second, gone("y"))
 	for _, id := range []string{"x", "z"} {
 		if _, err := cli.Put(ctx, sandboxesPrefix+id, mustJSON(recordOf("n", sb(id, "k", now, nil)))); err != nil {
 			t.Fatal(err)
 		}
 	}
 	again := &fakeSandboxes{local: []*sandbox.Sandbox{sb("x", "k", now, nil), sb("y", "k", now, nil)}}
-	n2, _ := startNode(t, url, "n", again, dir)
-	if got := fmt.Sprint(again.evictions()); got != "[y]" {
-		t.Fatalf("evicted %s, want [y]", got)
+	n2, _ := startNode(t, url, "n", again, dir, time.Hour)
+	if got := again.evictions(); len(got) != 0 {
+		t.Fatalf("evicted %v back within ForgetAfter, want none", got)
 	}
-	r, err := cli.Get(ctx, sandboxesPrefix+"x")
-	if err != nil || len(r.Kvs) != 1 || r.Kvs[0].Lease != int64(n2.currentLease()) {
-		t.Fatalf("x not recorded under the new lease: %v %v", r, err)
+	for _, id := range []string{"x", "y"} {
+		r, err := cli.Get(ctx, sandboxesPrefix+id)
+		if err != nil || len(r.Kvs) != 1 || r.Kvs[0].Lease != int64(n2.currentLease()) {
+			t.Fatalf("%s not recorded under the new lease: %v %v", id, r, err)
+		}
 	}
-	if r, _ := cli.Get(ctx, sandboxesPrefix+"z"); len(r.Kvs) != 0 {
+	if !gone("z")() {
 		t.Fatal("z, which the node does not run, is still recorded")
+	}
+	n2.Close()
+
+	// Away longer than ForgetAfter: the cluster forgot y for good, and it
+	// is killed; x, recorded again meanwhile (by hand), stays.
+	waitFor(t, 10*time.Second, gone("y"))
+	if _, err := cli.Put(ctx, sandboxesPrefix+"x", mustJSON(recordOf("n", sb("x", "k", now, nil)))); err != nil {
+		t.Fatal(err)
+	}
+	late := &fakeSandboxes{local: []*sandbox.Sandbox{sb("x", "k", now, nil), sb("y", "k", now, nil)}}
+	startNode(t, url, "n", late, dir, time.Nanosecond)
+	if got := fmt.Sprint(late.evictions()); got != "[y]" {
+		t.Fatalf("evicted %s away past ForgetAfter, want [y]", got)
 	}
 }
 

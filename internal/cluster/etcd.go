@@ -69,10 +69,11 @@ func StartMember(ctx context.Context, c EmbedConfig) (*Member, error) {
 	cfg.InitialCluster = c.InitialCluster
 	cfg.ClusterState = embed.ClusterStateFlagNew // ignored once Dir has data
 	cfg.InitialClusterToken = "hutch-" + clusterToken(c.TLS.CA)
-	// Old revisions go after an hour: the store holds current records,
-	// not history, and its file would otherwise grow with every renewal.
-	cfg.AutoCompactionMode = "periodic"
-	cfg.AutoCompactionRetention = "1h"
+	// Only the last 10,000 revisions are kept (compacted every 5 min):
+	// the store holds current records, not history, and its file would
+	// otherwise grow with every write until etcd's quota stops them all.
+	cfg.AutoCompactionMode = "revision"
+	cfg.AutoCompactionRetention = "10000"
 	cfg.LogLevel = "warn"
 	cfg.LogOutputs = []string{filepath.Join(c.Dir, "etcd.log")}
 	tlsInfo := transport.TLSInfo{CertFile: c.TLS.Cert, KeyFile: c.TLS.Key, TrustedCAFile: c.TLS.CA, ClientCertAuth: true}

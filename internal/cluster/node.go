@@ -46,6 +46,9 @@ import (
 // dead node's sandboxes answer 404 at most this long after it died.
 const DefaultLeaseTTL = 10 * time.Second
 
+// DefaultForgetAfter is Config.ForgetAfter's default.
+const DefaultForgetAfter = 5 * time.Minute
+
 // opTimeout bounds each etcd call: a node cut off from etcd must notice,
 // not hang (a write forwarded to a dead leader waits until its context ends).
 const opTimeout = 3 * time.Second
@@ -66,6 +69,10 @@ type Config struct {
 	Labels map[string]string
 	// LeaseTTL is the node's lease (0: DefaultLeaseTTL).
 	LeaseTTL time.Duration
+	// ForgetAfter is how long a node may be without a lease and still
+	// record its sandboxes again when it is back (reconcile); past it,
+	// the ones the cluster forgot are killed (0: DefaultForgetAfter).
+	ForgetAfter time.Duration
 	// DataDir is the node's data dir: DataDir/cluster/joined remembers
 	// which etcd cluster it belongs to.
 	DataDir  string
@@ -90,11 +97,14 @@ type Node struct {
 	lease     clientv3.LeaseID // 0 while the node holds none
 	lastRenew time.Time
 	nodes     map[string]NodeRecord
-	owners    map[string]string // sandbox id -> node name
-	synced    bool              // the maps mirror etcd (watchLoop)
-	placed    []placement       // creates sent lately, oldest first (Place)
-	misses    *rate.Limiter     // etcd reads for ids the mirror lacks (Owner)
-	seen      map[string]bool   // builds the cluster recorded (templates.go)
+	owners    map[string]string           // sandbox id -> node name
+	synced    bool                        // the maps mirror etcd (watchLoop)
+	placed    []placement                 // creates sent lately, oldest first (Place)
+	misses    *rate.Limiter               // etcd reads for ids the mirror lacks (Owner)
+	seen      map[string]bool             // builds the cluster recorded (templates.go)
+	vols      map[string]volumeRecord     // volumes by id (volumes.go)
+	puts      map[string]lastPut          // last record writes (Put)
+	pending   map[string]*sandbox.Sandbox // changes Put holds back
 	started   time.Time
 
 	ctx    context.Context
@@ -108,11 +118,14 @@ func New(cli *clientv3.Client, cfg Config) *Node {
 	if cfg.LeaseTTL <= 0 {
 		cfg.LeaseTTL = DefaultLeaseTTL
 	}
+	if cfg.ForgetAfter <= 0 {
+		cfg.ForgetAfter = DefaultForgetAfter
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	n := &Node{cfg: cfg, cli: cli, log: cfg.Logger.With("node", cfg.Name), nodes: map[string]NodeRecord{},
-		owners: map[string]string{}, started: time.Now().UTC(), misses: rate.NewLimiter(missRate, missRate)}
+		owners: map[string]string{}, vols: map[string]volumeRecord{}, puts: map[string]lastPut{}, pending: map[string]*sandbox.Sandbox{}, started: time.Now().UTC(), misses: rate.NewLimiter(missRate, missRate)}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	return n
 }
@@ -201,11 +214,19 @@ func (n *Node) leaseLoop() {
 			n.log.Warn("cluster: reconcile", "err", err)
 			continue
 		}
+		if err := n.reconcileVolumes(n.ctx, lease); err != nil {
+			n.log.Warn("cluster: reconcile volumes", "err", err)
+			continue
+		}
 		n.mu.Lock()
 		n.lease, n.lastRenew = lease, time.Now()
 		n.mu.Unlock()
+		n.markRenewed()
 		n.log.Info("cluster: holding a lease", "lease", fmt.Sprintf("%x", int64(lease)), "ttl", n.cfg.LeaseTTL)
 		n.keepAlive(lease)
+		if n.ctx.Err() != nil {
+			n.markRenewed() // closing: the next start counts from here
+		}
 		n.mu.Lock()
 		n.lease = 0
 		n.mu.Unlock()
@@ -236,6 +257,7 @@ func (n *Node) keepAlive(lease clientv3.LeaseID) {
 			n.lastRenew = time.Now()
 			n.mu.Unlock()
 		case <-tick.C:
+			n.markRenewed()
 			if err := n.register(ctx, lease); err != nil {
 				if errors.Is(err, context.Canceled) {
 					return
@@ -283,11 +305,13 @@ func (n *Node) record(lease clientv3.LeaseID) NodeRecord {
 }
 
 // reconcile makes the cluster's records of this node's sandboxes what the
-// node runs, under lease: a sandbox recorded as this node's is recorded
-// again under lease; one the cluster no longer records was forgotten (its
-// old lease expired: clients were told it is gone) and is killed; a record
-// of this node with no sandbox here is deleted. On the node's first join
-// of this etcd cluster, what runs here is recorded instead.
+// node runs, under lease. The node's runtime is the truth: a sandbox that
+// runs here is recorded again (its old record, if its lease expired, went
+// with it), and a record of this node with no sandbox here is deleted.
+// But a node away longer than ForgetAfter (dead, cut off, or its etcd
+// refusing it) comes back to a cluster that forgot its sandboxes for good:
+// clients were told they are gone, so they are killed. What was recorded
+// as another node's is killed here whatever the time.
 func (n *Node) reconcile(ctx context.Context, lease clientv3.LeaseID) error {
 	local, err := n.mgr.Local(ctx)
 	if err != nil {
@@ -300,6 +324,7 @@ func (n *Node) reconcile(ctx context.Context, lease clientv3.LeaseID) error {
 		return err
 	}
 	first := !n.joined(resp.Header.ClusterId)
+	away := n.away()
 	recorded := map[string]sandboxRecord{}
 	for _, kv := range resp.Kvs {
 		var r sandboxRecord
@@ -315,9 +340,16 @@ func (n *Node) reconcile(ctx context.Context, lease clientv3.LeaseID) error {
 		case ok && r.Node != n.cfg.Name:
 			n.log.Warn("cluster: a sandbox here is recorded as another node's; killing it here", "id", sb.ID, "owner", r.Node)
 			evict = append(evict, sb.ID)
-		case ok || first:
+		case ok || first || away < n.cfg.ForgetAfter:
+			rec, err := encodeRecord(n.cfg.Name, sb)
+			if err != nil {
+				// Made before the cap, or by hand: listed nowhere, routed
+				// to by this node only.
+				n.log.Warn("cluster: a sandbox's record is too large to publish", "id", sb.ID, "err", err)
+				continue
+			}
 			pctx, cancel := n.op(ctx)
-			_, err := n.cli.Put(pctx, sandboxesPrefix+sb.ID, mustJSON(recordOf(n.cfg.Name, sb)), clientv3.WithLease(lease))
+			_, err = n.cli.Put(pctx, sandboxesPrefix+sb.ID, rec, clientv3.WithLease(lease))
 			cancel()
 			if err != nil {
 				return err
@@ -338,7 +370,7 @@ func (n *Node) reconcile(ctx context.Context, lease clientv3.LeaseID) error {
 		}
 	}
 	if len(evict) > 0 {
-		n.log.Warn("cluster: killing sandboxes the cluster forgot while this node was away", "count", len(evict))
+		n.log.Warn("cluster: killing sandboxes the cluster forgot while this node was away", "count", len(evict), "away", away.Round(time.Second), "forget after", n.cfg.ForgetAfter)
 		for _, id := range evict {
 			if err := n.mgr.Evict(ctx, id); err != nil && !errdefs.IsNotFound(err) {
 				n.log.Warn("cluster: evict", "id", id, "err", err)
@@ -347,6 +379,40 @@ func (n *Node) reconcile(ctx context.Context, lease clientv3.LeaseID) error {
 	}
 	n.markJoined(resp.Header.ClusterId)
 	return nil
+}
+
+// away is how long the node has held no lease: since its last renewal, in
+// this process or (after a restart) as DataDir/cluster/renewed says; 0
+// when it never held one.
+func (n *Node) away() time.Duration {
+	n.mu.Lock()
+	last := n.lastRenew
+	n.mu.Unlock()
+	if last.IsZero() {
+		b, err := os.ReadFile(n.renewedPath())
+		if err != nil {
+			return 0
+		}
+		if err := last.UnmarshalText([]byte(strings.TrimSpace(string(b)))); err != nil {
+			return 0
+		}
+	}
+	return time.Since(last)
+}
+
+func (n *Node) renewedPath() string { return filepath.Join(n.cfg.DataDir, "cluster", "renewed") }
+
+// markRenewed records when the lease was last renewed, for away after a
+// restart.
+func (n *Node) markRenewed() {
+	n.mu.Lock()
+	last := n.lastRenew
+	n.mu.Unlock()
+	b, _ := last.UTC().MarshalText()
+	os.MkdirAll(filepath.Dir(n.renewedPath()), 0o700)
+	if err := os.WriteFile(n.renewedPath(), append(b, '\n'), 0o600); err != nil {
+		n.log.Debug("cluster: remember the renewal", "err", err)
+	}
 }
 
 // joined reports whether this node has joined etcd cluster id before.

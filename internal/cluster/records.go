@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"encoding/json"
+	"strings"
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
@@ -87,11 +88,11 @@ type sandboxRecord struct {
 	Started   time.Time         `json:"started"`
 	Ends      time.Time         `json:"ends"`
 	Runtime   string            `json:"rt,omitempty"`
-	Volumes   []volumeRecord    `json:"vols,omitempty"`
+	Volumes   []mountRecord     `json:"vols,omitempty"`
 	OnTimeout string            `json:"on_timeout,omitempty"`
 }
 
-type volumeRecord struct {
+type mountRecord struct {
 	ID   string `json:"id"`
 	Name string `json:"name"`
 	Path string `json:"path"`
@@ -103,7 +104,7 @@ func recordOf(node string, sb *sandbox.Sandbox) sandboxRecord {
 		DiskMB: sb.Limits.DiskMB, Meta: sb.Metadata, Started: sb.StartedAt, Ends: sb.EndAt, Runtime: sb.Runtime,
 		OnTimeout: string(sb.Lifecycle.OnTimeout)}
 	for _, v := range sb.Volumes {
-		r.Volumes = append(r.Volumes, volumeRecord{ID: v.VolumeID, Name: v.Name, Path: v.Path})
+		r.Volumes = append(r.Volumes, mountRecord{ID: v.VolumeID, Name: v.Name, Path: v.Path})
 	}
 	return r
 }
@@ -132,10 +133,14 @@ type keyRecord struct {
 	Revoked *time.Time `json:"revoked,omitempty"`
 }
 
+// mustJSON encodes one of this package's records, which always encode.
+// HTML is not escaped: a "<" stays one byte, not six.
 func mustJSON(v any) string {
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic(err) // only this package's records, which always marshal
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		panic(err)
 	}
-	return string(b)
+	return strings.TrimSuffix(b.String(), "\n")
 }

@@ -27,11 +27,15 @@ func (n *Node) Claim(ctx context.Context, sb *sandbox.Sandbox) error {
 		return sandbox.ErrNoLease
 	}
 	key := sandboxesPrefix + sb.ID
+	rec, err := encodeRecord(n.cfg.Name, sb)
+	if err != nil {
+		return err
+	}
 	ctx, cancel := n.op(ctx)
 	defer cancel()
 	resp, err := n.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, mustJSON(recordOf(n.cfg.Name, sb)), clientv3.WithLease(lease))).
+		Then(clientv3.OpPut(key, rec, clientv3.WithLease(lease))).
 		Commit()
 	if err != nil {
 		return fmt.Errorf("cluster: record sandbox %s: %v: %w", sb.ID, err, errdefs.ErrUnavailable)
@@ -39,19 +43,105 @@ func (n *Node) Claim(ctx context.Context, sb *sandbox.Sandbox) error {
 	if !resp.Succeeded {
 		return fmt.Errorf("cluster: sandbox %s is recorded already: %w", sb.ID, errdefs.ErrAlreadyExists)
 	}
-	n.setOwner(sb.ID, n.cfg.Name)
+	n.mu.Lock()
+	n.owners[sb.ID] = n.cfg.Name
+	n.puts[sb.ID] = lastPut{time.Now(), sb.State}
+	n.mu.Unlock()
 	return nil
 }
 
-// Put records a change to sandbox sb of this node.
+// MaxRecord is the most a sandbox's record in etcd may take, encoded:
+// every record is read by every list, and etcd holds them all in one
+// file, which a tenant must not be able to fill.
+const MaxRecord = 8 << 10
+
+// encodeRecord is sb's record as this node's, or an error matching
+// errdefs.ErrInvalidArgument when it is too large.
+func encodeRecord(node string, sb *sandbox.Sandbox) (string, error) {
+	rec := mustJSON(recordOf(node, sb))
+	if len(rec) > MaxRecord {
+		return "", fmt.Errorf("the sandbox's metadata is too large for the cluster's registry: its record takes %d bytes, at most %d: %w", len(rec), MaxRecord, errdefs.ErrInvalidArgument)
+	}
+	return rec, nil
+}
+
+// CheckMetadata refuses, before a create starts anything, metadata whose
+// record could not fit MaxRecord (an error matching
+// errdefs.ErrInvalidArgument).
+func CheckMetadata(meta map[string]string) error {
+	if n := len(mustJSON(meta)); n > MaxRecord-1024 {
+		return fmt.Errorf("metadata takes %d bytes encoded; a cluster's sandboxes may have at most %d: %w", n, MaxRecord-1024, errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// putEvery is how often one sandbox's record is rewritten at most while
+// its state stays the same: a client that refreshes a timeout in a loop
+// must not turn each call into a write every member keeps until the next
+// compaction.
+const putEvery = time.Second
+
+// lastPut is when a sandbox's record was last written, and its state.
+type lastPut struct {
+	at    time.Time
+	state sandbox.State
+}
+
+// Put records a change to sandbox sb of this node: at once when its state
+// changed, else at most once a putEvery, the last change winning.
 func (n *Node) Put(ctx context.Context, sb *sandbox.Sandbox) error {
-	lease := n.currentLease()
-	if lease == 0 {
+	if n.currentLease() == 0 {
 		return sandbox.ErrNoLease // reconcile records it under the next lease
 	}
+	n.mu.Lock()
+	last, seen := n.puts[sb.ID]
+	if wait := putEvery - time.Since(last.at); seen && last.state == sb.State && wait > 0 {
+		_, queued := n.pending[sb.ID]
+		n.pending[sb.ID] = sb
+		n.mu.Unlock()
+		if !queued {
+			time.AfterFunc(wait, func() { n.flushPut(sb.ID) })
+		}
+		return nil
+	}
+	n.puts[sb.ID] = lastPut{time.Now(), sb.State}
+	delete(n.pending, sb.ID)
+	n.mu.Unlock()
+	return n.update(ctx, sb)
+}
+
+// flushPut writes the change to sandbox id that Put held back.
+func (n *Node) flushPut(id string) {
+	n.mu.Lock()
+	sb, ok := n.pending[id]
+	delete(n.pending, id)
+	if ok {
+		n.puts[id] = lastPut{time.Now(), sb.State}
+	}
+	n.mu.Unlock()
+	if ok && n.ctx.Err() == nil {
+		if err := n.update(n.ctx, sb); err != nil {
+			n.log.Warn("cluster: record a change", "id", id, "err", err)
+		}
+	}
+}
+
+// update rewrites the record of sandbox sb, if it has one: a change that
+// comes after the sandbox was removed never records it again.
+func (n *Node) update(ctx context.Context, sb *sandbox.Sandbox) error {
+	lease := n.currentLease()
+	if lease == 0 {
+		return sandbox.ErrNoLease
+	}
+	rec, err := encodeRecord(n.cfg.Name, sb)
+	if err != nil {
+		return err
+	}
+	key := sandboxesPrefix + sb.ID
 	ctx, cancel := n.op(ctx)
 	defer cancel()
-	_, err := n.cli.Put(ctx, sandboxesPrefix+sb.ID, mustJSON(recordOf(n.cfg.Name, sb)), clientv3.WithLease(lease))
+	_, err = n.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), ">", 0)).
+		Then(clientv3.OpPut(key, rec, clientv3.WithLease(lease))).Commit()
 	return err
 }
 
@@ -59,6 +149,8 @@ func (n *Node) Put(ctx context.Context, sb *sandbox.Sandbox) error {
 func (n *Node) Delete(ctx context.Context, id string) error {
 	n.mu.Lock()
 	delete(n.owners, id)
+	delete(n.puts, id)
+	delete(n.pending, id)
 	n.mu.Unlock()
 	ctx, cancel := n.op(ctx)
 	defer cancel()

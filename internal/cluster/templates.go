@@ -301,12 +301,26 @@ func (n *Node) loadSeenLocked() {
 	}
 }
 
-// PeerHandler is the handler of the node's cluster listener: the template
-// transfers above, and every other request as forwarded by another node
-// (forwarded serves it here, never forwarding it again).
+// ForwardHeader marks a request one node forwards to another for a client
+// (set by the forwarding node, over the client's copy): the receiving
+// node serves it as a client's request, never as one of the nodes' own
+// calls below. Without it, a client's request for a sandbox, which is
+// forwarded with the client's path, would reach the template transfers.
+const ForwardHeader = "Hutch-Cluster-Forwarded"
+
+// PeerHandler is the handler of the node's cluster listener: requests
+// another node forwarded for a client (ForwardHeader) go to forwarded,
+// which serves them here, never forwarding them again; the rest are the
+// nodes' own calls, the template transfers above, and nothing else.
 func (n *Node) PeerHandler(forwarded http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /cluster/v1/templates/{ref}/manifest", func(w http.ResponseWriter, r *http.Request) {
+		// Only what the cluster shares: not a paused sandbox's files, nor
+		// a fork's.
+		if t, err := n.templates.Get(r.PathValue("ref")); err != nil || !shared(t) {
+			peerError(w, fmt.Errorf("template %s: %w", r.PathValue("ref"), errdefs.ErrNotFound))
+			return
+		}
 		m, err := n.templates.Manifest(r.Context(), r.PathValue("ref"))
 		if err != nil {
 			peerError(w, err)
@@ -327,8 +341,14 @@ func (n *Node) PeerHandler(forwarded http.Handler) http.Handler {
 			panic(http.ErrAbortHandler)
 		}
 	})
-	mux.Handle("/", forwarded)
-	return mux
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get(ForwardHeader) != "" {
+			r.Header.Del(ForwardHeader)
+			forwarded.ServeHTTP(w, r)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
 }
 
 func peerError(w http.ResponseWriter, err error) {

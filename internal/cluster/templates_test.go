@@ -5,8 +5,10 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"encoding/hex"
+	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"testing"
@@ -182,4 +184,41 @@ func mustClientNoCert(t *testing.T, f TLSFiles) *tls.Config {
 	}
 	cfg.Certificates = nil
 	return cfg
+}
+
+// TestForwardedRequestsNeverReachTheNodesOwnCalls: a client's request that
+// another node forwards (for a sandbox, with the client's own path) is
+// served as a client's, even when its path is one of the template
+// transfers; a node's own call never reaches the forwarded handler.
+func TestForwardedRequestsNeverReachTheNodesOwnCalls(t *testing.T) {
+	n := New(nil, Config{Name: "a"})
+	n.templates = template.Open(t.TempDir())
+	var got []string
+	h := n.PeerHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = append(got, r.URL.Path+" fwd="+r.Header.Get(ForwardHeader))
+		w.WriteHeader(http.StatusTeapot)
+	}))
+	for _, tt := range []struct {
+		path      string
+		forwarded bool
+		want      int
+	}{
+		{"/cluster/v1/layers/x", true, http.StatusTeapot},
+		{"/cluster/v1/templates/base/manifest", true, http.StatusTeapot},
+		{"/cluster/v1/layers/x", false, http.StatusNotFound},
+		{"/sandboxes", false, http.StatusNotFound},
+	} {
+		req := httptest.NewRequest(http.MethodGet, tt.path, nil)
+		if tt.forwarded {
+			req.Header.Set(ForwardHeader, "1")
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != tt.want {
+			t.Errorf("GET %s forwarded=%v: %d, want %d", tt.path, tt.forwarded, rec.Code, tt.want)
+		}
+	}
+	if want := "[/cluster/v1/layers/x fwd= /cluster/v1/templates/base/manifest fwd=]"; fmt.Sprint(got) != want {
+		t.Errorf("the forwarded handler saw %v, want %s", got, want)
+	}
 }

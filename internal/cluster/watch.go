@@ -53,6 +53,7 @@ func (n *Node) resync() (int64, error) {
 	}
 	nodes := map[string]NodeRecord{}
 	owners := map[string]string{}
+	vols := map[string]volumeRecord{}
 	var keys []keyRecord
 	for _, kv := range resp.Kvs {
 		k := string(kv.Key)
@@ -72,10 +73,15 @@ func (n *Node) resync() (int64, error) {
 			if json.Unmarshal(kv.Value, &r) == nil {
 				keys = append(keys, r)
 			}
+		case strings.HasPrefix(k, volumesPrefix):
+			var r volumeRecord
+			if json.Unmarshal(kv.Value, &r) == nil {
+				vols[r.ID] = r
+			}
 		}
 	}
 	n.mu.Lock()
-	n.nodes, n.owners, n.synced = nodes, owners, true
+	n.nodes, n.owners, n.vols, n.synced = nodes, owners, vols, true
 	n.mu.Unlock()
 	for _, r := range keys {
 		n.importKey(ctx, r)
@@ -105,6 +111,14 @@ func (n *Node) apply(ev *clientv3.Event) {
 			n.owners[id] = r.Node
 		} else if !put {
 			delete(n.owners, id)
+		}
+	case strings.HasPrefix(k, volumesPrefix):
+		id := strings.TrimPrefix(k, volumesPrefix)
+		var r volumeRecord
+		if put && json.Unmarshal(ev.Kv.Value, &r) == nil {
+			n.vols[id] = r
+		} else if !put {
+			delete(n.vols, id)
 		}
 	case strings.HasPrefix(k, keysPrefix) && put:
 		var r keyRecord

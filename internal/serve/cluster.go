@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/hutch-sandbox/hutch/internal/cluster"
+	"github.com/hutch-sandbox/hutch/internal/connlimit"
 )
 
 // ClusterConfig makes the server one node of a cluster (internal/cluster).
@@ -30,6 +31,13 @@ type ClusterConfig struct {
 	Etcd  cluster.ClientConfig
 	Embed *cluster.EmbedConfig
 }
+
+// The cluster listener's caps: connections from one address (another
+// node's forwarded streams), and from all.
+const (
+	peerConnsPerClient = 1024
+	peerConnsTotal     = 2048
+)
 
 // clusterParts are what a cluster node runs beside a single server.
 type clusterParts struct {
@@ -59,9 +67,14 @@ func openCluster(ctx context.Context, c *ClusterConfig, dataDir string, memoryMB
 	}
 	// The cluster listener first: a port in use stops the node before it
 	// joins anything.
-	if p.ln, err = net.Listen("tcp", c.Listen); err != nil {
+	ln, err := net.Listen("tcp", c.Listen)
+	if err != nil {
 		return nil, fmt.Errorf("cluster listener: %w", err)
 	}
+	// Capped as the public listener is: only nodes get past the
+	// handshake, but anyone who reaches the port can open connections.
+	capped := connlimit.New(ln, connlimit.Options{PerClient: peerConnsPerClient, Total: peerConnsTotal, Logger: logger})
+	p.ln = capped
 	if c.Embed != nil {
 		e := *c.Embed
 		e.Logger = logger
@@ -82,14 +95,20 @@ func openCluster(ctx context.Context, c *ClusterConfig, dataDir string, memoryMB
 		DialContext:         (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 15 * time.Second}).DialContext,
 		TLSHandshakeTimeout: 5 * time.Second,
 		MaxIdleConnsPerHost: 64,
+		// Past the peer's cap a request waits for a connection rather
+		// than being refused.
+		MaxConnsPerHost: peerConnsPerClient,
 		IdleConnTimeout:     90 * time.Second,
 		// HTTP/1.1 between nodes: upgrades (WebSockets) pass as they are.
 		ForceAttemptHTTP2: false,
 		TLSNextProto:      map[string]func(string, *tls.Conn) http.RoundTripper{},
 	}
 	p.node = cluster.New(p.cli, nc)
-	p.peer = &http.Server{TLSConfig: serverTLS, ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelDebug)}
+	// ReadHeaderTimeout also bounds the TLS handshake (net/http): nodes
+	// on one network handshake in milliseconds, a client without a
+	// cluster certificate holds a connection no longer than this.
+	p.peer = &http.Server{TLSConfig: serverTLS, ReadHeaderTimeout: 3 * time.Second, IdleTimeout: 2 * time.Minute,
+		ConnState: capped.ConnState, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelDebug)}
 	return p, nil
 }
 

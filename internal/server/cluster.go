@@ -63,6 +63,39 @@ func apiSandboxID(path string) string {
 	return id
 }
 
+// volumeID is the volume an API call's path names, if any.
+func volumeID(path string) string {
+	rest, ok := strings.CutPrefix(path, "/volumes/")
+	if !ok {
+		rest, ok = strings.CutPrefix(path, "/volumecontent/")
+	}
+	if !ok {
+		return ""
+	}
+	id, _, _ := strings.Cut(rest, "/")
+	return id
+}
+
+// forwardVolume sends r to the node that holds volume id when that is
+// another node; it reports whether it did (and answered).
+func (s *Server) forwardVolume(w http.ResponseWriter, r *http.Request, id string) bool {
+	if !s.clustered(r) || id == "" {
+		return false
+	}
+	p, found, err := s.cluster.VolumeOwner(r.Context(), id)
+	if err != nil || !found || p.Self {
+		return false
+	}
+	if p.URL == "" {
+		e2bapi.WriteError(w, http.StatusBadGateway, fmt.Sprintf("volume %s is on node %s, which does not answer", id, p.Name), "")
+		return true
+	}
+	s.toPeer(w, r, p, func(w http.ResponseWriter, err error) {
+		e2bapi.WriteError(w, http.StatusBadGateway, fmt.Sprintf("volume %s is on node %s, which does not answer", id, p.Name), "")
+	})
+	return true
+}
+
 // forward sends r to the node that owns sandbox id when that is another
 // node; it reports whether it did (and answered). edge marks envd and port
 // traffic, whose errors are the edge proxy's.
@@ -114,6 +147,10 @@ func (s *Server) toPeer(w http.ResponseWriter, r *http.Request, p cluster.Peer, 
 			pr.SetURL(target)
 			pr.Out.Host = r.Host // the peer routes by it, as this node would
 			pr.SetXForwarded()
+			// A client's request, to be served as one: not one of the
+			// nodes' own calls (the client's copy of the header, if any,
+			// is replaced).
+			pr.Out.Header.Set(cluster.ForwardHeader, "1")
 		},
 		Transport:     s.cluster.Transport(),
 		FlushInterval: -1,
@@ -149,15 +186,31 @@ func (s *Server) placeCreate(w http.ResponseWriter, r *http.Request, local http.
 		e2bapi.Write(w, s.logger, e2bapi.BadRequest("request body: "+err.Error()))
 		return
 	}
-	var probe struct {
-		TemplateID string `json:"templateID"`
-	}
+	var probe e2bapi.NewSandboxV2
 	json.Unmarshal(body, &probe) // the create itself reports a bad body
+	if err := cluster.CheckMetadata(probe.Metadata); err != nil {
+		e2bapi.Write(w, s.logger, e2bapi.BadRequest(err.Error()))
+		return
+	}
 	tpl := probe.TemplateID
 	if tpl == "" {
 		tpl = sandbox.DefaultTemplate
 	}
 	peers := s.cluster.Place(tpl)
+	if len(probe.VolumeMounts) > 0 {
+		// Volumes are on the disk of the node that made them: the
+		// sandbox goes there, or, when no one node has them all, here,
+		// to be refused.
+		var names []string
+		for _, v := range probe.VolumeMounts {
+			names = append(names, v.Name)
+		}
+		p, ok := s.cluster.VolumesNode(keyID(r), names)
+		if !ok {
+			p = cluster.Peer{Name: "this node", Self: true}
+		}
+		peers = []cluster.Peer{p}
+	}
 	var last *bufferedResponse
 	for i, p := range peers {
 		rec := newBufferedResponse()
@@ -252,7 +305,7 @@ func (s *Server) clusterNodes(w http.ResponseWriter, r *http.Request) {
 	}
 	out := make([]ClusterNode, 0, len(nodes))
 	for _, n := range nodes {
-		cn := ClusterNode{Name: n.Name, URL: n.URL, Self: n.Self, Labels: n.Labels, Templates: n.Templates,
+		cn := ClusterNode{Name: n.Name, URL: n.URL, Self: n.Self, Labels: n.Labels, Templates: len(n.Templates),
 			Started: n.Started, Updated: n.Updated, CPUs: n.Capacity.CPUs, MemoryMB: n.Capacity.MemoryMB,
 			MaxSandboxes: n.Capacity.Sandboxes, CPULoad: n.Load.CPU, MemoryUsedMB: n.Load.MemoryUsedMB,
 			Running: n.Load.Running, Creating: n.Load.Creating, Warm: n.Load.Warm, LeaseSeconds: -1}
@@ -266,22 +319,24 @@ func (s *Server) clusterNodes(w http.ResponseWriter, r *http.Request) {
 
 // ClusterNode is a node in GET /cluster/nodes, Hutch's own API.
 type ClusterNode struct {
-	Name         string            `json:"name"`
-	URL          string            `json:"url"`
-	Self         bool              `json:"self"`
-	Labels       map[string]string `json:"labels,omitempty"`
-	Templates    []string          `json:"templates"`
-	Started      time.Time         `json:"started"`
-	Updated      time.Time         `json:"updated"`
-	CPUs         int               `json:"cpus"`
-	MemoryMB     int               `json:"memoryMB"`
-	MaxSandboxes int               `json:"maxSandboxes"`
-	CPULoad      float64           `json:"cpuLoad"`
-	MemoryUsedMB int               `json:"memoryUsedMB"`
-	Running      int               `json:"running"`
-	Creating     int               `json:"creating"`
-	Warm         int               `json:"warm"`
-	LeaseSeconds int               `json:"leaseSeconds"`
+	Name   string            `json:"name"`
+	URL    string            `json:"url"`
+	Self   bool              `json:"self"`
+	Labels map[string]string `json:"labels,omitempty"`
+	// Templates counts the names and builds the node holds; which they
+	// are is each key's own business (GET /templates).
+	Templates    int       `json:"templates"`
+	Started      time.Time `json:"started"`
+	Updated      time.Time `json:"updated"`
+	CPUs         int       `json:"cpus"`
+	MemoryMB     int       `json:"memoryMB"`
+	MaxSandboxes int       `json:"maxSandboxes"`
+	CPULoad      float64   `json:"cpuLoad"`
+	MemoryUsedMB int       `json:"memoryUsedMB"`
+	Running      int       `json:"running"`
+	Creating     int       `json:"creating"`
+	Warm         int       `json:"warm"`
+	LeaseSeconds int       `json:"leaseSeconds"`
 }
 
 // placed makes create handler h place its sandbox in the cluster, when

@@ -138,7 +138,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		e2bapi.WriteError(w, http.StatusUnauthorized, "invalid signature", "")
 		return
 	}
-	if s.forward(w, r, apiSandboxID(r.URL.Path), false) {
+	if s.forward(w, r, apiSandboxID(r.URL.Path), false) || s.forwardVolume(w, r, volumeID(r.URL.Path)) {
 		return
 	}
 	s.api.ServeHTTP(w, r)

@@ -1,12 +1,15 @@
 package server
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
 
 	"github.com/hutch-sandbox/hutch/internal/e2bapi"
+	"github.com/hutch-sandbox/hutch/internal/errdefs"
 	"github.com/hutch-sandbox/hutch/internal/volume"
 )
 
@@ -49,15 +52,53 @@ func (s *Server) createVolume(w http.ResponseWriter, r *http.Request) {
 	if !s.decode(w, r, &req, false) {
 		return
 	}
+	if s.cluster != nil {
+		if err := s.mgr.Ready(); err != nil {
+			e2bapi.Write(w, s.logger, err)
+			return
+		}
+		// A name is unique among a key's volumes on every node.
+		vols, err := s.cluster.ListVolumes(r.Context(), keyID(r))
+		if err != nil {
+			e2bapi.Write(w, s.logger, err)
+			return
+		}
+		for _, v := range vols {
+			if v.Name == req.Name {
+				e2bapi.Write(w, s.logger, fmt.Errorf("volume %q exists already (on node %s): %w", req.Name, v.Node, errdefs.ErrAlreadyExists))
+				return
+			}
+		}
+	}
 	v, err := s.volumes.Create(r.Context(), keyID(r), req.Name)
 	if err != nil {
 		e2bapi.Write(w, s.logger, err)
 		return
 	}
+	if s.cluster != nil {
+		if err := s.cluster.PutVolume(r.Context(), v.ID, v.Name, v.KeyID); err != nil {
+			s.volumes.Delete(context.WithoutCancel(r.Context()), v.KeyID, v.ID)
+			e2bapi.Write(w, s.logger, err)
+			return
+		}
+	}
 	writeJSON(w, http.StatusCreated, s.volumeJSON(v))
 }
 
 func (s *Server) listVolumes(w http.ResponseWriter, r *http.Request) {
+	if s.cluster != nil {
+		vols, err := s.cluster.ListVolumes(r.Context(), keyID(r))
+		if err != nil {
+			e2bapi.Write(w, s.logger, err)
+			return
+		}
+		out := make([]e2bapi.VolumeInfo, 0, len(vols))
+		for _, v := range vols {
+			out = append(out, e2bapi.VolumeInfo{VolumeID: v.ID, Name: v.Name})
+		}
+		writeJSON(w, http.StatusOK, out)
+		return
+	}
 	vols, err := s.volumes.List(r.Context(), keyID(r))
 	if err != nil {
 		e2bapi.Write(w, s.logger, err)
@@ -83,6 +124,11 @@ func (s *Server) deleteVolume(w http.ResponseWriter, r *http.Request) {
 	if err := s.volumes.Delete(r.Context(), keyID(r), r.PathValue("volumeID")); err != nil {
 		e2bapi.Write(w, s.logger, err)
 		return
+	}
+	if s.cluster != nil {
+		if err := s.cluster.DeleteVolume(r.Context(), r.PathValue("volumeID")); err != nil {
+			s.logger.Warn("cluster: forget a deleted volume", "id", r.PathValue("volumeID"), "err", err)
+		}
 	}
 	w.WriteHeader(http.StatusNoContent)
 }

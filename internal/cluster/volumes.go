@@ -1,0 +1,173 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/hutch-sandbox/hutch/internal/errdefs"
+)
+
+// Volumes live on the node that made them: their files are on its disk.
+// The cluster records where each is (volumes/<id>, bound to the node's
+// lease, as its sandboxes are), so that any node routes a volume's calls
+// to its node, lists every node's volumes, and places a sandbox that
+// mounts volumes on the node that holds them.
+
+const volumesPrefix = Prefix + "volumes/"
+
+// volumeRecord is a volume in etcd.
+type volumeRecord struct {
+	ID   string `json:"id"`
+	Name string `json:"name"`
+	Key  string `json:"key"`
+	Node string `json:"node"`
+}
+
+// VolumeInfo is a volume of the cluster: its id, name and node.
+type VolumeInfo struct {
+	ID, Name, Node string
+}
+
+// PutVolume records volume id (named name, of key) as this node's.
+func (n *Node) PutVolume(ctx context.Context, id, name, key string) error {
+	lease := n.currentLease()
+	if lease == 0 {
+		return fmt.Errorf("cluster: record volume %s: %w", id, errdefs.ErrUnavailable)
+	}
+	rec := volumeRecord{ID: id, Name: name, Key: key, Node: n.cfg.Name}
+	ctx, cancel := n.op(ctx)
+	defer cancel()
+	if _, err := n.cli.Put(ctx, volumesPrefix+id, mustJSON(rec), clientv3.WithLease(lease)); err != nil {
+		return fmt.Errorf("cluster: record volume %s: %v: %w", id, err, errdefs.ErrUnavailable)
+	}
+	n.mu.Lock()
+	n.vols[id] = rec
+	n.mu.Unlock()
+	return nil
+}
+
+// DeleteVolume forgets volume id.
+func (n *Node) DeleteVolume(ctx context.Context, id string) error {
+	n.mu.Lock()
+	delete(n.vols, id)
+	n.mu.Unlock()
+	ctx, cancel := n.op(ctx)
+	defer cancel()
+	_, err := n.cli.Delete(ctx, volumesPrefix+id)
+	return err
+}
+
+// VolumeOwner finds the node that holds volume id; found is false when the
+// cluster records none.
+func (n *Node) VolumeOwner(ctx context.Context, id string) (p Peer, found bool, err error) {
+	n.mu.Lock()
+	rec, ok := n.vols[id]
+	n.mu.Unlock()
+	if !ok {
+		if !n.misses.Allow() {
+			return Peer{}, false, nil
+		}
+		ctx, cancel := n.op(ctx)
+		defer cancel()
+		resp, err := n.cli.Get(ctx, volumesPrefix+id)
+		if err != nil {
+			return Peer{}, false, err
+		}
+		if len(resp.Kvs) == 0 || json.Unmarshal(resp.Kvs[0].Value, &rec) != nil {
+			return Peer{}, false, nil
+		}
+	}
+	return n.peer(rec.Node), true, nil
+}
+
+// VolumesNode finds the node that holds every volume of key named in
+// names. found is false when the cluster does not know them all, or they
+// are on different nodes (no node can mount them all).
+func (n *Node) VolumesNode(key string, names []string) (p Peer, found bool) {
+	n.mu.Lock()
+	node := ""
+	for _, name := range names {
+		at := ""
+		for _, r := range n.vols {
+			if r.Key == key && r.Name == name {
+				at = r.Node
+				break
+			}
+		}
+		if at == "" || (node != "" && at != node) {
+			n.mu.Unlock()
+			return Peer{}, false
+		}
+		node = at
+	}
+	n.mu.Unlock()
+	if node == "" {
+		return Peer{}, false
+	}
+	return n.peer(node), true
+}
+
+// ListVolumes is every volume of key in the cluster, by name, read from
+// etcd at once.
+func (n *Node) ListVolumes(ctx context.Context, key string) ([]VolumeInfo, error) {
+	ctx, cancel := n.op(ctx)
+	defer cancel()
+	resp, err := n.cli.Get(ctx, volumesPrefix, clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("cluster: list volumes: %v: %w", err, errdefs.ErrUnavailable)
+	}
+	var out []VolumeInfo
+	for _, kv := range resp.Kvs {
+		var r volumeRecord
+		if json.Unmarshal(kv.Value, &r) == nil && r.Key == key {
+			out = append(out, VolumeInfo{ID: r.ID, Name: r.Name, Node: r.Node})
+		}
+	}
+	slices.SortFunc(out, func(a, b VolumeInfo) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// reconcileVolumes records this node's volumes under lease, and deletes
+// records of volumes it no longer has.
+func (n *Node) reconcileVolumes(ctx context.Context, lease clientv3.LeaseID) error {
+	local, err := n.store.ListVolumes(ctx, "")
+	if err != nil {
+		return err
+	}
+	gctx, cancel := n.op(ctx)
+	resp, err := n.cli.Get(gctx, volumesPrefix, clientv3.WithPrefix())
+	cancel()
+	if err != nil {
+		return err
+	}
+	mine := map[string]bool{}
+	for _, kv := range resp.Kvs {
+		var r volumeRecord
+		if json.Unmarshal(kv.Value, &r) == nil && r.Node == n.cfg.Name {
+			mine[r.ID] = true
+		}
+	}
+	for _, v := range local {
+		delete(mine, v.ID)
+		pctx, cancel := n.op(ctx)
+		_, err := n.cli.Put(pctx, volumesPrefix+v.ID, mustJSON(volumeRecord{ID: v.ID, Name: v.Name, Key: v.KeyID, Node: n.cfg.Name}), clientv3.WithLease(lease))
+		cancel()
+		if err != nil {
+			return err
+		}
+	}
+	for id := range mine {
+		dctx, cancel := n.op(ctx)
+		_, err := n.cli.Delete(dctx, volumesPrefix+id)
+		cancel()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
