@@ -335,7 +335,7 @@ func TestPlace(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			n := New(nil, Config{Name: "self"})
 			for _, r := range tt.nodes {
-				n.nodes[r.Name] = r
+				n.nodes[r.Name], n.nodeSeen[r.Name] = r, time.Now()
 			}
 			got := n.Place(tt.ref)
 			if len(got) != tt.count || (tt.first != "" && got[0].Name != tt.first) {
@@ -343,10 +343,18 @@ func TestPlace(t *testing.T) {
 			}
 		})
 	}
+	t.Run("a node whose record stopped changing is skipped", func(t *testing.T) {
+		n := New(nil, Config{Name: "self"})
+		n.nodes["a"], n.nodeSeen["a"] = rec("a", 0, "base"), time.Now().Add(-time.Minute)
+		n.nodes["b"], n.nodeSeen["b"] = rec("b", 9, "base"), time.Now()
+		if got := n.Place("base"); len(got) != 1 || got[0].Name != "b" {
+			t.Fatalf("Place = %+v, want b only", got)
+		}
+	})
 	t.Run("a burst spreads before the loads catch up", func(t *testing.T) {
 		n := New(nil, Config{Name: "self"})
 		for _, r := range []NodeRecord{rec("a", 0, "base"), rec("b", 0, "base"), rec("c", 0, "base")} {
-			n.nodes[r.Name] = r
+			n.nodes[r.Name], n.nodeSeen[r.Name] = r, time.Now()
 		}
 		per := map[string]int{}
 		for range 9 {

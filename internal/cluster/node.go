@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -97,14 +98,16 @@ type Node struct {
 	lease     clientv3.LeaseID // 0 while the node holds none
 	lastRenew time.Time
 	nodes     map[string]NodeRecord
-	owners    map[string]string           // sandbox id -> node name
-	synced    bool                        // the maps mirror etcd (watchLoop)
-	placed    []placement                 // creates sent lately, oldest first (Place)
-	misses    *rate.Limiter               // etcd reads for ids the mirror lacks (Owner)
-	seen      map[string]bool             // builds the cluster recorded (templates.go)
-	vols      map[string]volumeRecord     // volumes by id (volumes.go)
-	puts      map[string]lastPut          // last record writes (Put)
-	pending   map[string]*sandbox.Sandbox // changes Put holds back
+	nodeSeen  map[string]time.Time                             // when each node's record last changed here
+	owners    map[string]string                                // sandbox id -> node name
+	synced    bool                                             // the maps mirror etcd (watchLoop)
+	placed    []placement                                      // creates sent lately, oldest first (Place)
+	misses    *rate.Limiter                                    // etcd reads for ids the mirror lacks (Owner)
+	seen      map[string]bool                                  // builds the cluster recorded (templates.go)
+	vols      map[string]volumeRecord                          // volumes by id (volumes.go)
+	signer    func(method string, q url.Values) (string, bool) // see SetSigner
+	puts      map[string]lastPut                               // last record writes (Put)
+	pending   map[string]*sandbox.Sandbox                      // changes Put holds back
 	started   time.Time
 
 	ctx    context.Context
@@ -124,7 +127,7 @@ func New(cli *clientv3.Client, cfg Config) *Node {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	n := &Node{cfg: cfg, cli: cli, log: cfg.Logger.With("node", cfg.Name), nodes: map[string]NodeRecord{},
+	n := &Node{cfg: cfg, cli: cli, log: cfg.Logger.With("node", cfg.Name), nodes: map[string]NodeRecord{}, nodeSeen: map[string]time.Time{},
 		owners: map[string]string{}, vols: map[string]volumeRecord{}, puts: map[string]lastPut{}, pending: map[string]*sandbox.Sandbox{}, started: time.Now().UTC(), misses: rate.NewLimiter(missRate, missRate)}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	return n
@@ -169,11 +172,14 @@ func (n *Node) op(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, opTimeout)
 }
 
-// Ready is nil while the node holds a lease it renewed within its TTL.
+// Ready is nil while the node holds a lease it renewed within two thirds
+// of its TTL (renewals go every third: one missed is a warning, two a
+// node cut off, which should stop taking creates before etcd drops it),
+// and its mirror of the cluster is live.
 func (n *Node) Ready() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.lease == 0 || time.Since(n.lastRenew) > n.cfg.LeaseTTL {
+	if n.lease == 0 || time.Since(n.lastRenew) > 2*n.cfg.LeaseTTL/3 || !n.synced {
 		return sandbox.ErrNoLease
 	}
 	return nil

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -80,8 +81,17 @@ const placeK = 3
 // This node leads when it is not in the mirror yet.
 func (n *Node) Place(ref string) []Peer {
 	nodes := n.copyNodes()
+	n.mu.Lock()
+	seen := maps.Clone(n.nodeSeen)
+	n.mu.Unlock()
 	var all []NodeRecord
 	for _, r := range nodes {
+		// A record not refreshed for three rounds (by this node's clock)
+		// is of a node that stopped, whose lease has not run out yet:
+		// not worth a try.
+		if r.Name != n.cfg.Name && time.Since(seen[r.Name]) > 3*refreshEvery+time.Second {
+			continue
+		}
 		all = append(all, r)
 	}
 	if _, ok := nodes[n.cfg.Name]; !ok && n.Ready() == nil {

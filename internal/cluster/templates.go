@@ -341,6 +341,7 @@ func (n *Node) PeerHandler(forwarded http.Handler) http.Handler {
 			panic(http.ErrAbortHandler)
 		}
 	})
+	mux.HandleFunc("GET /cluster/v1/signed", n.signedHandler)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get(ForwardHeader) != "" {
 			r.Header.Del(ForwardHeader)

@@ -82,6 +82,9 @@ func (n *Node) resync() (int64, error) {
 	}
 	n.mu.Lock()
 	n.nodes, n.owners, n.vols, n.synced = nodes, owners, vols, true
+	for name := range nodes {
+		n.nodeSeen[name] = time.Now()
+	}
 	n.mu.Unlock()
 	for _, r := range keys {
 		n.importKey(ctx, r)
@@ -101,6 +104,7 @@ func (n *Node) apply(ev *clientv3.Event) {
 		var r NodeRecord
 		if put && json.Unmarshal(ev.Kv.Value, &r) == nil {
 			n.nodes[name] = r
+			n.nodeSeen[name] = time.Now()
 		} else if !put {
 			delete(n.nodes, name)
 		}

@@ -82,6 +82,9 @@ func New(opts Options) *Server {
 	s := &Server{mgr: opts.Manager, domain: domain, logger: logger, api: http.NewServeMux(),
 		bodyGrace: opts.BodyGrace, bodyMinRate: int64(opts.BodyMinRate), templates: opts.Templates, builder: opts.Builder, volumes: opts.Volumes, cluster: opts.Cluster}
 	rand.Read(s.uploadKey[:])
+	if s.cluster != nil {
+		s.cluster.SetSigner(s.signedBy)
+	}
 	if s.bodyGrace <= 0 {
 		s.bodyGrace = defaultBodyGrace
 	}
@@ -131,6 +134,13 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		if id, ok := s.signedBy(r.Method, q); ok {
 			s.proxy(w, r, id, envdapi.Port)
 			return
+		}
+		if s.clustered(r) {
+			// Another node's sandbox, perhaps: each node tries its own.
+			if p, id, ok := s.cluster.FindSigned(r.Context(), r.Method, q); ok {
+				s.toPeer(w, r, p, func(w http.ResponseWriter, err error) { e2bapi.WriteSandboxNotFound502(w, id) })
+				return
+			}
 		}
 		// What the sandbox's envd says of a signature not its own, word
 		// for word: at E2B the URL's host names the sandbox, and its envd
