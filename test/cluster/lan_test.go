@@ -2,6 +2,7 @@ package cluster_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -19,10 +20,10 @@ import (
 // other and a partitioned host cannot, and an external etcd on it that
 // its client finds healthy.
 
-// TestLAN: every host reaches every other by TCP; a partitioned host
+// TestHarnessLAN: every host reaches every other by TCP; a partitioned host
 // reaches none and none reaches it, though it still reaches itself; healed,
 // it reaches them again.
-func TestLAN(t *testing.T) {
+func TestHarnessLAN(t *testing.T) {
 	testenv.RequireRoot(t, "network namespaces")
 	lan := hutchtest.NewLAN(t, 3)
 	for _, h := range lan.Hosts {
@@ -105,11 +106,11 @@ func echo(t *testing.T, h *hutchtest.Host, port int) {
 	}()
 }
 
-// TestExternalEtcd: Debian's etcd started on a LAN host answers its own
+// TestHarnessEtcd: Debian's etcd started on a LAN host answers its own
 // client as `etcdctl endpoint health` asks it (a read of "health"), keeps
 // what is written and drops a key whose lease ends; with three members it
 // goes on taking writes when one is killed.
-func TestExternalEtcd(t *testing.T) {
+func TestHarnessEtcd(t *testing.T) {
 	testenv.RequireRoot(t, "network namespaces")
 	hutchtest.RequireEtcd(t)
 	lan := hutchtest.NewLAN(t, 4)
@@ -207,4 +208,31 @@ func etcdClient(t *testing.T, h *hutchtest.Host, endpoints []string) *clientv3.C
 	}
 	t.Cleanup(func() { cli.Close() })
 	return cli
+}
+
+// TestHarnessServeOnHost: a plain `hutch serve` (no cluster) in a LAN
+// host, sandbox networking on, serves the JS SDK on another host: a
+// command runs and a port inside answers. What the cluster tests build
+// on.
+func TestHarnessServeOnHost(t *testing.T) {
+	testenv.RequireRoot(t, "network namespaces and sandboxes")
+	js := hutchtest.JSPackage(t, hutchtest.E2BJS)
+	lan := hutchtest.NewLAN(t, 2)
+	s := hutchtest.NewHostServer(t, hutchBin.Path(t), lan.Host(1))
+	s.Start()
+	id := sdkScript(t, js, lan.Host(2), s, `
+import { Sandbox } from 'e2b'
+const sbx = await Sandbox.create({ timeoutMs: 600_000 })
+console.log(sbx.sandboxId)
+process.exit(0)
+`)
+	arg, _ := json.Marshal([]string{id})
+	out := sdkScript(t, js, lan.Host(2), s, commandAndPort, string(arg))
+	var got map[string]struct{ Stdout, Port string }
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("%v: %q", err, out)
+	}
+	if g := got[id]; g.Stdout != "42\n" || g.Port != id {
+		t.Errorf("command printed %q (want \"42\\n\"), port 8000 answered %q (want %q)", g.Stdout, g.Port, id)
+	}
 }

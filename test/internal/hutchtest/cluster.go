@@ -77,25 +77,14 @@ func NewCluster(t *testing.T, bin string, opts ClusterOptions, hosts ...*Host) *
 		initial = append(initial, fmt.Sprintf("node%d=https://%s", h.Index, h.Addr(2380)))
 	}
 	for _, h := range hosts {
-		tmp := t.TempDir()
-		// Sandboxes' uids must traverse to their layers under the data
-		// dir (as StartServe's).
-		os.Chmod(filepath.Dir(tmp), 0o711)
-		os.Chmod(tmp, 0o711)
-		data := filepath.Join(tmp, "data")
 		name := fmt.Sprintf("node%d", h.Index)
-		c.hutch("cluster", "issue", "--ca-dir", c.CADir, "--name", name, "--host", h.IP, "--out", filepath.Join(data, "cluster"))
-		s := NewServer(t, bin, data)
-		s.Addr = h.Addr(3000)
-		s.Wrap = h.Wrap()
-		s.Client = h.Client()
+		s := NewHostServer(t, bin, h)
+		c.hutch("cluster", "issue", "--ca-dir", c.CADir, "--name", name, "--host", h.IP, "--out", filepath.Join(s.DataDir, "cluster"))
 		s.LogPrefix = name + ": "
-		s.Args = []string{
+		s.Args = append(s.Args,
 			"--cluster", "--node-name", name,
-			"--cluster-listen", h.Addr(7443), "--advertise-url", "https://" + h.Addr(7443),
-			"--cluster-lease", opts.Lease.String(),
-			"--domain", TestDomain, "--warm", "0",
-		}
+			"--cluster-listen", h.Addr(7443), "--advertise-url", "https://"+h.Addr(7443),
+			"--cluster-lease", opts.Lease.String())
 		if opts.Etcd != nil {
 			s.Args = append(s.Args, "--etcd-endpoints", strings.Join(opts.Etcd.Endpoints(), ","))
 			if e := opts.Etcd.TLS; e != nil {
@@ -120,6 +109,27 @@ func NewCluster(t *testing.T, bin string, opts ClusterOptions, hosts ...*Host) *
 		wg.Wait()
 	})
 	return c
+}
+
+// NewHostServer is a Server, not started, of bin in host h's network
+// namespace, on port 3000 of h's address, with a fresh data dir, and
+// flags for --domain TestDomain and --warm 0 (sandboxes have networking:
+// the host is a namespace of the test's own); its Client dials from h.
+// As NewServer's, it is stopped and its sandboxes removed when the test
+// ends.
+func NewHostServer(t *testing.T, bin string, h *Host) *Server {
+	t.Helper()
+	tmp := t.TempDir()
+	// Sandboxes' uids must traverse to their layers under the data dir
+	// (as StartServe's).
+	os.Chmod(filepath.Dir(tmp), 0o711)
+	os.Chmod(tmp, 0o711)
+	s := NewServer(t, bin, filepath.Join(tmp, "data"))
+	s.Addr = h.Addr(3000)
+	s.Wrap = h.Wrap()
+	s.Client = h.Client()
+	s.Args = []string{"--domain", TestDomain, "--warm", "0"}
+	return s
 }
 
 // StartCluster is NewCluster, then Start.
