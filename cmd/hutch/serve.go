@@ -44,6 +44,7 @@ func newServeCmd(g *globals) *cobra.Command {
 		caps           sandboxCaps
 		caBundle       string
 		tlsf           tlsFlags
+		clf            clusterFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -81,6 +82,10 @@ Stopping the server leaves sandboxes running; a restart adopts them.`,
 			if err != nil {
 				return err
 			}
+			clusterCfg, err := clf.config(g.dataDir)
+			if err != nil {
+				return err
+			}
 			diskBytes, err := units.ParseBytes(disk)
 			if err != nil {
 				return fmt.Errorf("--disk: %w", err)
@@ -111,7 +116,7 @@ Stopping the server leaves sandboxes running; a restart adopts them.`,
 				TuneHost: true, Logger: logger, SandboxBinary: sandboxBinary(logger), CABundle: extraCAs,
 				ReadyTimeout: readyTimeout, RegistryAllow: registryAllow,
 				SnapshotTTL: snapshotTTL, PausedRetention: pausedKeep, VolumeSize: volumeBytes, MaxVolumesPerKey: maxVolumes,
-				Runtime: runtimeName, Runtimes: runtimes,
+				Runtime: runtimeName, Runtimes: runtimes, Cluster: clusterCfg,
 			}
 			if withNet {
 				cfg.Network = &serve.NetworkConfig{CIDR: netCIDR, DNSUpstream: dnsUpstream, MaxConns: maxConns}
@@ -123,6 +128,11 @@ Stopping the server leaves sandboxes running; a restart adopts them.`,
 			defer s.Close()
 			if err := ensureKey(ctx, g, s.Store); err != nil {
 				return err
+			}
+			if s.Cluster != nil {
+				if err := syncClusterKeys(ctx, s.Cluster, logger); err != nil {
+					return err
+				}
 			}
 			ln, err := net.Listen("tcp", listen)
 			if err != nil {
@@ -153,6 +163,7 @@ Stopping the server leaves sandboxes running; a restart adopts them.`,
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:3000", "address to serve on")
 	cmd.Flags().StringVar(&domain, "domain", "", `the domain clients reach the server by (E2B_DOMAIN): api.<domain> serves the API, "<port>-<id>.<domain>" a sandbox's port, on the same listener; the names must resolve to this server (docs/tls.md)`)
 	tlsf.register(cmd.Flags())
+	clf.register(cmd.Flags())
 	cmd.Flags().StringVar(&runtimeName, "runtime", g.envOr("HUTCH_RUNTIME", "native"), "the runtime backend sandboxes run on unless their template names one: native (namespaces, cgroups, seccomp) or gvisor (gVisor's user-space kernel: a stronger boundary, memory checkpoints for pause, snapshots and fork; needs runsc); see docs/runtime.md (env HUTCH_RUNTIME)")
 	cmd.Flags().StringSliceVar(&runtimes, "runtimes", nil, "the runtime backends sandboxes may run on (the --runtime among them); a create request or a template asking for another is refused (default: every one this host has)")
 	cmd.Flags().StringVar(&disk, "disk", "4G", "each sandbox's disk: its writable layer lives on a file system of this size with one inode per 16 KiB, so a sandbox cannot fill the host's disk or inodes (a template's diskSizeMB overrides it; 0: no limit, not for untrusted code)")

@@ -85,6 +85,9 @@ type Options struct {
 	// A request, or a template, for another is refused: an operator who
 	// made gvisor the default can keep every sandbox on it.
 	Runtimes []string
+	// Registry, in a cluster, records this node's sandboxes for every
+	// node to list and route to (see Registry); nil for a single node.
+	Registry Registry
 	Logger   *slog.Logger
 }
 
@@ -103,6 +106,7 @@ type Manager struct {
 	caBundle    string // PEM; "" for none
 	volumes     *volume.Manager
 	bundle      *cabundle.Bundle
+	reg         Registry // see Options.Registry; nil for none
 	logger      *slog.Logger
 
 	mu  sync.Mutex
@@ -180,10 +184,13 @@ func New(opts Options) (*Manager, error) {
 		rt: opts.Runtime, store: opts.Store, templates: opts.Templates, sockets: sockets, checkpoints: checkpoints, runtimes: opts.Runtimes,
 		resources: opts.Resources, logger: logger, timers: map[string]*time.Timer{}, ops: map[string]*opLock{}, dropping: map[string]chan struct{}{}, live: map[string]*live{}, warm: opts.Warm, net: opts.Network,
 		run: newSlots(opts.MaxPerKey, opts.MaxSandboxes, false), frozen: newSlots(opts.MaxPerKey, opts.MaxSandboxes, true),
-		readyTimeout: opts.ReadyTimeout, volumes: opts.Volumes, snapshotTTL: opts.SnapshotTTL, pausedTTL: opts.PausedRetention,
+		readyTimeout: opts.ReadyTimeout, volumes: opts.Volumes, reg: opts.Registry, snapshotTTL: opts.SnapshotTTL, pausedTTL: opts.PausedRetention,
 	}
 	if m.readyTimeout <= 0 {
 		m.readyTimeout = DefaultReadyTimeout
+	}
+	if m.reg != nil {
+		m.store.OnChange(m.republish)
 	}
 	if opts.CABundle != nil {
 		m.caBundle = string(opts.CABundle.PEM())
@@ -260,6 +267,11 @@ var ErrPrivateInsecure = fmt.Errorf("a sandbox closed to public traffic needs en
 // running sandboxes (Options.MaxSandboxes, MaxPerKey) it returns a
 // *LimitError.
 func (m *Manager) Create(ctx context.Context, req CreateRequest) (_ *Sandbox, retErr error) {
+	if m.reg != nil && !req.Internal {
+		if err := m.reg.Ready(); err != nil {
+			return nil, err
+		}
+	}
 	if req.Network.Private() && !req.Secure {
 		return nil, ErrPrivateInsecure
 	}
@@ -398,8 +410,19 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (_ *Sandbox, re
 	if req.Internal {
 		return sb, nil
 	}
+	if m.reg != nil {
+		// Claimed before it is recorded here: a sandbox whose id the
+		// cluster has is never recorded twice.
+		if err := m.reg.Claim(ctx, sb); err != nil {
+			m.unadopt(sb.ID)
+			return nil, err
+		}
+	}
 	if err := m.store.CreateSandbox(ctx, toRecord(sb, string(info))); err != nil {
 		m.unadopt(sb.ID)
+		if m.reg != nil {
+			m.reg.Delete(context.WithoutCancel(ctx), sb.ID)
+		}
 		return nil, err
 	}
 	return sb, nil
@@ -725,6 +748,9 @@ func (m *Manager) VerifyKey(ctx context.Context, key string) (keyID string, err 
 // List is a page of the sandboxes f selects, and the token of the next
 // page ("" after the last).
 func (m *Manager) List(ctx context.Context, f ListFilter) (page []*Sandbox, next string, err error) {
+	if m.reg != nil {
+		return m.reg.List(ctx, f)
+	}
 	recs, next, err := m.store.ListSandboxes(ctx, storeFilter(f))
 	if err != nil {
 		return nil, "", err
@@ -800,6 +826,13 @@ func (m *Manager) removeLocked(ctx context.Context, id string) error {
 	// labelled runtime sandbox with no record, which Recover sweeps.
 	if err := m.store.DeleteSandbox(ctx, id); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 		return err
+	}
+	if m.reg != nil {
+		if err := m.reg.Delete(ctx, id); err != nil {
+			// The cluster reconciles it: a record this node does not
+			// have is deleted at the next pass.
+			m.logger.Warn("registry: forget a removed sandbox", "id", id, "err", err)
+		}
 	}
 	build, err := m.dropRuntime(ctx, id)
 	if err != nil {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/hutch-sandbox/hutch/internal/builder"
 	"github.com/hutch-sandbox/hutch/internal/cabundle"
+	"github.com/hutch-sandbox/hutch/internal/cluster"
 	"github.com/hutch-sandbox/hutch/internal/loopfs"
 	"github.com/hutch-sandbox/hutch/internal/runtime"
 	"github.com/hutch-sandbox/hutch/internal/runtime/backends"
@@ -82,6 +83,9 @@ type Config struct {
 	// RegistryAllow are the registries on loopback or private addresses
 	// template builds may pull from (see builder.Options.RegistryAllow).
 	RegistryAllow []string
+	// Cluster makes the server a node of a cluster on etcd; nil: a
+	// single node (its SQLite store is the whole truth).
+	Cluster *ClusterConfig
 }
 
 // NetworkConfig configures the sandboxes' networks.
@@ -105,8 +109,14 @@ type Server struct {
 	// Handler serves the protocols: E2B's API and sandbox traffic.
 	Handler http.Handler
 
-	nets    *sandboxNets
-	builder *builder.Builder
+	// Cluster is the node's membership of its cluster; nil for a
+	// single node.
+	Cluster *cluster.Node
+
+	nets      *sandboxNets
+	builder   *builder.Builder
+	cluster   *clusterParts
+	templates *template.Store
 }
 
 // Open assembles a server from cfg: it opens the store, makes the runtime
@@ -141,6 +151,7 @@ func Open(ctx context.Context, cfg Config) (_ *Server, retErr error) {
 		return nil, err
 	}
 	templates := template.Open(cfg.Templates)
+	s.templates = templates
 	rt, nrt, err := backends.Open(backends.Options{DataDir: cfg.DataDir, Templates: templates, SandboxBinary: cfg.SandboxBinary, Default: cfg.Runtime, Logger: logger})
 	if err != nil {
 		return nil, err
@@ -171,7 +182,16 @@ func Open(ctx context.Context, cfg Config) (_ *Server, retErr error) {
 		return nil, err
 	}
 	vols.Sweep()
+	var registry sandbox.Registry
+	if cfg.Cluster != nil {
+		if s.cluster, err = openCluster(ctx, cfg.Cluster, cfg.DataDir, int(cfg.Resources.MemoryBytes>>20), cfg.MaxSandboxes, logger); err != nil {
+			return nil, err
+		}
+		s.Cluster = s.cluster.node
+		registry = s.Cluster
+	}
 	s.Manager, err = sandbox.New(sandbox.Options{
+		Registry: registry,
 		Runtime: rt, Runtimes: cfg.Runtimes, Store: s.Store, Templates: templates, DataDir: cfg.DataDir, Logger: logger,
 		Resources: cfg.Resources, Warm: cfg.Warm, Network: s.nets.manager(),
 		MaxSandboxes: cfg.MaxSandboxes, MaxPerKey: cfg.MaxPerKey, CABundle: cfg.CABundle, ReadyTimeout: cfg.ReadyTimeout,
@@ -190,7 +210,11 @@ func Open(ctx context.Context, cfg Config) (_ *Server, retErr error) {
 		}
 	}
 	s.builder = builder.New(builder.Options{Store: templates, Manager: s.Manager, CABundle: cfg.CABundle, RegistryAllow: cfg.RegistryAllow, Logger: logger})
-	s.Handler = server.New(server.Options{Manager: s.Manager, Domain: cfg.Domain, Logger: logger, Templates: templates, Builder: s.builder, Volumes: vols})
+	srv := server.New(server.Options{Manager: s.Manager, Domain: cfg.Domain, Logger: logger, Templates: templates, Builder: s.builder, Volumes: vols, Cluster: s.Cluster})
+	s.Handler = srv
+	if s.cluster != nil {
+		s.cluster.serve(s, srv.Forwarded(), logger)
+	}
 	return s, nil
 }
 
@@ -201,6 +225,8 @@ func (s *Server) Close() error {
 	if s.builder != nil {
 		s.builder.Close()
 	}
+	// The node first: it reads the manager's sandboxes.
+	s.cluster.close()
 	if s.Manager != nil {
 		s.Manager.Close()
 	}

@@ -20,8 +20,9 @@ import (
 func (s *Server) routes() {
 	s.handle("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
 	s.handle("GET /openapi.json", s.openAPI)
-	s.handle("POST /v2/sandboxes", s.authed(s.createV2))
-	s.handle("POST /sandboxes", s.authed(s.createV1))
+	s.handle("POST /v2/sandboxes", s.authed(s.placed(s.createV2)))
+	s.handle("POST /sandboxes", s.authed(s.placed(s.createV1)))
+	s.handle("GET /cluster/nodes", s.authed(s.clusterNodes))
 	s.handle("GET /v2/sandboxes", s.authed(s.list))
 	s.handle("GET /sandboxes", s.authed(s.listLegacy))
 	s.handle("GET /sandboxes/{id}", s.authed(s.get))

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/builder"
+	"github.com/hutch-sandbox/hutch/internal/cluster"
 	"github.com/hutch-sandbox/hutch/internal/e2bapi"
 	"github.com/hutch-sandbox/hutch/internal/envdapi"
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
@@ -48,6 +49,10 @@ type Options struct {
 	// Volumes serves the volume and volume content APIs; nil answers
 	// them 501.
 	Volumes *volume.Manager
+	// Cluster, when the node is one of a cluster, sends requests for
+	// other nodes' sandboxes there and places creates (cluster.go); nil
+	// for a single node.
+	Cluster *cluster.Node
 }
 
 // Server serves the API and routes sandbox traffic. Safe for concurrent use.
@@ -63,6 +68,7 @@ type Server struct {
 	builder     *builder.Builder
 	uploadKey   [32]byte // signs upload links (templates.go)
 	volumes     *volume.Manager
+	cluster     *cluster.Node // see Options.Cluster
 }
 
 // New returns a server.
@@ -74,7 +80,7 @@ func New(opts Options) *Server {
 	// Host names are compared in lower case, without the root's dot.
 	domain := strings.ToLower(strings.TrimSuffix(opts.Domain, "."))
 	s := &Server{mgr: opts.Manager, domain: domain, logger: logger, api: http.NewServeMux(),
-		bodyGrace: opts.BodyGrace, bodyMinRate: int64(opts.BodyMinRate), templates: opts.Templates, builder: opts.Builder, volumes: opts.Volumes}
+		bodyGrace: opts.BodyGrace, bodyMinRate: int64(opts.BodyMinRate), templates: opts.Templates, builder: opts.Builder, volumes: opts.Volumes, cluster: opts.Cluster}
 	rand.Read(s.uploadKey[:])
 	if s.bodyGrace <= 0 {
 		s.bodyGrace = defaultBodyGrace
@@ -112,6 +118,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			e2bapi.WriteError(w, http.StatusBadRequest, "invalid sandbox port: want 1-65535", "")
 			return
 		}
+		if s.forward(w, r, id, true) {
+			return
+		}
 		s.proxy(w, r, id, port)
 		return
 	}
@@ -127,6 +136,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		// for word: at E2B the URL's host names the sandbox, and its envd
 		// answers.
 		e2bapi.WriteError(w, http.StatusUnauthorized, "invalid signature", "")
+		return
+	}
+	if s.forward(w, r, apiSandboxID(r.URL.Path), false) {
 		return
 	}
 	s.api.ServeHTTP(w, r)

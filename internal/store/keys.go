@@ -257,3 +257,83 @@ func (s *Store) CountKeys(ctx context.Context) (int, error) {
 	}
 	return n, nil
 }
+
+// KeyRecord is a key with the hash it is verified by: what a cluster's
+// nodes copy between each other (internal/cluster), so that a key made on
+// one node works on all, under one ID.
+type KeyRecord struct {
+	Key
+	// Hash is the SHA-256 of the key's plaintext.
+	Hash []byte
+}
+
+// ExportKeys returns every key with its hash, revoked ones included.
+func (s *Store) ExportKeys(ctx context.Context) ([]KeyRecord, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT `+keyColumns+`, hash FROM api_keys ORDER BY created, id`)
+	if err != nil {
+		return nil, fmt.Errorf("store: export keys: %w", err)
+	}
+	defer rows.Close()
+	var out []KeyRecord
+	for rows.Next() {
+		var (
+			r       KeyRecord
+			created int64
+			revoked sql.NullInt64
+		)
+		if err := rows.Scan(&r.ID, &r.Name, &r.Prefix, &created, &revoked, &r.Hash); err != nil {
+			return nil, fmt.Errorf("store: export keys: %w", err)
+		}
+		r.Created = fromNanos(created)
+		if revoked.Valid {
+			t := fromNanos(revoked.Int64)
+			r.Revoked = &t
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: export keys: %w", err)
+	}
+	return out, nil
+}
+
+// ImportKey makes the store hold key r as given: added when its hash is
+// new here, revoked when r is, and, when the same key is held under
+// another ID, moved to r's ID (a key added on two nodes before they met
+// takes the cluster's ID). Moving fails, with errdefs.ErrFailedPrecondition,
+// when sandboxes or volumes here already name the old ID. A revoked key is
+// never brought back.
+func (s *Store) ImportKey(ctx context.Context, r KeyRecord) error {
+	if len(r.Hash) != sha256.Size || !strings.HasPrefix(r.ID, "key_") {
+		return fmt.Errorf("store: import key %q: malformed: %w", r.ID, errdefs.ErrInvalidArgument)
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("store: import key: %w", err)
+	}
+	defer tx.Rollback()
+	var id string
+	err = tx.QueryRowContext(ctx, `SELECT id FROM api_keys WHERE hash = ?`, r.Hash).Scan(&id)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		if _, err := tx.ExecContext(ctx, `INSERT INTO api_keys (id, name, prefix, hash, created) VALUES (?, ?, ?, ?, ?)`,
+			r.ID, r.Name, r.Prefix, r.Hash, toNanos(r.Created)); err != nil {
+			return fmt.Errorf("store: import key %s: %w", r.ID, err)
+		}
+	case err != nil:
+		return fmt.Errorf("store: import key: %w", err)
+	case id != r.ID:
+		if _, err := tx.ExecContext(ctx, `UPDATE api_keys SET id = ? WHERE id = ?`, r.ID, id); err != nil {
+			return fmt.Errorf("store: import key: the key %s here is %s in the cluster, and sandboxes or volumes here name it: %v: %w", id, r.ID, err, errdefs.ErrFailedPrecondition)
+		}
+	}
+	if r.Revoked != nil {
+		if _, err := tx.ExecContext(ctx, `UPDATE api_keys SET revoked = ? WHERE id = ? AND revoked IS NULL`, toNanos(*r.Revoked), r.ID); err != nil {
+			return fmt.Errorf("store: import key %s: %w", r.ID, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("store: import key: %w", err)
+	}
+	return nil
+}

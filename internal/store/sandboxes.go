@@ -305,6 +305,9 @@ func (s *Store) updateOne(ctx context.Context, what, id, q string, args ...any) 
 	if n == 0 {
 		return fmt.Errorf("store: sandbox %s: %w", id, errdefs.ErrNotFound)
 	}
+	if s.onChange != nil {
+		s.onChange(ctx, id)
+	}
 	return nil
 }
 
@@ -329,6 +332,9 @@ func (s *Store) ExtendEndAt(ctx context.Context, id string, t time.Time) (time.T
 	}
 	if err != nil {
 		return time.Time{}, fmt.Errorf("store: extend end time of %s: %w", id, err)
+	}
+	if s.onChange != nil {
+		s.onChange(ctx, id)
 	}
 	return fromNanos(n), nil
 }

@@ -49,7 +49,16 @@ const busyTimeout = 10 * time.Second
 // concurrent use.
 type Store struct {
 	db *sql.DB
+	// onChange, when set (OnChange), is told of each sandbox record
+	// changed in place.
+	onChange func(ctx context.Context, id string)
 }
+
+// OnChange makes the store call f after each change in place to a
+// sandbox's record (its state, times, runtime or egress), in the goroutine
+// that made it: a cluster publishes the change (sandbox.Registry). Call it
+// once, before the store is used.
+func (s *Store) OnChange(f func(ctx context.Context, id string)) { s.onChange = f }
 
 // Open opens the database at path, creating it (mode 0600) if it does not
 // exist, and brings its schema up to date by applying, each in its own

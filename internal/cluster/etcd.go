@@ -1,0 +1,156 @@
+package cluster
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+)
+
+// EmbedConfig configures an etcd member embedded in `hutch serve`: the
+// cluster's store runs in 1, 3 or 5 of its nodes, fixed when the cluster
+// is made; the other nodes are its clients.
+type EmbedConfig struct {
+	// Name is the member's name in InitialCluster.
+	Name string
+	// Dir holds the member's data (0700).
+	Dir string
+	// PeerURL is where the other members reach this one; ClientURL where
+	// clients do. https URLs use TLS with client certificates of the
+	// cluster CA.
+	PeerURL, ClientURL string
+	// InitialCluster is every voter, "name=peerURL,…", as etcd's
+	// --initial-cluster; read at the member's first start only.
+	InitialCluster string
+	TLS            TLSFiles
+	Logger         *slog.Logger
+}
+
+// Member is an embedded etcd member.
+type Member struct {
+	etcd *embed.Etcd
+	once sync.Once
+}
+
+// StartMember starts an embedded member and waits until it serves, which
+// needs a majority of InitialCluster up: it logs while it waits.
+func StartMember(ctx context.Context, c EmbedConfig) (*Member, error) {
+	if n := len(strings.Split(c.InitialCluster, ",")); n != 1 && n != 3 && n != 5 {
+		return nil, fmt.Errorf("--etcd-initial-cluster names %d members: an embedded etcd has 1, 3 or 5 voters (the other nodes join as its clients)", n)
+	}
+	pu, err := url.Parse(c.PeerURL)
+	if err != nil || pu.Host == "" {
+		return nil, fmt.Errorf("--etcd-peer-url %q: want a URL such as https://10.0.0.1:2380", c.PeerURL)
+	}
+	cu, err := url.Parse(c.ClientURL)
+	if err != nil || cu.Host == "" {
+		return nil, fmt.Errorf("--etcd-client-url %q: want a URL such as https://10.0.0.1:2379", c.ClientURL)
+	}
+	if err := os.MkdirAll(c.Dir, 0o700); err != nil {
+		return nil, err
+	}
+	cfg := embed.NewConfig()
+	cfg.Name = c.Name
+	cfg.Dir = c.Dir
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
+	cfg.InitialCluster = c.InitialCluster
+	cfg.ClusterState = embed.ClusterStateFlagNew // ignored once Dir has data
+	cfg.InitialClusterToken = "hutch-" + clusterToken(c.TLS.CA)
+	// Old revisions go after an hour: the store holds current records,
+	// not history, and its file would otherwise grow with every renewal.
+	cfg.AutoCompactionMode = "periodic"
+	cfg.AutoCompactionRetention = "1h"
+	cfg.LogLevel = "warn"
+	cfg.LogOutputs = []string{filepath.Join(c.Dir, "etcd.log")}
+	tlsInfo := transport.TLSInfo{CertFile: c.TLS.Cert, KeyFile: c.TLS.Key, TrustedCAFile: c.TLS.CA, ClientCertAuth: true}
+	if pu.Scheme == "https" {
+		cfg.PeerTLSInfo = tlsInfo
+	}
+	if cu.Scheme == "https" {
+		cfg.ClientTLSInfo = tlsInfo
+	}
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("start the embedded etcd member %s: %w", c.Name, err)
+	}
+	m := &Member{etcd: e}
+	tick := time.NewTicker(5 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-e.Server.ReadyNotify():
+			c.Logger.Info("etcd member ready", "name", c.Name, "peer", c.PeerURL, "client", c.ClientURL)
+			return m, nil
+		case err := <-e.Err():
+			m.Close()
+			return nil, fmt.Errorf("embedded etcd member %s: %w", c.Name, err)
+		case <-tick.C:
+			c.Logger.Info("waiting for a majority of the etcd members", "initial cluster", c.InitialCluster)
+		case <-ctx.Done():
+			m.Close()
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// Close stops the member, handing leadership over first if it leads. A
+// second Close does nothing (etcd's panics).
+func (m *Member) Close() { m.once.Do(m.etcd.Close) }
+
+// clusterToken ties a new etcd cluster to the cluster CA: members made
+// with another CA cannot join it by mistake.
+func clusterToken(caFile string) string {
+	b, err := os.ReadFile(caFile)
+	if err != nil {
+		return "plain"
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
+}
+
+// ClientConfig says how a node reaches etcd.
+type ClientConfig struct {
+	Endpoints []string
+	// TLS, for https endpoints: etcdctl's --cacert, --cert and --key.
+	TLS TLSFiles
+}
+
+// Dial connects to etcd. It does not wait for it: the node's lease loop
+// retries until the cluster answers.
+func Dial(c ClientConfig) (*clientv3.Client, error) {
+	if len(c.Endpoints) == 0 {
+		return nil, fmt.Errorf("cluster mode needs etcd: --etcd-endpoints, or --etcd-embed")
+	}
+	cfg := clientv3.Config{
+		Endpoints:   c.Endpoints,
+		DialTimeout: 5 * time.Second,
+		// Failures are this package's to log, with context.
+		Logger: zap.NewNop(),
+		// Past a partition the client must notice the dead connection
+		// rather than wait on it: keepalives on gRPC's connection.
+		DialKeepAliveTime:    2 * time.Second,
+		DialKeepAliveTimeout: 2 * time.Second,
+	}
+	if strings.HasPrefix(c.Endpoints[0], "https://") {
+		info := transport.TLSInfo{CertFile: c.TLS.Cert, KeyFile: c.TLS.Key, TrustedCAFile: c.TLS.CA}
+		tc, err := info.ClientConfig()
+		if err != nil {
+			return nil, fmt.Errorf("etcd client TLS: %w", err)
+		}
+		cfg.TLS = tc
+	}
+	return clientv3.New(cfg)
+}

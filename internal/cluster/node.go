@@ -1,0 +1,386 @@
+// Package cluster makes many `hutch serve` nodes one service on etcd.
+//
+// Each node keeps running its own sandboxes with its own manager and
+// store, which stay the truth for them; etcd holds what the nodes must
+// agree on (records.go): which nodes are alive (a key bound to each node's
+// lease), which node owns each sandbox (keys bound to the same lease, so a
+// dead node's sandboxes vanish from the cluster with it), and the API
+// keys. A Node is one node's part:
+//
+//	leaseLoop  grant a lease, register, reconcile, keep the lease alive,
+//	           refresh the node's record; on losing the lease, start over
+//	watchLoop  mirror the nodes and sandbox owners into memory (routing
+//	           and placement read them there) and import API keys
+//	keyLoop    push this node's API keys to the cluster
+//
+// It is the manager's sandbox.Registry, and tells the server's router
+// where a sandbox lives (Owner) and where a new one should go (Place).
+// Nodes reach each other on their cluster listeners, with TLS both ways
+// (pki.go), through Transport.
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/hutch-sandbox/hutch/internal/errdefs"
+	"github.com/hutch-sandbox/hutch/internal/sandbox"
+	"github.com/hutch-sandbox/hutch/internal/store"
+	"github.com/hutch-sandbox/hutch/internal/template"
+)
+
+// DefaultLeaseTTL is a node's lease when the configuration names none: a
+// dead node's sandboxes answer 404 at most this long after it died.
+const DefaultLeaseTTL = 10 * time.Second
+
+// opTimeout bounds each etcd call: a node cut off from etcd must notice,
+// not hang (a write forwarded to a dead leader waits until its context ends).
+const opTimeout = 3 * time.Second
+
+// refreshEvery is how often a node rewrites its record with fresh load.
+const refreshEvery = 2 * time.Second
+
+// Config configures a Node.
+type Config struct {
+	// Name is the node's name, unique in the cluster.
+	Name string
+	// URL is where other nodes reach this node's cluster listener.
+	URL    string
+	Labels map[string]string
+	// LeaseTTL is the node's lease (0: DefaultLeaseTTL).
+	LeaseTTL time.Duration
+	// DataDir is the node's data dir: DataDir/cluster/joined remembers
+	// which etcd cluster it belongs to.
+	DataDir  string
+	Capacity Capacity
+	// Transport reaches other nodes' cluster listeners (see TLSFiles).
+	Transport http.RoundTripper
+	Logger    *slog.Logger
+}
+
+// Node is this node's membership of the cluster. Safe for concurrent use.
+type Node struct {
+	cfg Config
+	cli *clientv3.Client
+	log *slog.Logger
+
+	// Set by Start.
+	mgr       *sandbox.Manager
+	store     *store.Store
+	templates *template.Store
+
+	mu        sync.Mutex
+	lease     clientv3.LeaseID // 0 while the node holds none
+	lastRenew time.Time
+	nodes     map[string]NodeRecord
+	owners    map[string]string // sandbox id -> node name
+	synced    bool              // the maps mirror etcd (watchLoop)
+	placed    []placement       // creates sent lately, oldest first (Place)
+	started   time.Time
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// New returns a node of the cluster cli reaches. It does nothing until
+// Start: the manager takes it as its Registry first.
+func New(cli *clientv3.Client, cfg Config) *Node {
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = DefaultLeaseTTL
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	n := &Node{cfg: cfg, cli: cli, log: cfg.Logger.With("node", cfg.Name), nodes: map[string]NodeRecord{},
+		owners: map[string]string{}, started: time.Now().UTC()}
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	return n
+}
+
+// Name is the node's name.
+func (n *Node) Name() string { return n.cfg.Name }
+
+// Transport reaches other nodes' cluster listeners.
+func (n *Node) Transport() http.RoundTripper { return n.cfg.Transport }
+
+// Start joins the cluster: it starts keeping this node's lease, records
+// and mirrors. mgr runs this node's sandboxes; st holds its API keys.
+func (n *Node) Start(mgr *sandbox.Manager, st *store.Store, templates *template.Store) {
+	n.mgr, n.store, n.templates = mgr, st, templates
+	n.wg.Add(3)
+	go func() { defer n.wg.Done(); n.watchLoop() }()
+	go func() { defer n.wg.Done(); n.leaseLoop() }()
+	go func() { defer n.wg.Done(); n.keyLoop() }()
+}
+
+// Close leaves the loops. The lease is not revoked: a node stopped to be
+// restarted keeps its sandboxes in the cluster if it is back within the
+// lease; one that does not come back drops out when it expires.
+func (n *Node) Close() {
+	n.cancel()
+	n.wg.Wait()
+}
+
+// op is a context for one etcd call.
+func (n *Node) op(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, opTimeout)
+}
+
+// Ready is nil while the node holds a lease it renewed within its TTL.
+func (n *Node) Ready() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.lease == 0 || time.Since(n.lastRenew) > n.cfg.LeaseTTL {
+		return sandbox.ErrNoLease
+	}
+	return nil
+}
+
+func (n *Node) currentLease() clientv3.LeaseID {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.lease
+}
+
+// leaseLoop holds the node's lease: grant, register, reconcile, keep
+// alive; when the lease is lost (not renewed within its TTL), again.
+func (n *Node) leaseLoop() {
+	backoff := 200 * time.Millisecond
+	ttl := int64(max(1, n.cfg.LeaseTTL/time.Second))
+	for n.ctx.Err() == nil {
+		ctx, cancel := n.op(n.ctx)
+		g, err := n.cli.Grant(ctx, ttl)
+		cancel()
+		if err != nil {
+			n.log.Warn("cluster: cannot get a lease; retrying", "err", err)
+			sleep(n.ctx, backoff)
+			backoff = min(2*backoff, 2*time.Second)
+			continue
+		}
+		backoff = 200 * time.Millisecond
+		lease := g.ID
+		if err := n.register(n.ctx, lease); err != nil {
+			n.log.Warn("cluster: register", "err", err)
+			continue
+		}
+		if err := n.reconcile(n.ctx, lease); err != nil {
+			n.log.Warn("cluster: reconcile", "err", err)
+			continue
+		}
+		n.mu.Lock()
+		n.lease, n.lastRenew = lease, time.Now()
+		n.mu.Unlock()
+		n.log.Info("cluster: holding a lease", "lease", fmt.Sprintf("%x", int64(lease)), "ttl", n.cfg.LeaseTTL)
+		n.keepAlive(lease)
+		n.mu.Lock()
+		n.lease = 0
+		n.mu.Unlock()
+		if n.ctx.Err() == nil {
+			n.log.Warn("cluster: lost the lease; new creates are refused until the node gets another")
+		}
+	}
+}
+
+// keepAlive renews lease and refreshes the node's record until the lease
+// is lost or the node closes.
+func (n *Node) keepAlive(lease clientv3.LeaseID) {
+	ctx, cancel := context.WithCancel(n.ctx)
+	defer cancel()
+	ka, err := n.cli.KeepAlive(ctx, lease)
+	if err != nil {
+		return
+	}
+	tick := time.NewTicker(refreshEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case resp, ok := <-ka:
+			if !ok || resp == nil {
+				return // expired by the client's count, or closed
+			}
+			n.mu.Lock()
+			n.lastRenew = time.Now()
+			n.mu.Unlock()
+		case <-tick.C:
+			if err := n.register(ctx, lease); err != nil {
+				if errors.Is(err, context.Canceled) {
+					return
+				}
+				if strings.Contains(err.Error(), "requested lease not found") {
+					return
+				}
+				n.log.Warn("cluster: refresh the node's record", "err", err)
+			}
+		}
+	}
+}
+
+// register writes the node's record under lease.
+func (n *Node) register(ctx context.Context, lease clientv3.LeaseID) error {
+	rec := n.record(lease)
+	ctx, cancel := n.op(ctx)
+	defer cancel()
+	_, err := n.cli.Put(ctx, nodesPrefix+n.cfg.Name, mustJSON(rec), clientv3.WithLease(lease))
+	return err
+}
+
+// record is the node's record as of now.
+func (n *Node) record(lease clientv3.LeaseID) NodeRecord {
+	rec := NodeRecord{Name: n.cfg.Name, URL: n.cfg.URL, Labels: n.cfg.Labels, Capacity: n.cfg.Capacity,
+		Started: n.started, Updated: time.Now().UTC(), Lease: int64(lease)}
+	l := n.mgr.Load()
+	rec.Load = NodeLoad{CPU: loadAverage() / float64(max(1, n.cfg.Capacity.CPUs)), MemoryUsedMB: memoryUsedMB(),
+		Running: l.Running, Creating: l.Creating, Warm: l.Warm, WarmBy: l.WarmByTemplate}
+	if ts, err := n.templates.List(); err == nil {
+		seen := map[string]bool{}
+		for _, t := range ts {
+			for _, s := range []string{t.Name, t.ID} {
+				if !seen[s] {
+					seen[s] = true
+					rec.Templates = append(rec.Templates, s)
+				}
+			}
+		}
+	}
+	return rec
+}
+
+// reconcile makes the cluster's records of this node's sandboxes what the
+// node runs, under lease: a sandbox recorded as this node's is recorded
+// again under lease; one the cluster no longer records was forgotten (its
+// old lease expired: clients were told it is gone) and is killed; a record
+// of this node with no sandbox here is deleted. On the node's first join
+// of this etcd cluster, what runs here is recorded instead.
+func (n *Node) reconcile(ctx context.Context, lease clientv3.LeaseID) error {
+	local, err := n.mgr.Local(ctx)
+	if err != nil {
+		return err
+	}
+	gctx, cancel := n.op(ctx)
+	resp, err := n.cli.Get(gctx, sandboxesPrefix, clientv3.WithPrefix())
+	cancel()
+	if err != nil {
+		return err
+	}
+	first := !n.joined(resp.Header.ClusterId)
+	recorded := map[string]sandboxRecord{}
+	for _, kv := range resp.Kvs {
+		var r sandboxRecord
+		if json.Unmarshal(kv.Value, &r) == nil {
+			recorded[r.ID] = r
+		}
+	}
+	var evict []string
+	for _, sb := range local {
+		r, ok := recorded[sb.ID]
+		delete(recorded, sb.ID)
+		switch {
+		case ok && r.Node != n.cfg.Name:
+			n.log.Warn("cluster: a sandbox here is recorded as another node's; killing it here", "id", sb.ID, "owner", r.Node)
+			evict = append(evict, sb.ID)
+		case ok || first:
+			pctx, cancel := n.op(ctx)
+			_, err := n.cli.Put(pctx, sandboxesPrefix+sb.ID, mustJSON(recordOf(n.cfg.Name, sb)), clientv3.WithLease(lease))
+			cancel()
+			if err != nil {
+				return err
+			}
+		default:
+			evict = append(evict, sb.ID)
+		}
+	}
+	for id, r := range recorded {
+		if r.Node != n.cfg.Name {
+			continue
+		}
+		dctx, cancel := n.op(ctx)
+		_, err := n.cli.Delete(dctx, sandboxesPrefix+id)
+		cancel()
+		if err != nil {
+			return err
+		}
+	}
+	if len(evict) > 0 {
+		n.log.Warn("cluster: killing sandboxes the cluster forgot while this node was away", "count", len(evict))
+		for _, id := range evict {
+			if err := n.mgr.Evict(ctx, id); err != nil && !errdefs.IsNotFound(err) {
+				n.log.Warn("cluster: evict", "id", id, "err", err)
+			}
+		}
+	}
+	n.markJoined(resp.Header.ClusterId)
+	return nil
+}
+
+// joined reports whether this node has joined etcd cluster id before.
+func (n *Node) joined(id uint64) bool {
+	b, err := os.ReadFile(filepath.Join(n.cfg.DataDir, "cluster", "joined"))
+	return err == nil && strings.TrimSpace(string(b)) == strconv.FormatUint(id, 16)
+}
+
+func (n *Node) markJoined(id uint64) {
+	dir := filepath.Join(n.cfg.DataDir, "cluster")
+	os.MkdirAll(dir, 0o700)
+	if err := os.WriteFile(filepath.Join(dir, "joined"), []byte(strconv.FormatUint(id, 16)+"\n"), 0o600); err != nil {
+		n.log.Warn("cluster: remember the join", "err", err)
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// loadAverage is the host's 1-minute load average.
+func loadAverage() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f, _ := strconv.ParseFloat(strings.Fields(string(b))[0], 64)
+	return f
+}
+
+// memoryUsedMB is the host's memory in use (total less available).
+func memoryUsedMB() int {
+	total, avail := meminfo("MemTotal:"), meminfo("MemAvailable:")
+	return int((total - avail) >> 10)
+}
+
+// MemoryTotalMB is the host's memory.
+func MemoryTotalMB() int { return int(meminfo("MemTotal:") >> 10) }
+
+// meminfo reads a /proc/meminfo field, in KiB.
+func meminfo(field string) int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, field); ok {
+			f := strings.Fields(rest)
+			if len(f) > 0 {
+				v, _ := strconv.ParseInt(f[0], 10, 64)
+				return v
+			}
+		}
+	}
+	return 0
+}

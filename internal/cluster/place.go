@@ -1,0 +1,185 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Peer is a node a request can be sent to.
+type Peer struct {
+	Name string
+	// URL is the node's cluster listener; "" when the node is gone (its
+	// record expired) while its sandboxes' records have not yet.
+	URL string
+	// Self is this node.
+	Self bool
+}
+
+// Owner finds the node that runs sandbox id. found is false when the
+// cluster records no such sandbox. The mirror answers first; a sandbox it
+// does not know yet (made through another node a moment ago) is read from
+// etcd.
+func (n *Node) Owner(ctx context.Context, id string) (p Peer, found bool, err error) {
+	n.mu.Lock()
+	node, ok := n.owners[id]
+	n.mu.Unlock()
+	if !ok {
+		ctx, cancel := n.op(ctx)
+		defer cancel()
+		resp, err := n.cli.Get(ctx, sandboxesPrefix+id)
+		if err != nil {
+			return Peer{}, false, err
+		}
+		if len(resp.Kvs) == 0 {
+			return Peer{}, false, nil
+		}
+		var r sandboxRecord
+		if err := json.Unmarshal(resp.Kvs[0].Value, &r); err != nil {
+			return Peer{}, false, err
+		}
+		node = r.Node
+	}
+	return n.peer(node), true, nil
+}
+
+// peer is node name as a Peer.
+func (n *Node) peer(name string) Peer {
+	if name == n.cfg.Name {
+		return Peer{Name: name, URL: n.cfg.URL, Self: true}
+	}
+	n.mu.Lock()
+	rec, ok := n.nodes[name]
+	n.mu.Unlock()
+	if !ok {
+		return Peer{Name: name}
+	}
+	return Peer{Name: name, URL: rec.URL}
+}
+
+// placeK is how many nodes a placement compares: E2B's best-of-K.
+const placeK = 3
+
+// Place orders the nodes a new sandbox of template ref should be tried on,
+// best first: the least loaded of placeK nodes picked at random among
+// those holding the template (every node, when none does), then the rest,
+// least loaded first, for the retries. Sampling, rather than sorting all,
+// keeps nodes reading slightly stale loads from all picking the same node.
+// This node leads when it is not in the mirror yet.
+func (n *Node) Place(ref string) []Peer {
+	nodes := n.copyNodes()
+	var all []NodeRecord
+	for _, r := range nodes {
+		all = append(all, r)
+	}
+	if _, ok := nodes[n.cfg.Name]; !ok && n.Ready() == nil {
+		all = append(all, NodeRecord{Name: n.cfg.Name, URL: n.cfg.URL, Templates: []string{ref}})
+	}
+	var eligible []NodeRecord
+	for _, r := range all {
+		if holds(r, ref) {
+			eligible = append(eligible, r)
+		}
+	}
+	if len(eligible) == 0 {
+		eligible = all
+	}
+	recent := n.recentPlacements()
+	scores := map[string]float64{}
+	for _, r := range eligible {
+		scores[r.Name] = score(r, ref, recent[r.Name])
+	}
+	byScore := func(a, b NodeRecord) int {
+		switch sa, sb := scores[a.Name], scores[b.Name]; {
+		case sa < sb:
+			return -1
+		case sa > sb:
+			return 1
+		}
+		return 0
+	}
+	rand.Shuffle(len(eligible), func(i, j int) { eligible[i], eligible[j] = eligible[j], eligible[i] })
+	k := min(placeK, len(eligible))
+	slices.SortStableFunc(eligible[:k], byScore)
+	if len(eligible) > 1 {
+		slices.SortStableFunc(eligible[1:], byScore)
+	}
+	out := make([]Peer, 0, len(eligible))
+	for _, r := range eligible {
+		out = append(out, Peer{Name: r.Name, URL: r.URL, Self: r.Name == n.cfg.Name})
+	}
+	if len(out) > 0 {
+		n.placedOn(out[0].Name)
+	}
+	return out
+}
+
+// placedOn counts a create this node sent to node name: until that node's
+// record shows it (it refreshes every refreshEvery), placement adds it to
+// the node's load, or a burst of creates would all go to the node that
+// looked idlest.
+func (n *Node) placedOn(name string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.placed = append(n.placed, placement{name, time.Now()})
+}
+
+// recentPlacements counts, by node, the creates sent there lately.
+func (n *Node) recentPlacements() map[string]int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	cut := time.Now().Add(-2 * refreshEvery)
+	i := 0
+	for i < len(n.placed) && n.placed[i].at.Before(cut) {
+		i++
+	}
+	n.placed = n.placed[i:]
+	out := map[string]int{}
+	for _, p := range n.placed {
+		out[p.node]++
+	}
+	return out
+}
+
+type placement struct {
+	node string
+	at   time.Time
+}
+
+// holds reports whether node r holds template ref (a name, name:tag or
+// build id).
+func holds(r NodeRecord, ref string) bool {
+	name, _, _ := strings.Cut(ref, ":")
+	return slices.Contains(r.Templates, name) || slices.Contains(r.Templates, ref)
+}
+
+// score is how loaded node r is for a new sandbox of template ref, lower
+// is better: the share of its sandbox slots in use (running, being
+// created, and recent placements not yet in its record), plus what its CPU
+// and memory are used past 80%, in coarse steps: a host busy with other
+// work takes fewer sandboxes. A warm sandbox of the template counts half a slot off, since
+// handing it out costs the node next to nothing.
+func score(r NodeRecord, ref string, recent int) float64 {
+	slots := r.Capacity.Sandboxes
+	if slots <= 0 && r.Capacity.SandboxMemoryMB > 0 {
+		slots = r.Capacity.MemoryMB / r.Capacity.SandboxMemoryMB
+	}
+	slots = max(slots, 1)
+	used := float64(r.Load.Running + r.Load.Creating + recent)
+	name, _, _ := strings.Cut(ref, ":")
+	if r.Load.WarmBy[name] > 0 {
+		used -= 0.5
+	}
+	s := used / float64(slots)
+	// In coarse steps: a load average moves by itself from one sample to
+	// the next, and fine differences in it would outweigh the slots.
+	s += math.Floor(2*max(0, r.Load.CPU-0.8)) / 2
+	if r.Capacity.MemoryMB > 0 {
+		s += math.Floor(4*max(0, float64(r.Load.MemoryUsedMB)/float64(r.Capacity.MemoryMB)-0.8)) / 4
+	}
+	return s
+}
