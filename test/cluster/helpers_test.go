@@ -1,14 +1,22 @@
 package cluster_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 
 	"github.com/hutch-sandbox/hutch/internal/testenv"
 	"github.com/hutch-sandbox/hutch/test/internal/hutchtest"
@@ -105,24 +113,39 @@ func sandboxID(t *testing.T, body []byte) string {
 }
 
 // listed returns the ids of the sandboxes node n lists
-// (GET /v2/sandboxes, every state).
+// (GET /v2/sandboxes, every state, every page).
 func listed(hc *http.Client, n *hutchtest.ClusterNode) ([]string, error) {
-	status, body, err := apiCall(hc, n, "GET", "/v2/sandboxes?limit=100", "")
-	if err != nil {
-		return nil, err
-	}
-	if status != http.StatusOK {
-		return nil, fmt.Errorf("list through %s: %d %s", n.Name, status, body)
-	}
-	var list []struct {
-		SandboxID string `json:"sandboxID"`
-	}
-	if err := json.Unmarshal(body, &list); err != nil {
-		return nil, fmt.Errorf("list through %s: %v: %s", n.Name, err, body)
-	}
 	var ids []string
-	for _, sb := range list {
-		ids = append(ids, sb.SandboxID)
+	for next := ""; ; {
+		req, err := http.NewRequest("GET", n.URL()+"/v2/sandboxes?limit=100&nextToken="+url.QueryEscape(next), nil)
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("X-API-KEY", hutchtest.TestKey)
+		resp, err := hc.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+		if resp.StatusCode != http.StatusOK {
+			return nil, fmt.Errorf("list through %s: %s %s", n.Name, resp.Status, body)
+		}
+		var list []struct {
+			SandboxID string `json:"sandboxID"`
+		}
+		if err := json.Unmarshal(body, &list); err != nil {
+			return nil, fmt.Errorf("list through %s: %v: %s", n.Name, err, body)
+		}
+		for _, sb := range list {
+			ids = append(ids, sb.SandboxID)
+		}
+		if next = resp.Header.Get("X-Next-Token"); next == "" {
+			break
+		}
 	}
 	slices.Sort(ids)
 	return ids, nil
@@ -268,4 +291,55 @@ func pollUntil(deadline time.Time, f func() bool) bool {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// etcdLeader names the node whose embedded etcd member leads, asking
+// each member (with a certificate of the cluster CA, from the user's
+// host); "" and a log line when it cannot tell. For logs: which member a
+// failure took away matters.
+func (w *world) etcdLeader(t *testing.T) string {
+	t.Helper()
+	if w.Etcd != nil {
+		return ""
+	}
+	dir := t.TempDir()
+	issue := exec.Command(w.Nodes[0].Bin, "cluster", "issue", "--ca-dir", w.CADir, "--name", "tester", "--host", w.user.IP, "--out", dir)
+	issue.Env = hutchtest.CleanEnv()
+	if out, err := issue.CombinedOutput(); err != nil {
+		t.Logf("hutch cluster issue: %v\n%s", err, out)
+		return ""
+	}
+	cfg, err := (&hutchtest.EtcdTLS{CA: filepath.Join(dir, "ca.pem"), Cert: filepath.Join(dir, "node.pem"), Key: filepath.Join(dir, "node-key.pem")}).ClientConfig()
+	if err != nil {
+		t.Logf("etcd client: %v", err)
+		return ""
+	}
+	var endpoints []string
+	for _, n := range w.Nodes {
+		endpoints = append(endpoints, "https://"+n.Host.Addr(2379))
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints: endpoints, DialTimeout: 5 * time.Second, TLS: cfg,
+		DialOptions: []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return w.user.DialContext(ctx, "tcp", addr)
+		})},
+	})
+	if err != nil {
+		t.Logf("etcd client: %v", err)
+		return ""
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for i, ep := range endpoints {
+		st, err := cli.Status(ctx, ep)
+		if err != nil {
+			t.Logf("etcd status of %s: %v", ep, err)
+			continue
+		}
+		if st.Header.MemberId == st.Leader {
+			return w.Nodes[i].Name
+		}
+	}
+	return ""
 }
