@@ -211,7 +211,6 @@ func (n *ClusterNode) Kill() { n.Stop(syscall.SIGKILL) }
 type ClusterNodeRecord struct {
 	Name   string            `json:"name"`
 	URL    string            `json:"url"`
-	APIURL string            `json:"apiURL"`
 	Labels map[string]string `json:"labels"`
 	Load   struct {
 		Running int `json:"running"`
