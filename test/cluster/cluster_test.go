@@ -117,20 +117,37 @@ func (w *world) clusterStatus(t *testing.T) {
 // TestNodeKilled: a node killed with SIGKILL. Through the others its
 // sandboxes answer E2B's edge 502 at once and are gone from the API (404)
 // within the lease plus 3 s; creates through the others succeed all along;
-// the others' sandboxes run on, untouched.
+// the others' sandboxes run on, untouched. Twice: the node killed is the
+// one whose embedded etcd member leads (the others elect another), then
+// one whose member follows.
 func TestNodeKilled(t *testing.T) {
+	t.Run("etcd leader", func(t *testing.T) { nodeKilled(t, true) })
+	t.Run("etcd follower", func(t *testing.T) { nodeKilled(t, false) })
+}
+
+func nodeKilled(t *testing.T, leader bool) {
 	w := newWorld(t, false)
-	var ids []string
+	lead := w.etcdLeader(t)
+	victim := w.Nodes[2]
 	for _, n := range w.Nodes {
-		ids = append(ids, create(t, w.client, n))
-	}
-	own := w.owners(t, ids...)
-	// The victim: the last node that runs a sandbox.
-	var victim *hutchtest.ClusterNode
-	for _, id := range ids {
-		if victim == nil || own[id].Host.Index > victim.Host.Index {
-			victim = own[id]
+		if (n.Name == lead) == leader && lead != "" {
+			victim = n
 		}
+	}
+	// Sandboxes through every node, until the victim and another node
+	// both run some (placement picks the node).
+	var ids []string
+	var own map[string]*hutchtest.ClusterNode
+	spread := func() bool {
+		return slices.ContainsFunc(ids, func(id string) bool { return own[id] == victim }) &&
+			slices.ContainsFunc(ids, func(id string) bool { return own[id] != victim })
+	}
+	for i := 0; i < 9 && (i < 3 || !spread()); i++ {
+		ids = append(ids, create(t, w.client, w.Nodes[i%3]))
+		own = w.owners(t, ids...)
+	}
+	if !spread() {
+		t.Fatalf("after %d creates, %s runs none or all of them", len(ids), victim.Name)
 	}
 	var gone, kept []string
 	for _, id := range ids {
@@ -147,7 +164,7 @@ func TestNodeKilled(t *testing.T) {
 		}
 	}
 	via := survivors[0]
-	t.Logf("killing %s, which runs %v; %v run elsewhere", victim.Name, gone, kept)
+	t.Logf("etcd's leader: %q; killing %s, which runs %v; %v run elsewhere", lead, victim.Name, gone, kept)
 	if status, body, err := envdHealth(w.client, via, gone[0]); err != nil || status/100 != 2 {
 		t.Fatalf("before the kill, envd of %s through %s: %d %s %v", gone[0], via.Name, status, body, err)
 	}

@@ -249,14 +249,19 @@ process.exit(0)
 `
 
 // runCommands is an SDK script: for each sandbox id (JSON list in
-// argv[1]) it connects and runs a command; it prints {"<id>": stdout}.
+// argv[1]) it connects and runs a command; it prints {"<id>": stdout}, or
+// the SDK's error in place of stdout.
 const runCommands = `
 import { Sandbox } from 'e2b'
 const ids = JSON.parse(process.argv[1])
 const out = {}
 for (const id of ids) {
-  const sbx = await Sandbox.connect(id)
-  out[id] = (await sbx.commands.run('echo ran in ' + id)).stdout
+  try {
+    const sbx = await Sandbox.connect(id)
+    out[id] = (await sbx.commands.run('echo ran in ' + id)).stdout
+  } catch (e) {
+    out[id] = String(e)
+  }
 }
 console.log(JSON.stringify(out))
 process.exit(0)
