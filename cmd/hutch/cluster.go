@@ -107,4 +107,3 @@ default of hutch serve's --cluster-ca, --cluster-cert and --cluster-key.`,
 	cmd.AddCommand(ca, issue, status)
 	return cmd
 }
-

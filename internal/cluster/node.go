@@ -34,6 +34,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"golang.org/x/time/rate"
 
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
@@ -48,6 +49,10 @@ const DefaultLeaseTTL = 10 * time.Second
 // opTimeout bounds each etcd call: a node cut off from etcd must notice,
 // not hang (a write forwarded to a dead leader waits until its context ends).
 const opTimeout = 3 * time.Second
+
+// missRate is how many etcd reads a second Owner makes, at most, for
+// sandboxes the mirror does not know.
+const missRate = 200
 
 // refreshEvery is how often a node rewrites its record with fresh load.
 const refreshEvery = 2 * time.Second
@@ -77,7 +82,7 @@ type Node struct {
 	log *slog.Logger
 
 	// Set by Start.
-	mgr       *sandbox.Manager
+	mgr       Sandboxes
 	store     *store.Store
 	templates *template.Store
 
@@ -88,6 +93,8 @@ type Node struct {
 	owners    map[string]string // sandbox id -> node name
 	synced    bool              // the maps mirror etcd (watchLoop)
 	placed    []placement       // creates sent lately, oldest first (Place)
+	misses    *rate.Limiter     // etcd reads for ids the mirror lacks (Owner)
+	seen      map[string]bool   // builds the cluster recorded (templates.go)
 	started   time.Time
 
 	ctx    context.Context
@@ -105,7 +112,7 @@ func New(cli *clientv3.Client, cfg Config) *Node {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	n := &Node{cfg: cfg, cli: cli, log: cfg.Logger.With("node", cfg.Name), nodes: map[string]NodeRecord{},
-		owners: map[string]string{}, started: time.Now().UTC()}
+		owners: map[string]string{}, started: time.Now().UTC(), misses: rate.NewLimiter(missRate, missRate)}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	return n
 }
@@ -116,11 +123,21 @@ func (n *Node) Name() string { return n.cfg.Name }
 // Transport reaches other nodes' cluster listeners.
 func (n *Node) Transport() http.RoundTripper { return n.cfg.Transport }
 
+// Sandboxes are this node's sandboxes: a *sandbox.Manager.
+type Sandboxes interface {
+	Load() sandbox.Load
+	Local(ctx context.Context) ([]*sandbox.Sandbox, error)
+	Evict(ctx context.Context, id string) error
+	// TemplateUsers lists the sandboxes running a build.
+	TemplateUsers(build string) []string
+}
+
 // Start joins the cluster: it starts keeping this node's lease, records
 // and mirrors. mgr runs this node's sandboxes; st holds its API keys.
-func (n *Node) Start(mgr *sandbox.Manager, st *store.Store, templates *template.Store) {
+func (n *Node) Start(mgr Sandboxes, st *store.Store, templates *template.Store) {
 	n.mgr, n.store, n.templates = mgr, st, templates
-	n.wg.Add(3)
+	n.wg.Add(4)
+	go func() { defer n.wg.Done(); n.templateLoop() }()
 	go func() { defer n.wg.Done(); n.watchLoop() }()
 	go func() { defer n.wg.Done(); n.leaseLoop() }()
 	go func() { defer n.wg.Done(); n.keyLoop() }()
@@ -158,19 +175,23 @@ func (n *Node) currentLease() clientv3.LeaseID {
 // leaseLoop holds the node's lease: grant, register, reconcile, keep
 // alive; when the lease is lost (not renewed within its TTL), again.
 func (n *Node) leaseLoop() {
-	backoff := 200 * time.Millisecond
 	ttl := int64(max(1, n.cfg.LeaseTTL/time.Second))
+	// Short tries, often: after a partition heals, the first grant that
+	// can succeed should not wait behind one stuck on the dead link.
+	try := max(time.Second, n.cfg.LeaseTTL/3)
+	failures := 0
 	for n.ctx.Err() == nil {
-		ctx, cancel := n.op(n.ctx)
+		ctx, cancel := context.WithTimeout(n.ctx, try)
 		g, err := n.cli.Grant(ctx, ttl)
 		cancel()
 		if err != nil {
-			n.log.Warn("cluster: cannot get a lease; retrying", "err", err)
-			sleep(n.ctx, backoff)
-			backoff = min(2*backoff, 2*time.Second)
+			if failures++; failures == 1 || failures%30 == 0 {
+				n.log.Warn("cluster: cannot get a lease; retrying", "err", err, "tries", failures)
+			}
+			sleep(n.ctx, 250*time.Millisecond)
 			continue
 		}
-		backoff = 200 * time.Millisecond
+		failures = 0
 		lease := g.ID
 		if err := n.register(n.ctx, lease); err != nil {
 			n.log.Warn("cluster: register", "err", err)
@@ -247,7 +268,10 @@ func (n *Node) record(lease clientv3.LeaseID) NodeRecord {
 	if ts, err := n.templates.List(); err == nil {
 		seen := map[string]bool{}
 		for _, t := range ts {
-			for _, s := range []string{t.Name, t.ID} {
+			if !shared(t) && !template.Builtin(t.Name) {
+				continue // a paused sandbox's files, a fork's
+			}
+			for _, s := range []string{t.Name, t.Ref(), t.ID} {
 				if !seen[s] {
 					seen[s] = true
 					rec.Templates = append(rec.Templates, s)

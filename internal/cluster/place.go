@@ -29,6 +29,14 @@ func (n *Node) Owner(ctx context.Context, id string) (p Peer, found bool, err er
 	node, ok := n.owners[id]
 	n.mu.Unlock()
 	if !ok {
+		// Anyone can name any id, before any key is checked: reads for
+		// ids the mirror lacks are rationed, so that a flood of made-up
+		// ids cannot flood etcd. Past the ration the mirror's answer
+		// stands (a sandbox made a moment ago may then answer as not
+		// found here until the mirror has it, milliseconds later).
+		if !n.misses.Allow() {
+			return Peer{}, false, nil
+		}
 		ctx, cancel := n.op(ctx)
 		defer cancel()
 		resp, err := n.cli.Get(ctx, sandboxesPrefix+id)

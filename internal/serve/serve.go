@@ -192,7 +192,7 @@ func Open(ctx context.Context, cfg Config) (_ *Server, retErr error) {
 	}
 	s.Manager, err = sandbox.New(sandbox.Options{
 		Registry: registry,
-		Runtime: rt, Runtimes: cfg.Runtimes, Store: s.Store, Templates: templates, DataDir: cfg.DataDir, Logger: logger,
+		Runtime:  rt, Runtimes: cfg.Runtimes, Store: s.Store, Templates: templates, DataDir: cfg.DataDir, Logger: logger,
 		Resources: cfg.Resources, Warm: cfg.Warm, Network: s.nets.manager(),
 		MaxSandboxes: cfg.MaxSandboxes, MaxPerKey: cfg.MaxPerKey, CABundle: cfg.CABundle, ReadyTimeout: cfg.ReadyTimeout,
 		SnapshotTTL: cfg.SnapshotTTL, PausedRetention: cfg.PausedRetention,
@@ -213,7 +213,7 @@ func Open(ctx context.Context, cfg Config) (_ *Server, retErr error) {
 	srv := server.New(server.Options{Manager: s.Manager, Domain: cfg.Domain, Logger: logger, Templates: templates, Builder: s.builder, Volumes: vols, Cluster: s.Cluster})
 	s.Handler = srv
 	if s.cluster != nil {
-		s.cluster.serve(s, srv.Forwarded(), logger)
+		s.cluster.serve(s, s.Cluster.PeerHandler(srv.Forwarded()), logger)
 	}
 	return s, nil
 }

@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
 )
@@ -173,6 +174,49 @@ func TestAddKey(t *testing.T) {
 			t.Errorf("AddKey(%q) = %v, want ErrInvalidArgument", bad, err)
 		} else if len(bad) > 8 && strings.Contains(err.Error(), bad) {
 			t.Errorf("error leaks the key: %v", err)
+		}
+	}
+}
+
+func TestImportKeyTakesTheClustersID(t *testing.T) {
+	ctx := context.Background()
+	a, _ := openTest(t)
+	b, _ := openTest(t)
+	const plain = "e2b_0123456789012345678901234567890123456789"
+	ka, err := a.AddKey(ctx, "on a", plain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.AddKey(ctx, "on b", plain); err != nil {
+		t.Fatal(err)
+	}
+	exported, err := a.ExportKeys(ctx)
+	if err != nil || len(exported) != 1 || exported[0].ID != ka.ID || len(exported[0].Hash) != 32 {
+		t.Fatalf("ExportKeys = %+v, %v", exported, err)
+	}
+	// The same key under another id here: it takes a's.
+	if err := b.ImportKey(ctx, exported[0]); err != nil {
+		t.Fatal(err)
+	}
+	if k, err := b.VerifyKey(ctx, plain); err != nil || k.ID != ka.ID {
+		t.Fatalf("after import: %v %v, want id %s", k.ID, err, ka.ID)
+	}
+	// Revoked in the cluster: revoked here, and not brought back.
+	now := time.Now()
+	exported[0].Revoked = &now
+	if err := b.ImportKey(ctx, exported[0]); err != nil {
+		t.Fatal(err)
+	}
+	exported[0].Revoked = nil
+	if err := b.ImportKey(ctx, exported[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.VerifyKey(ctx, plain); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("a revoked key verifies after import: %v", err)
+	}
+	for _, bad := range []KeyRecord{{Key: Key{ID: "key_x"}, Hash: []byte("short")}, {Key: Key{ID: "nope"}, Hash: make([]byte, 32)}} {
+		if err := b.ImportKey(ctx, bad); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("ImportKey(%+v) = %v, want ErrInvalidArgument", bad, err)
 		}
 	}
 }

@@ -478,19 +478,26 @@ func lockFile(ctx context.Context, path string) (func(), error) {
 	if err != nil {
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
+	if err := flockWait(ctx, f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { f.Close() }, nil
+}
+
+// flockWait takes an exclusive flock on f, waiting for ctx.
+func flockWait(ctx context.Context, f *os.File) error {
 	for {
 		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
 		if err == nil {
-			return func() { f.Close() }, nil
+			return nil
 		}
 		if err != unix.EWOULDBLOCK {
-			f.Close()
-			return nil, fmt.Errorf("lock %s: %w", path, err)
+			return fmt.Errorf("lock %s: %w", f.Name(), err)
 		}
 		select {
 		case <-ctx.Done():
-			f.Close()
-			return nil, ctx.Err()
+			return ctx.Err()
 		case <-time.After(200 * time.Millisecond):
 		}
 	}

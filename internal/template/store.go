@@ -9,6 +9,8 @@
 //	                      deleted path is a 0/0 character device, a directory
 //	                      that hides the ones below has user.overlay.opaque=y
 //	  <id>/layer.json     Layer: size on disk, where it came from, when
+//	  <id>/export.json    the digest of the layer's stream for peers, once
+//	                      one asked (see WriteLayer)
 //	builds/<build>.json   one immutable version of a template: its layers (bottom
 //	                      first) and Config
 //	names/<name>.json     the tags of a template name ("default", "v2", ...), each

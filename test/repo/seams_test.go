@@ -34,6 +34,8 @@ func TestImportDirection(t *testing.T) {
 		{"internal/envdapi", "envd's contract", daemon, false},
 		{"internal/server", "the manager is the only door to state", []string{"internal/store"}, true},
 		{"internal/sandbox", "the core speaks Hutch, not a protocol", []string{"internal/e2bapi", "internal/server"}, false},
+		{"internal/cluster", "the cluster speaks Hutch, not a protocol", []string{"internal/e2bapi", "internal/server"}, false},
+		{"internal/sandbox", "the model knows no cluster", []string{"internal/cluster"}, false},
 		{"internal/store", "the core speaks Hutch, not a protocol", []string{"internal/e2bapi", "internal/server", "internal/sandbox"}, false},
 		{"internal/runtime", "backends know no lifecycle", []string{"internal/sandbox", "internal/server", "internal/e2bapi", "internal/store"}, false},
 		{"internal/runtime/native", "backends know no lifecycle", []string{"internal/sandbox", "internal/server", "internal/e2bapi", "internal/store"}, false},
@@ -86,7 +88,7 @@ func TestE2BFieldNamesStayInTheAdapter(t *testing.T) {
 	if !names["allowOut"] || !names["maskRequestHost"] || !names["envdAccessToken"] {
 		t.Fatalf("found too few of E2B's field names in internal/e2bapi to check: %v", names)
 	}
-	for _, dir := range []string{"internal/sandbox", "internal/store", "internal/runtime", "internal/network", "internal/template"} {
+	for _, dir := range []string{"internal/sandbox", "internal/store", "internal/runtime", "internal/network", "internal/template", "internal/cluster"} {
 		eachGoFile(t, filepath.Join(root, dir), func(f *ast.File, path string) {
 			ast.Inspect(f, func(n ast.Node) bool {
 				lit, ok := n.(*ast.BasicLit)

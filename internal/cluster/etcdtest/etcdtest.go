@@ -1,11 +1,8 @@
-// Package etcdspike is the spike for issue 21 (cluster mode on etcd): it
-// starts embedded etcd members (go.etcd.io/etcd/server/v3/embed) on loopback
-// ports in a directory of their own, alone or as one cluster, so that its
-// tests can prove what cluster mode stands on: lease-bound keys that go
-// away by themselves, watches that see it, and writes that come back after
-// the leader is gone. It is not cluster mode; docs/cluster-spike.md says
-// what it found.
-package etcdspike
+// Package etcdtest starts embedded etcd members
+// (go.etcd.io/etcd/server/v3/embed) on loopback ports in a directory of
+// their own, alone or as one cluster, for the tests of internal/cluster and
+// the cluster benchmark.
+package etcdtest
 
 import (
 	"fmt"

@@ -1,0 +1,350 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/hutch-sandbox/hutch/internal/cluster/etcdtest"
+	"github.com/hutch-sandbox/hutch/internal/errdefs"
+	"github.com/hutch-sandbox/hutch/internal/sandbox"
+	"github.com/hutch-sandbox/hutch/internal/store"
+	"github.com/hutch-sandbox/hutch/internal/template"
+)
+
+// fakeSandboxes stands in for a node's manager: the sandboxes it "runs"
+// and the ones the cluster made it evict.
+type fakeSandboxes struct {
+	mu      sync.Mutex
+	local   []*sandbox.Sandbox
+	evicted []string
+}
+
+func (f *fakeSandboxes) Load() sandbox.Load { return sandbox.Load{Running: len(f.local)} }
+func (f *fakeSandboxes) Local(context.Context) ([]*sandbox.Sandbox, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]*sandbox.Sandbox(nil), f.local...), nil
+}
+func (f *fakeSandboxes) Evict(_ context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.evicted = append(f.evicted, id)
+	return nil
+}
+func (f *fakeSandboxes) evictions() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.evicted...)
+}
+
+func (f *fakeSandboxes) TemplateUsers(string) []string { return nil }
+
+// noTemplates is an empty template store.
+func noTemplates(t *testing.T) *template.Store { return template.Open(t.TempDir()) }
+
+// etcd starts a one-member etcd for the test and returns its client URL.
+func etcd(t *testing.T) string {
+	t.Helper()
+	ms, err := etcdtest.Start(t.TempDir(), []string{"m1"}, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ms[0].Close() })
+	return ms[0].ClientURL
+}
+
+func dial(t *testing.T, url string) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{url}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+func openStore(t *testing.T) *store.Store {
+	t.Helper()
+	st, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "hutch.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+// startNode starts node name on etcd at url, running sbs, and waits until
+// it holds its lease.
+func startNode(t *testing.T, url, name string, sbs Sandboxes, dataDir string) (*Node, *store.Store) {
+	t.Helper()
+	if dataDir == "" {
+		dataDir = t.TempDir()
+	}
+	n := New(dial(t, url), Config{Name: name, URL: "https://" + name + ":7443", LeaseTTL: 2 * time.Second, DataDir: dataDir,
+		Capacity: Capacity{CPUs: 2, MemoryMB: 4096, SandboxMemoryMB: 512}})
+	st := openStore(t)
+	n.Start(sbs, st, noTemplates(t))
+	t.Cleanup(n.Close)
+	waitFor(t, 15*time.Second, func() bool { return n.Ready() == nil })
+	return n, st
+}
+
+func waitFor(t *testing.T, d time.Duration, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not so after %s", d)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func sb(id, key string, started time.Time, meta map[string]string) *sandbox.Sandbox {
+	return &sandbox.Sandbox{ID: id, TemplateID: "base", Alias: "base", KeyID: key, State: sandbox.StateRunning,
+		Metadata: meta, StartedAt: started, EndAt: started.Add(time.Hour)}
+}
+
+func TestListAcrossNodesInStablePages(t *testing.T) {
+	url := etcd(t)
+	a, _ := startNode(t, url, "a", &fakeSandboxes{}, "")
+	b, _ := startNode(t, url, "b", &fakeSandboxes{}, "")
+	ctx := context.Background()
+	t0 := time.Now().UTC().Add(-time.Hour)
+	for i := range 5 {
+		node := a
+		if i%2 == 1 {
+			node = b
+		}
+		if err := node.Claim(ctx, sb(fmt.Sprintf("s%d", i), "key_1", t0.Add(time.Duration(i)*time.Minute), map[string]string{"i": fmt.Sprint(i % 2)})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Claim(ctx, sb("other", "key_2", t0, nil)); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Claim(ctx, sb("s1", "key_1", t0, nil)); !errors.Is(err, errdefs.ErrAlreadyExists) {
+		t.Fatalf("claiming an id another node holds: %v, want ErrAlreadyExists", err)
+	}
+
+	ids := func(page []*sandbox.Sandbox) (out []string) {
+		for _, s := range page {
+			out = append(out, s.ID)
+		}
+		return out
+	}
+	// Newest first, two a page, through either node; a sandbox made
+	// between pages does not shift them.
+	page, next, err := b.List(ctx, sandbox.ListFilter{KeyID: "key_1", Limit: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(ids(page)); got != "[s4 s3]" || next == "" {
+		t.Fatalf("first page %s next %q, want [s4 s3] and a token", got, next)
+	}
+	if err := a.Claim(ctx, sb("s9", "key_1", time.Now().UTC(), nil)); err != nil {
+		t.Fatal(err)
+	}
+	var all []string
+	for next != "" {
+		page, next, err = a.List(ctx, sandbox.ListFilter{KeyID: "key_1", Limit: 2, NextToken: next})
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, ids(page)...)
+	}
+	if got := fmt.Sprint(all); got != "[s2 s1 s0]" {
+		t.Fatalf("later pages %s, want [s2 s1 s0]", got)
+	}
+	page, _, err = a.List(ctx, sandbox.ListFilter{KeyID: "key_1", Metadata: map[string]string{"i": "1"}, Ascending: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(ids(page)); got != "[s1 s3]" {
+		t.Fatalf("metadata i=1 oldest first: %s, want [s1 s3]", got)
+	}
+	if _, _, err := a.List(ctx, sandbox.ListFilter{NextToken: "not a token"}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Fatalf("bad token: %v, want ErrInvalidArgument", err)
+	}
+}
+
+func TestADeadNodesSandboxesGoWithItsLease(t *testing.T) {
+	url := etcd(t)
+	a, _ := startNode(t, url, "a", &fakeSandboxes{}, "")
+	bcli := dial(t, url)
+	b := New(bcli, Config{Name: "b", URL: "https://b:7443", LeaseTTL: 2 * time.Second, DataDir: t.TempDir()})
+	b.Start(&fakeSandboxes{}, openStore(t), noTemplates(t))
+	waitFor(t, 15*time.Second, func() bool { return b.Ready() == nil })
+	ctx := context.Background()
+	if err := b.Claim(ctx, sb("sb-of-b", "key_1", time.Now(), nil)); err != nil {
+		t.Fatal(err)
+	}
+	p, found, err := a.Owner(ctx, "sb-of-b")
+	if err != nil || !found || p.Name != "b" || p.URL != "https://b:7443" || p.Self {
+		t.Fatalf("Owner = %+v %v %v, want node b", p, found, err)
+	}
+	// b dies: nothing renews its lease any more.
+	b.Close()
+	bcli.Close()
+	died := time.Now()
+	waitFor(t, 2*time.Second+5*time.Second, func() bool {
+		_, found, err := a.Owner(ctx, "sb-of-b")
+		return err == nil && !found
+	})
+	t.Logf("b's sandbox forgotten %s after b died (lease 2s)", time.Since(died).Round(100*time.Millisecond))
+	if _, ok := a.copyNodes()["b"]; ok {
+		t.Fatal("b's node record outlived its lease")
+	}
+}
+
+func TestReconcile(t *testing.T) {
+	url := etcd(t)
+	ctx := context.Background()
+	now := time.Now().UTC()
+	// A node's first join records what runs there.
+	dir := t.TempDir()
+	first := &fakeSandboxes{local: []*sandbox.Sandbox{sb("x", "k", now, nil), sb("y", "k", now, nil)}}
+	n, _ := startNode(t, url, "n", first, dir)
+	for _, id := range []string{"x", "y"} {
+		if p, found, err := n.Owner(ctx, id); err != nil || !found || !p.Self {
+			t.Fatalf("%s after the first join: %+v %v %v", id, p, found, err)
+		}
+	}
+	n.Close()
+
+	// Back again (same data dir, so not the first join) after its lease
+	// expired and a record was put back by hand: y was forgotten with the
+	// lease and is killed; x is recorded again; z, recorded as the node's
+	// but not running there, is deleted.
+	cli := dial(t, url)
+	waitFor(t, 10*time.Second, func() bool {
+		r, err := cli.Get(ctx, sandboxesPrefix+"y")
+		return err == nil && len(r.Kvs) == 0
+	})
+	for _, id := range []string{"x", "z"} {
+		if _, err := cli.Put(ctx, sandboxesPrefix+id, mustJSON(recordOf("n", sb(id, "k", now, nil)))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	again := &fakeSandboxes{local: []*sandbox.Sandbox{sb("x", "k", now, nil), sb("y", "k", now, nil)}}
+	n2, _ := startNode(t, url, "n", again, dir)
+	if got := fmt.Sprint(again.evictions()); got != "[y]" {
+		t.Fatalf("evicted %s, want [y]", got)
+	}
+	r, err := cli.Get(ctx, sandboxesPrefix+"x")
+	if err != nil || len(r.Kvs) != 1 || r.Kvs[0].Lease != int64(n2.currentLease()) {
+		t.Fatalf("x not recorded under the new lease: %v %v", r, err)
+	}
+	if r, _ := cli.Get(ctx, sandboxesPrefix+"z"); len(r.Kvs) != 0 {
+		t.Fatal("z, which the node does not run, is still recorded")
+	}
+}
+
+func TestAPIKeysAreShared(t *testing.T) {
+	url := etcd(t)
+	ctx := context.Background()
+	const shared = "e2b_0123456789012345678901234567890123456789"
+	a, sa := startNode(t, url, "a", &fakeSandboxes{}, "")
+	b, sb := startNode(t, url, "b", &fakeSandboxes{}, "")
+	ka, err := sa.AddKey(ctx, "on a", shared)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.SyncKeys(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// b added the same key on its own before it met a, and made another.
+	if _, err := sb.AddKey(ctx, "on b", shared); err != nil {
+		t.Fatal(err)
+	}
+	made, kb, err := sb.CreateKey(ctx, "made on b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.SyncKeys(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if k, err := sb.VerifyKey(ctx, shared); err != nil || k.ID != ka.ID {
+		t.Fatalf("the shared key on b: %v %v, want a's id %s", k.ID, err, ka.ID)
+	}
+	waitFor(t, 5*time.Second, func() bool {
+		k, err := sa.VerifyKey(ctx, made)
+		return err == nil && k.ID == kb.ID
+	})
+	// Revoked on b: refused on a.
+	if err := sb.RevokeKey(ctx, kb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.SyncKeys(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, func() bool {
+		_, err := sa.VerifyKey(ctx, made)
+		return errdefs.IsNotFound(err)
+	})
+}
+
+func TestPlace(t *testing.T) {
+	rec := func(name string, running int, templates ...string) NodeRecord {
+		return NodeRecord{Name: name, URL: "https://" + name, Templates: templates,
+			Capacity: Capacity{CPUs: 2, MemoryMB: 8192, SandboxMemoryMB: 512}, Load: NodeLoad{Running: running}}
+	}
+	tests := []struct {
+		name  string
+		nodes []NodeRecord
+		ref   string
+		first string // "" for any
+		count int
+	}{
+		{"only holders of the template", []NodeRecord{rec("a", 0, "base"), rec("b", 9, "custom", "base")}, "custom", "b", 1},
+		{"name:tag matches the name", []NodeRecord{rec("a", 0, "base"), rec("b", 9, "custom")}, "custom:v2", "b", 1},
+		{"nobody holds it: every node", []NodeRecord{rec("a", 3, "base"), rec("b", 1, "base")}, "nope", "b", 2},
+		{"least loaded of three", []NodeRecord{rec("a", 5, "base"), rec("b", 1, "base"), rec("c", 9, "base")}, "base", "b", 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			n := New(nil, Config{Name: "self"})
+			for _, r := range tt.nodes {
+				n.nodes[r.Name] = r
+			}
+			got := n.Place(tt.ref)
+			if len(got) != tt.count || (tt.first != "" && got[0].Name != tt.first) {
+				t.Fatalf("Place(%q) = %+v, want %d nodes, %q first", tt.ref, got, tt.count, tt.first)
+			}
+		})
+	}
+	t.Run("a burst spreads before the loads catch up", func(t *testing.T) {
+		n := New(nil, Config{Name: "self"})
+		for _, r := range []NodeRecord{rec("a", 0, "base"), rec("b", 0, "base"), rec("c", 0, "base")} {
+			n.nodes[r.Name] = r
+		}
+		per := map[string]int{}
+		for range 9 {
+			per[n.Place("base")[0].Name]++
+		}
+		if per["a"] != 3 || per["b"] != 3 || per["c"] != 3 {
+			t.Fatalf("9 creates on equal nodes went %v, want 3 each", per)
+		}
+	})
+}
+
+func TestNoLeaseNoCreates(t *testing.T) {
+	// etcd that does not answer: a closed port.
+	n := New(dial(t, "http://127.0.0.1:1"), Config{Name: "alone", LeaseTTL: time.Second, DataDir: t.TempDir()})
+	n.Start(&fakeSandboxes{}, openStore(t), noTemplates(t))
+	defer n.Close()
+	if err := n.Ready(); !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Fatalf("Ready without a lease: %v, want ErrUnavailable", err)
+	}
+	if err := n.Claim(context.Background(), sb("x", "k", time.Now(), nil)); !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Fatalf("Claim without a lease: %v, want ErrUnavailable", err)
+	}
+}

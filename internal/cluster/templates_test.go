@@ -1,0 +1,185 @@
+package cluster
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/hex"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/hutch-sandbox/hutch/internal/template"
+)
+
+// tlsPeers makes a cluster CA and a bundle for each name in dir, and
+// returns each node's files.
+func tlsPeers(t *testing.T, names ...string) map[string]TLSFiles {
+	t.Helper()
+	dir := t.TempDir()
+	if err := MakeCA(filepath.Join(dir, "ca"), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]TLSFiles{}
+	for _, n := range names {
+		b := filepath.Join(dir, n)
+		if err := Issue(filepath.Join(dir, "ca"), n, []string{"127.0.0.1"}, b, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		out[n] = TLSFiles{CA: filepath.Join(b, CAFile), Cert: filepath.Join(b, NodeFile), Key: filepath.Join(b, NodeKeyFile)}
+	}
+	return out
+}
+
+// serveNode starts node n's cluster listener on loopback with its files.
+func serveNode(t *testing.T, n *Node, files TLSFiles) string {
+	t.Helper()
+	cfg, err := files.ServerConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: n.PeerHandler(http.NotFoundHandler()), TLSConfig: cfg}
+	go srv.ServeTLS(ln, "", "")
+	t.Cleanup(func() { srv.Close() })
+	return "https://" + ln.Addr().String()
+}
+
+func peerTransport(t *testing.T, files TLSFiles) http.RoundTripper {
+	t.Helper()
+	cfg, err := files.ClientConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &http.Transport{TLSClientConfig: cfg}
+}
+
+// addTemplate commits a one-layer template name holding file hello.txt.
+func addTemplate(t *testing.T, s *template.Store, name, content string) *template.Template {
+	t.Helper()
+	lease, err := s.NewLease()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Release()
+	l, err := s.AddLayer(lease, "test", func(root string) (string, error) {
+		sum := sha256.Sum256([]byte(name + content))
+		return hex.EncodeToString(sum[:]), os.WriteFile(filepath.Join(root, "hello.txt"), []byte(content), 0o644)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tpl, err := s.Commit(name, nil, []string{l.ID}, template.Config{Name: name, Built: time.Now().UTC()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tpl
+}
+
+// TestTemplatesAcrossNodes: a template made on one node reaches another
+// with its own store, over the cluster listeners with mutual TLS; a newer
+// build replaces it; a removal follows.
+func TestTemplatesAcrossNodes(t *testing.T) {
+	url := etcd(t)
+	files := tlsPeers(t, "a", "b")
+	ctx := context.Background()
+	mk := func(name string) (*Node, *template.Store) {
+		st := template.Open(t.TempDir())
+		n := New(dial(t, url), Config{Name: name, LeaseTTL: 2 * time.Second, DataDir: t.TempDir(), Transport: peerTransport(t, files[name])})
+		n.cfg.URL = serveNode(t, n, files[name])
+		n.Start(&fakeSandboxes{}, openStore(t), st)
+		t.Cleanup(n.Close)
+		waitFor(t, 15*time.Second, func() bool { return n.Ready() == nil })
+		return n, st
+	}
+	a, sa := mk("a")
+	b, sb := mk("b")
+	// b's mirror must know a's URL to pull from it.
+	waitFor(t, 10*time.Second, func() bool { _, ok := b.copyNodes()["a"]; return ok })
+
+	made := addTemplate(t, sa, "tools", "v1")
+	// The loops run every few seconds; passes by hand make the test quick.
+	prevA, prevB := map[string]string{}, map[string]string{}
+	sync := func() {
+		var err error
+		if prevA, err = a.syncTemplates(ctx, prevA); err != nil {
+			t.Fatal(err)
+		}
+		if prevB, err = b.syncTemplates(ctx, prevB); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sync()
+	got, err := sb.Get("tools")
+	if err != nil || got.ID != made.ID {
+		t.Fatalf("b has tools = %v, %v; want build %s", got, err, made.ID)
+	}
+	data, err := os.ReadFile(filepath.Join(got.LowerDirs()[0], "hello.txt"))
+	if err != nil || string(data) != "v1" {
+		t.Fatalf("b's copy of hello.txt = %q, %v", data, err)
+	}
+
+	// A newer build on b wins on a.
+	time.Sleep(10 * time.Millisecond)
+	newer := addTemplate(t, sb, "tools", "v2")
+	sync()
+	sync()
+	if got, err := sa.Get("tools"); err != nil || got.ID != newer.ID {
+		t.Fatalf("a has tools = %v, %v; want b's newer build %s", got, err, newer.ID)
+	}
+
+	// Removed on a: gone from b.
+	if err := sa.Remove("tools", nil); err != nil {
+		t.Fatal(err)
+	}
+	sync()
+	sync()
+	if _, err := sb.Get("tools"); err == nil {
+		t.Fatal("b still has tools, removed on a")
+	}
+}
+
+// TestClusterListenerWantsAClusterCertificate: a client without a
+// certificate of the cluster CA gets nothing from a node's listener.
+func TestClusterListenerWantsAClusterCertificate(t *testing.T) {
+	files := tlsPeers(t, "a")
+	other := tlsPeers(t, "intruder") // another CA
+	n := New(nil, Config{Name: "a"})
+	n.templates = template.Open(t.TempDir())
+	url := serveNode(t, n, files["a"])
+	for name, rt := range map[string]http.RoundTripper{
+		"no certificate":        &http.Transport{TLSClientConfig: mustClientNoCert(t, files["a"])},
+		"another CA's":          peerTransport(t, TLSFiles{CA: files["a"].CA, Cert: other["intruder"].Cert, Key: other["intruder"].Key}),
+		"a cluster member's ok": peerTransport(t, files["a"]),
+	} {
+		req, _ := http.NewRequest(http.MethodGet, url+"/cluster/v1/layers/x", nil)
+		resp, err := rt.RoundTrip(req)
+		if name == "a cluster member's ok" {
+			if err != nil || resp.StatusCode != http.StatusNotFound {
+				t.Fatalf("%s: %v %v, want 404 for an unknown layer", name, resp, err)
+			}
+			resp.Body.Close()
+			continue
+		}
+		if err == nil {
+			resp.Body.Close()
+			t.Fatalf("%s: answered %s", name, resp.Status)
+		}
+	}
+}
+
+func mustClientNoCert(t *testing.T, f TLSFiles) *tls.Config {
+	t.Helper()
+	cfg, err := f.ClientConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Certificates = nil
+	return cfg
+}
