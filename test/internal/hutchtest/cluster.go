@@ -33,9 +33,12 @@ type ClusterOptions struct {
 // Cluster is a Hutch cluster on a LAN: `hutch serve --cluster` on some
 // of its hosts, one node on each, sharing a cluster CA (`hutch cluster
 // ca`, each node's certificate from `hutch cluster issue`), the API key
-// TestKey, the domain TestDomain, a lease and an etcd. NewCluster makes
-// one (not started), StartCluster starts it too. Every node is stopped
-// and its sandboxes removed when the test ends.
+// TestKey, the domain TestDomain, a lease and an etcd. Their data dirs
+// are their own; their template store is the machine's, shared (as
+// NewServer's: each node holds base without a copy of its own, so a
+// template crossing nodes is not tested here). NewCluster makes one (not
+// started), StartCluster starts it too. Every node is stopped and its
+// sandboxes removed when the test ends.
 type Cluster struct {
 	// Nodes are the nodes, in the order of their hosts.
 	Nodes []*ClusterNode
