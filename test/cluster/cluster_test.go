@@ -234,9 +234,6 @@ func nodeKilled(t *testing.T, leader bool) {
 		}
 	}
 	wg.Wait()
-	if t.Failed() {
-		return
-	}
 	for _, n := range survivors {
 		got, err := listed(w.client, n)
 		if err != nil {
