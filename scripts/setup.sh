@@ -14,9 +14,11 @@ fi
 # Debian packages: debootstrap builds templates; busybox-static is the
 # shell of the small images the tests import; libnss-myhostname resolves
 # names under .localhost to this host (hutch serve --domain on a laptop:
-# docs/tls.md); python3-venv makes the Python SDK tests' virtualenvs; the
-# rest are usually there.
-pkgs="debootstrap busybox-static ca-certificates util-linux mount e2fsprogs curl python3 python3-venv libnss-myhostname"
+# docs/tls.md); python3-venv makes the Python SDK tests' virtualenvs;
+# etcd-server is the external etcd of the cluster tests (test/cluster),
+# which start it themselves in network namespaces; the rest are usually
+# there.
+pkgs="debootstrap busybox-static ca-certificates util-linux mount e2fsprogs curl python3 python3-venv libnss-myhostname etcd-server"
 missing=""
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
@@ -24,7 +26,27 @@ done
 if [ -n "$missing" ]; then
 	echo "==> installing Debian packages:$missing"
 	apt-get update -q
+	# No package's own service may start on install (etcd-server's would
+	# take the machine's ports 2379 and 2380): a policy-rc.d that denies
+	# every start, for this install only, unless the machine has one.
+	policy=""
+	if ! [ -e /usr/sbin/policy-rc.d ]; then
+		printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+		chmod 755 /usr/sbin/policy-rc.d
+		policy=/usr/sbin/policy-rc.d
+		trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+	fi
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $missing
+	if [ -n "$policy" ]; then
+		rm -f "$policy"
+		trap - EXIT
+	fi
+fi
+# Nor at boot: etcd-server's package enables its service (systemd and
+# SysV); update-rc.d disables both.
+if ls /etc/rc[2345].d/S*etcd >/dev/null 2>&1 || [ -n "$(find /etc/systemd/system -name 'etcd*.service' 2>/dev/null)" ]; then
+	echo "==> disabling etcd-server's own service (the cluster tests start etcd themselves)"
+	update-rc.d etcd disable
 fi
 
 # Go: the machine's toolchain; a Go >= 1.21 fetches the exact version go.mod

@@ -26,8 +26,9 @@ if ! git diff --quiet -- api internal/runtime/native; then
 fi
 
 echo "==> go test"
-# One package at a time: the sandbox-heavy suites share two cores.
-"$GO" test -count=1 -p 1 -timeout 15m ./...
+# One package at a time: the sandbox-heavy suites share two cores. The
+# cluster suite has a stage of its own, below.
+"$GO" test -count=1 -p 1 -timeout 15m $("$GO" list ./... | grep -v '/test/cluster$')
 
 echo "==> the gvisor runtime: part of the end-to-end suites again, on hutch serve --runtime gvisor"
 # What envd serves (commands, terminals, files, watches, ports), the edge,
@@ -38,3 +39,12 @@ echo "==> the gvisor runtime: part of the end-to-end suites again, on hutch serv
 HUTCH_RUNTIME=gvisor "$GO" test -count=1 -p 1 -timeout 15m \
 	-run 'TestCommands|TestPty|TestFiles|TestLifecycle|TestPorts|TestKeepBranchComeBack|TestWatch|TestDiskLimits|TestNoHostPathsInside|TestEnvdOutOfReachInside|TestEdgeOutsider' ./test/sdk
 HUTCH_RUNTIME=gvisor "$GO" test -count=1 -p 1 -timeout 15m -run 'TestRestartKeepsSandboxes|TestKilledMidCreateLeavesNothing' ./test/e2bjs
+
+echo "==> cluster mode: test/cluster (three nodes in network namespaces, on embedded and external etcd)"
+# Its own stage, bounded on its own: each test starts a cluster of three
+# nodes and the E2B JS suite runs once more through one of them.
+if [ -x /usr/bin/etcd ]; then
+	"$GO" test -count=1 -p 1 -timeout 25m ./test/cluster
+else
+	echo "SKIPPED test/cluster: Debian's etcd-server is not installed (/usr/bin/etcd, the external etcd of these tests); ./scripts/setup.sh installs it"
+fi

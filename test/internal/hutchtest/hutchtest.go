@@ -1,8 +1,10 @@
 // Package hutchtest is the toolbox of the end-to-end suites under test/:
 // the hutch binary built from this checkout (Binary), a real `hutch
 // serve` (Server), running a command and reading what it did (Run), the
-// suites' JS packages (JSPackage) and the runtime's view of sandboxes
-// (`hutch ps --json`). What every test package shares, the suites and
+// suites' JS packages (JSPackage) and node (NodeScript, NodeTests), the
+// runtime's view of sandboxes (`hutch ps --json`), and for cluster mode a
+// LAN of network namespaces (NewLAN), an external etcd on it
+// (StartEtcdExternal) and `hutch serve --cluster` nodes (NewCluster). What every test package shares, the suites and
 // internal/... alike (the rule for root, the template store), is package
 // internal/testenv.
 package hutchtest

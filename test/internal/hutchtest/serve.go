@@ -50,8 +50,9 @@ type Server struct {
 	// network namespace); http.DefaultClient when nil.
 	Client *http.Client
 	// Log receives the server's output; when nil each line is logged to
-	// the test.
-	Log io.Writer
+	// the test, after LogPrefix ("serve: " when empty).
+	Log       io.Writer
+	LogPrefix string
 	// NS is the network namespace the server runs in, when not the
 	// test's (StartDomainServe).
 	NS *NetNS
@@ -132,6 +133,14 @@ func (s *Server) client() *http.Client {
 // the server exits first or does not answer within a minute.
 func (s *Server) Start() {
 	s.t.Helper()
+	s.Launch()
+	s.WaitReady(time.Minute)
+}
+
+// Launch runs the server without waiting for it to answer (WaitReady):
+// for servers that wait for each other, as a cluster's nodes do.
+func (s *Server) Launch() {
+	s.t.Helper()
 	listen := s.Listen
 	if listen == "" {
 		listen = s.Addr
@@ -141,7 +150,11 @@ func (s *Server) Start() {
 	cmd.Env = s.Env
 	out, closeOut := s.Log, func() {}
 	if out == nil {
-		log := LogWriter(s.t, "serve: ")
+		prefix := s.LogPrefix
+		if prefix == "" {
+			prefix = "serve: "
+		}
+		log := LogWriter(s.t, prefix)
 		out, closeOut = log, func() { log.Close() }
 	}
 	cmd.Stdout, cmd.Stderr = out, out
@@ -153,7 +166,19 @@ func (s *Server) Start() {
 	s.mu.Lock()
 	s.cmd, s.done = cmd, done
 	s.mu.Unlock()
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+}
+
+// WaitReady waits up to d for the launched server to answer /health; it
+// fails the test if the server exits first or does not answer in time.
+func (s *Server) WaitReady(d time.Duration) {
+	s.t.Helper()
+	s.mu.Lock()
+	cmd, done := s.cmd, s.done
+	s.mu.Unlock()
+	if cmd == nil {
+		s.t.Fatal("WaitReady: the server was not launched")
+	}
+	for deadline := time.Now().Add(d); ; time.Sleep(20 * time.Millisecond) {
 		resp, err := s.client().Get(s.URL() + "/health")
 		if err == nil {
 			resp.Body.Close()
@@ -301,7 +326,7 @@ func (s *Server) APISandboxes() []string {
 
 // LogWriter returns a writer that logs each complete line to t; Close it
 // to flush the last one.
-func LogWriter(t *testing.T, prefix string) io.WriteCloser {
+func LogWriter(t testing.TB, prefix string) io.WriteCloser {
 	r, w := io.Pipe()
 	done := make(chan struct{})
 	go func() {
