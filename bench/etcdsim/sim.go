@@ -219,8 +219,8 @@ func runOnce(ctx context.Context, cfg config, n int, t target) (*result, error) 
 		loops.Wait()
 	}()
 	// A node that fails to register tries again (registerTries in all, a
-	// second apart), as a starting node would; one that never manages is
-	// left out and counted.
+	// second apart), as a starting node would; one that never manages, or
+	// whose turn comes after cfg.registerWithin, is left out and counted.
 	work := make(chan *node)
 	var unregistered atomic.Int64
 	var workers sync.WaitGroup
@@ -240,8 +240,13 @@ func runOnce(ctx context.Context, cfg config, n int, t target) (*result, error) 
 			}
 		})
 	}
-	for _, nd := range s.nodes {
+	regDeadline := started.Add(cfg.registerWithin)
+	for i, nd := range s.nodes {
 		if ctx.Err() != nil {
+			break
+		}
+		if time.Now().After(regDeadline) {
+			unregistered.Add(int64(len(s.nodes) - i))
 			break
 		}
 		work <- nd
