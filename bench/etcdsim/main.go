@@ -285,7 +285,14 @@ func printRun(cfg config, r *result) {
 		}
 		etcd = append(etcd, s)
 	}
-	fmt.Printf("etcd at the end: %s\n", strings.Join(etcd, "; "))
+	version := ""
+	for _, m := range r.members {
+		if m.version != "" {
+			version = " " + m.version
+			break
+		}
+	}
+	fmt.Printf("etcd%s at the end: %s\n", version, strings.Join(etcd, "; "))
 	fmt.Printf("CPU over the window, in CPUs of %d: etcd members %s, the simulation (its nodes and clients) %.2f; the machine %.2f busy, so %.2f for other processes\n",
 		runtime.NumCPU(), fmtCPUs(r.etcdCPU(), r.window), r.simCPU.Seconds()/r.window.Seconds(), r.busyCPUs, r.otherCPUs())
 	if p := r.problems(cfg); len(p) > 0 {
