@@ -21,19 +21,20 @@ func TestMain(m *testing.M) {
 // checked.
 func TestSimulation(t *testing.T) {
 	cfg := config{
-		nodes:        50,
-		duration:     2 * time.Second,
-		lease:        3 * time.Second,
-		loadEvery:    time.Second,
-		createsPerS:  20,
-		rangesPerS:   5,
-		clients:      4,
-		registerConc: 8,
-		watchers:     2,
-		timeout:      5 * time.Second,
-		compaction:   "0",
-		dir:          t.TempDir(),
-		prefix:       "/hutch/v1/",
+		nodes:          50,
+		duration:       2 * time.Second,
+		lease:          3 * time.Second,
+		loadEvery:      time.Second,
+		createsPerS:    20,
+		rangesPerS:     5,
+		clients:        4,
+		registerConc:   8,
+		registerWithin: time.Minute,
+		watchers:       2,
+		timeout:        5 * time.Second,
+		compaction:     "0",
+		dir:            t.TempDir(),
+		prefix:         "/hutch/v1/",
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

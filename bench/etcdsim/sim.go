@@ -114,7 +114,8 @@ type result struct {
 	nodes      int
 	window     time.Duration
 	registered time.Duration // registering every node, before the window
-	// unregistered nodes failed registerTries times and were left out.
+	// unregistered nodes failed registerTries times, or had not had
+	// their turn within cfg.registerWithin, and were left out.
 	unregistered int
 	stats        map[string]*stat
 	target       map[string]float64 // ops/s the simulation asks for
@@ -140,7 +141,7 @@ type memberStatus struct {
 	cpu             time.Duration // over the window; -1: unknown
 	rssKiB          int64         // at the end; -1: unknown
 	statusErr       error
-	version         string
+	version         string // etcd's
 }
 
 // sim is one run: N simulated nodes sharing cfg.clients etcd clients.
@@ -149,6 +150,7 @@ type sim struct {
 	t         target
 	clients   []*clientv3.Client
 	nodes     []*node
+	live      []*node // the registered ones, set before the window
 	stats     map[string]*stat
 	measuring atomic.Bool
 	lost      atomic.Int64
@@ -219,8 +221,8 @@ func runOnce(ctx context.Context, cfg config, n int, t target) (*result, error) 
 		loops.Wait()
 	}()
 	// A node that fails to register tries again (registerTries in all, a
-	// second apart), as a starting node would; one that never manages is
-	// left out and counted.
+	// second apart), as a starting node would; one that never manages, or
+	// whose turn comes after cfg.registerWithin, is left out and counted.
 	work := make(chan *node)
 	var unregistered atomic.Int64
 	var workers sync.WaitGroup
@@ -240,8 +242,13 @@ func runOnce(ctx context.Context, cfg config, n int, t target) (*result, error) 
 			}
 		})
 	}
-	for _, nd := range s.nodes {
+	regDeadline := started.Add(cfg.registerWithin)
+	for i, nd := range s.nodes {
 		if ctx.Err() != nil {
+			break
+		}
+		if time.Now().After(regDeadline) {
+			unregistered.Add(int64(len(s.nodes) - i))
 			break
 		}
 		work <- nd
@@ -252,6 +259,11 @@ func runOnce(ctx context.Context, cfg config, n int, t target) (*result, error) 
 	res.unregistered = int(unregistered.Load())
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
+	}
+	for _, nd := range s.nodes {
+		if nd.lease.Load() != 0 {
+			s.live = append(s.live, nd)
+		}
 	}
 
 	// Watchers start before the window, from the current revision.
@@ -574,10 +586,14 @@ func (s *sim) rangeOnce(ctx context.Context) {
 	}
 }
 
-// createOnce creates one sandbox record on a random node, bound to its
-// lease, only if the id is new (issue 21's txn: CreateRevision == 0).
+// createOnce creates one sandbox record on a random registered node,
+// bound to its lease, only if the id is new (issue 21's txn:
+// CreateRevision == 0).
 func (s *sim) createOnce(ctx context.Context) {
-	nd := s.nodes[rand.IntN(len(s.nodes))]
+	if len(s.live) == 0 {
+		return
+	}
+	nd := s.live[rand.IntN(len(s.live))]
 	id := sandboxID()
 	key := s.t.prefix + "sandboxes/" + id
 	val := string(sandboxJSON(id, nd.name, time.Now()))
