@@ -26,32 +26,42 @@ type Peer struct {
 // does not know yet (made through another node a moment ago) is read from
 // etcd.
 func (n *Node) Owner(ctx context.Context, id string) (p Peer, found bool, err error) {
+	return n.lookup(ctx, sandboxesPrefix+id, func() (string, bool) {
+		node, ok := n.owners[id]
+		return node, ok
+	}, func(b []byte) (string, error) {
+		var r sandboxRecord
+		err := json.Unmarshal(b, &r)
+		return r.Node, err
+	})
+}
+
+// lookup finds the node a record names: in the mirror (mirrored, called
+// with the node's lock held), else at key in etcd (decoded by nodeOf).
+// Anyone can name any id, before any key is checked: reads for ids the
+// mirror lacks are rationed, so that a flood of made-up ids cannot flood
+// etcd. Past the ration the mirror's answer stands (a record made a moment
+// ago may then be missed here until the mirror has it, milliseconds later).
+func (n *Node) lookup(ctx context.Context, key string, mirrored func() (string, bool), nodeOf func([]byte) (string, error)) (Peer, bool, error) {
 	n.mu.Lock()
-	node, ok := n.owners[id]
+	node, ok := mirrored()
 	n.mu.Unlock()
 	if !ok {
-		// Anyone can name any id, before any key is checked: reads for
-		// ids the mirror lacks are rationed, so that a flood of made-up
-		// ids cannot flood etcd. Past the ration the mirror's answer
-		// stands (a sandbox made a moment ago may then answer as not
-		// found here until the mirror has it, milliseconds later).
 		if !n.misses.Allow() {
 			return Peer{}, false, nil
 		}
 		ctx, cancel := n.op(ctx)
 		defer cancel()
-		resp, err := n.cli.Get(ctx, sandboxesPrefix+id)
+		resp, err := n.cli.Get(ctx, key)
 		if err != nil {
 			return Peer{}, false, err
 		}
 		if len(resp.Kvs) == 0 {
 			return Peer{}, false, nil
 		}
-		var r sandboxRecord
-		if err := json.Unmarshal(resp.Kvs[0].Value, &r); err != nil {
+		if node, err = nodeOf(resp.Kvs[0].Value); err != nil {
 			return Peer{}, false, err
 		}
-		node = r.Node
 	}
 	return n.peer(node), true, nil
 }

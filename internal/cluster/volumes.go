@@ -65,24 +65,14 @@ func (n *Node) DeleteVolume(ctx context.Context, id string) error {
 // VolumeOwner finds the node that holds volume id; found is false when the
 // cluster records none.
 func (n *Node) VolumeOwner(ctx context.Context, id string) (p Peer, found bool, err error) {
-	n.mu.Lock()
-	rec, ok := n.vols[id]
-	n.mu.Unlock()
-	if !ok {
-		if !n.misses.Allow() {
-			return Peer{}, false, nil
-		}
-		ctx, cancel := n.op(ctx)
-		defer cancel()
-		resp, err := n.cli.Get(ctx, volumesPrefix+id)
-		if err != nil {
-			return Peer{}, false, err
-		}
-		if len(resp.Kvs) == 0 || json.Unmarshal(resp.Kvs[0].Value, &rec) != nil {
-			return Peer{}, false, nil
-		}
-	}
-	return n.peer(rec.Node), true, nil
+	return n.lookup(ctx, volumesPrefix+id, func() (string, bool) {
+		r, ok := n.vols[id]
+		return r.Node, ok
+	}, func(b []byte) (string, error) {
+		var r volumeRecord
+		err := json.Unmarshal(b, &r)
+		return r.Node, err
+	})
 }
 
 // VolumesNode finds the node that holds every volume of key named in

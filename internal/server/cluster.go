@@ -303,9 +303,9 @@ func (s *Server) clusterNodes(w http.ResponseWriter, r *http.Request) {
 		e2bapi.Write(w, s.logger, err)
 		return
 	}
-	out := make([]ClusterNode, 0, len(nodes))
+	out := make([]e2bapi.ClusterNode, 0, len(nodes))
 	for _, n := range nodes {
-		cn := ClusterNode{Name: n.Name, URL: n.URL, Self: n.Self, Labels: n.Labels, Templates: len(n.Templates),
+		cn := e2bapi.ClusterNode{Name: n.Name, URL: n.URL, Self: n.Self, Labels: n.Labels, Templates: len(n.Templates),
 			Started: n.Started, Updated: n.Updated, CPUs: n.Capacity.CPUs, MemoryMB: n.Capacity.MemoryMB,
 			MaxSandboxes: n.Capacity.Sandboxes, CPULoad: n.Load.CPU, MemoryUsedMB: n.Load.MemoryUsedMB,
 			Running: n.Load.Running, Creating: n.Load.Creating, Warm: n.Load.Warm, LeaseSeconds: -1}
@@ -315,28 +315,6 @@ func (s *Server) clusterNodes(w http.ResponseWriter, r *http.Request) {
 		out = append(out, cn)
 	}
 	writeJSON(w, http.StatusOK, out)
-}
-
-// ClusterNode is a node in GET /cluster/nodes, Hutch's own API.
-type ClusterNode struct {
-	Name   string            `json:"name"`
-	URL    string            `json:"url"`
-	Self   bool              `json:"self"`
-	Labels map[string]string `json:"labels,omitempty"`
-	// Templates counts the names and builds the node holds; which they
-	// are is each key's own business (GET /templates).
-	Templates    int       `json:"templates"`
-	Started      time.Time `json:"started"`
-	Updated      time.Time `json:"updated"`
-	CPUs         int       `json:"cpus"`
-	MemoryMB     int       `json:"memoryMB"`
-	MaxSandboxes int       `json:"maxSandboxes"`
-	CPULoad      float64   `json:"cpuLoad"`
-	MemoryUsedMB int       `json:"memoryUsedMB"`
-	Running      int       `json:"running"`
-	Creating     int       `json:"creating"`
-	Warm         int       `json:"warm"`
-	LeaseSeconds int       `json:"leaseSeconds"`
 }
 
 // placed makes create handler h place its sandbox in the cluster, when

@@ -44,7 +44,7 @@ func Start(dir string, names []string, timeout time.Duration) ([]*Member, error)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	ports, err := freePorts(2 * len(names))
+	ports, err := FreePorts(2 * len(names))
 	if err != nil {
 		return nil, err
 	}
@@ -102,11 +102,11 @@ func Start(dir string, names []string, timeout time.Duration) ([]*Member, error)
 	return members, nil
 }
 
-// freePorts returns n TCP ports on 127.0.0.1 that were free a moment ago
+// FreePorts returns n TCP ports on 127.0.0.1 that were free a moment ago
 // (held together so that they differ). etcd's embed.Config takes URLs, not
 // listeners, and a cluster's members must know each other's peer URLs
 // before any of them starts, so port 0 cannot be used.
-func freePorts(n int) ([]int, error) {
+func FreePorts(n int) ([]int, error) {
 	var ports []int
 	for range n {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
