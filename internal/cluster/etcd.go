@@ -17,6 +17,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 )
 
 // EmbedConfig configures an etcd member embedded in `hutch serve`: the
@@ -149,6 +151,12 @@ func Dial(c ClientConfig) (*clientv3.Client, error) {
 		// a partition reaches etcd through another (measured: 25 s until
 		// a deposed leader's member served again).
 		AutoSyncInterval: 10 * time.Second,
+		// gRPC's reconnect backoff grows to 2 minutes: after a long
+		// partition a healed link would wait that long to be tried.
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+			MinConnectTimeout: time.Second,
+		})},
 	}
 	if strings.HasPrefix(c.Endpoints[0], "https://") {
 		info := transport.TLSInfo{CertFile: c.TLS.Cert, KeyFile: c.TLS.Key, TrustedCAFile: c.TLS.CA}

@@ -172,17 +172,68 @@ func (n *Node) op(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, opTimeout)
 }
 
-// Ready is nil while the node holds a lease it renewed within two thirds
-// of its TTL (renewals go every third: one missed is a warning, two a
-// node cut off, which should stop taking creates before etcd drops it),
-// and its mirror of the cluster is live.
+// Ready is nil while the node holds a lease it renewed within its TTL.
 func (n *Node) Ready() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.lease == 0 || time.Since(n.lastRenew) > n.cfg.LeaseTTL {
+		return sandbox.ErrNoLease
+	}
+	return nil
+}
+
+// inTouch is nil while the node renewed its lease within two thirds of its
+// TTL (renewals go every third: two missed in a row is a node cut off,
+// which should stop placing creates before etcd drops it) and its mirror
+// of the cluster is live.
+func (n *Node) inTouch() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.lease == 0 || time.Since(n.lastRenew) > 2*n.cfg.LeaseTTL/3 || !n.synced {
 		return sandbox.ErrNoLease
 	}
 	return nil
+}
+
+// WaitInTouch waits up to d for the node to be in touch with its cluster
+// (an etcd election, 1–2 s, breaks it for a moment), then answers as
+// inTouch does.
+func (n *Node) WaitInTouch(ctx context.Context, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for {
+		err := n.inTouch()
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// WhileInTouch returns a context that ends when parent does or when the
+// node falls out of touch with its cluster (a partition): a create sent to
+// another node over a link that died would otherwise wait on it for ever.
+func (n *Node) WhileInTouch(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(parent)
+	go func() {
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if err := n.inTouch(); err != nil {
+					cancel(err)
+					return
+				}
+			}
+		}
+	}()
+	return ctx, func() { cancel(nil) }
 }
 
 func (n *Node) currentLease() clientv3.LeaseID {

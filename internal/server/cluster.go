@@ -175,7 +175,7 @@ func (s *Server) toPeer(w http.ResponseWriter, r *http.Request, p cluster.Peer, 
 // other answer, a refusal of the request included, is the answer. local
 // runs the create here.
 func (s *Server) placeCreate(w http.ResponseWriter, r *http.Request, local http.HandlerFunc) {
-	if err := s.mgr.Ready(); err != nil {
+	if err := s.cluster.WaitInTouch(r.Context(), inTouchWait); err != nil {
 		// Cut off from the cluster, this node cannot know where a
 		// sandbox would be safe: the client retries through another.
 		e2bapi.Write(w, s.logger, err)
@@ -213,6 +213,12 @@ func (s *Server) placeCreate(w http.ResponseWriter, r *http.Request, local http.
 	}
 	var last *bufferedResponse
 	for i, p := range peers {
+		if i > 0 {
+			if err := s.cluster.WaitInTouch(r.Context(), inTouchWait); err != nil {
+				e2bapi.Write(w, s.logger, err)
+				return
+			}
+		}
 		rec := newBufferedResponse()
 		req := r.Clone(r.Context())
 		req.Body = io.NopCloser(bytes.NewReader(body))
@@ -220,12 +226,16 @@ func (s *Server) placeCreate(w http.ResponseWriter, r *http.Request, local http.
 		if p.Self {
 			local(rec, req)
 		} else {
-			ctx, cancel := context.WithTimeout(r.Context(), createTimeout)
+			// Ended if this node falls out of touch meanwhile: a link that
+			// died mid-create would hold it for ever.
+			ctx, stop := s.cluster.WhileInTouch(r.Context())
+			ctx, cancel := context.WithTimeout(ctx, createTimeout)
 			s.toPeer(rec, req.WithContext(ctx), p, func(w http.ResponseWriter, err error) {
 				s.logger.Info("cluster: a node failed a create; trying the next", "node", p.Name, "err", err)
 				e2bapi.WriteError(w, http.StatusServiceUnavailable, fmt.Sprintf("node %s did not answer", p.Name), "")
 			})
 			cancel()
+			stop()
 		}
 		last = rec
 		if !retryElsewhere(rec.status) || i == len(peers)-1 {
@@ -239,6 +249,10 @@ func (s *Server) placeCreate(w http.ResponseWriter, r *http.Request, local http.
 	}
 	last.writeTo(w)
 }
+
+// inTouchWait is how long a create waits for its node to be in touch with
+// the cluster: an etcd election, 1–2 s, must not fail creates.
+const inTouchWait = 5 * time.Second
 
 // createTimeout bounds a create on another node (a template's ready
 // command may take a while; a node that does not answer must not hold the
