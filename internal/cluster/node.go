@@ -167,9 +167,12 @@ func (n *Node) Close() {
 	n.wg.Wait()
 }
 
-// op is a context for one etcd call.
+// op is a context for one etcd call. It requires a leader: a member
+// without one (cut off, or a deposed leader still rejoining, measured at
+// 13–25 s) fails the call at once rather than holding it, and the client
+// tries another member.
 func (n *Node) op(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, opTimeout)
+	return context.WithTimeout(clientv3.WithRequireLeader(ctx), opTimeout)
 }
 
 // Ready is nil while the node holds a lease it renewed within its TTL.
@@ -263,16 +266,7 @@ func (n *Node) leaseLoop() {
 		}
 		failures = 0
 		lease := g.ID
-		if err := n.register(n.ctx, lease); err != nil {
-			n.log.Warn("cluster: register", "err", err)
-			continue
-		}
-		if err := n.reconcile(n.ctx, lease); err != nil {
-			n.log.Warn("cluster: reconcile", "err", err)
-			continue
-		}
-		if err := n.reconcileVolumes(n.ctx, lease); err != nil {
-			n.log.Warn("cluster: reconcile volumes", "err", err)
+		if !n.join(lease, time.Now().Add(n.cfg.LeaseTTL)) {
 			continue
 		}
 		n.mu.Lock()
@@ -291,6 +285,30 @@ func (n *Node) leaseLoop() {
 			n.log.Warn("cluster: lost the lease; new creates are refused until the node gets another")
 		}
 	}
+}
+
+// join registers the node and reconciles under a lease just granted,
+// retrying until deadline (when the lease runs out unrenewed); it reports
+// whether it did.
+func (n *Node) join(lease clientv3.LeaseID, deadline time.Time) bool {
+	for n.ctx.Err() == nil && time.Now().Before(deadline) {
+		err := n.register(n.ctx, lease)
+		if err == nil {
+			err = n.reconcile(n.ctx, lease)
+		}
+		if err == nil {
+			err = n.reconcileVolumes(n.ctx, lease)
+		}
+		if err == nil {
+			return true
+		}
+		n.log.Warn("cluster: join under a new lease; retrying", "err", err)
+		ctx, cancel := context.WithTimeout(n.ctx, time.Second)
+		n.cli.KeepAliveOnce(ctx, lease) // while it retries
+		cancel()
+		sleep(n.ctx, 100*time.Millisecond)
+	}
+	return false
 }
 
 // keepAlive renews lease and refreshes the node's record until the lease
