@@ -254,14 +254,14 @@ func (n *Node) leaseLoop() {
 	try := max(time.Second, n.cfg.LeaseTTL/3)
 	failures := 0
 	for n.ctx.Err() == nil {
-		ctx, cancel := context.WithTimeout(n.ctx, try)
+		ctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(n.ctx), try)
 		g, err := n.cli.Grant(ctx, ttl)
 		cancel()
 		if err != nil {
 			if failures++; failures == 1 || failures%30 == 0 {
 				n.log.Warn("cluster: cannot get a lease; retrying", "err", err, "tries", failures)
 			}
-			sleep(n.ctx, 250*time.Millisecond)
+			sleep(n.ctx, 100*time.Millisecond)
 			continue
 		}
 		failures = 0
