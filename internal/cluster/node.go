@@ -172,8 +172,18 @@ func (n *Node) Close() {
 // 13–25 s) fails the call at once rather than holding it, and the client
 // tries another member.
 func (n *Node) op(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(clientv3.WithRequireLeader(ctx), opTimeout)
+	d := opTimeout
+	if short, ok := ctx.Value(shortOps{}).(time.Duration); ok {
+		d = short
+	}
+	return context.WithTimeout(clientv3.WithRequireLeader(ctx), d)
 }
+
+// shortOps, in a context, shortens each etcd call op makes: a node joining
+// after a partition heals tries again soon rather than wait on its own
+// member, which may take seconds to catch up, while the client's next try
+// goes to another.
+type shortOps struct{}
 
 // Ready is nil while the node holds a lease it renewed within its TTL.
 func (n *Node) Ready() error {
@@ -291,20 +301,23 @@ func (n *Node) leaseLoop() {
 // retrying until deadline (when the lease runs out unrenewed); it reports
 // whether it did.
 func (n *Node) join(lease clientv3.LeaseID, deadline time.Time) bool {
+	ctx := context.WithValue(n.ctx, shortOps{}, time.Second)
 	for n.ctx.Err() == nil && time.Now().Before(deadline) {
-		err := n.register(n.ctx, lease)
+		err := n.register(ctx, lease)
 		if err == nil {
-			err = n.reconcile(n.ctx, lease)
+			err = n.reconcile(ctx, lease)
 		}
 		if err == nil {
-			err = n.reconcileVolumes(n.ctx, lease)
+			err = n.reconcileVolumes(ctx, lease)
 		}
 		if err == nil {
 			return true
 		}
 		n.log.Warn("cluster: join under a new lease; retrying", "err", err)
-		ctx, cancel := context.WithTimeout(n.ctx, time.Second)
-		n.cli.KeepAliveOnce(ctx, lease) // while it retries
+		kctx, cancel := context.WithTimeout(n.ctx, time.Second)
+		if _, err := n.cli.KeepAliveOnce(kctx, lease); err == nil { // while it retries
+			deadline = time.Now().Add(n.cfg.LeaseTTL)
+		}
 		cancel()
 		sleep(n.ctx, 100*time.Millisecond)
 	}
