@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -17,8 +18,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
-
-	"github.com/hutch-sandbox/hutch/internal/cluster/etcdtest"
 )
 
 // memberCmd is the hidden first argument that makes this program one
@@ -137,7 +136,7 @@ func startCluster(ctx context.Context, dir string, n int, compaction string) (*c
 	if err != nil {
 		return nil, err
 	}
-	ports, err := etcdtest.FreePorts(2 * n)
+	ports, err := freePorts(2 * n)
 	if err != nil {
 		return nil, err
 	}
@@ -236,4 +235,22 @@ func (c *cluster) stop() {
 		})
 	}
 	wg.Wait()
+}
+
+// freePorts returns n TCP ports on 127.0.0.1 that were free a moment ago
+// (held together so that they differ). embed.Config takes URLs, not
+// listeners, and the members must know each other's peer URLs before any
+// of them starts. (internal/cluster/etcdtest has the same for tests; a
+// benchmark may not link test helpers.)
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
 }
