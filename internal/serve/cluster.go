@@ -98,7 +98,7 @@ func openCluster(ctx context.Context, c *ClusterConfig, dataDir string, memoryMB
 		// Past the peer's cap a request waits for a connection rather
 		// than being refused.
 		MaxConnsPerHost: peerConnsPerClient,
-		IdleConnTimeout:     90 * time.Second,
+		IdleConnTimeout: 90 * time.Second,
 		// HTTP/1.1 between nodes: upgrades (WebSockets) pass as they are.
 		ForceAttemptHTTP2: false,
 		TLSNextProto:      map[string]func(string, *tls.Conn) http.RoundTripper{},
