@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -377,4 +378,27 @@ func TestNoLeaseNoCreates(t *testing.T) {
 	if err := n.Claim(context.Background(), sb("x", "k", time.Now(), nil)); !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Fatalf("Claim without a lease: %v, want ErrUnavailable", err)
 	}
+}
+
+// TestNodeLearnsEveryMember: a node given one member's URL (--etcd-embed
+// gives it its own) knows every member's as soon as it holds a lease, not
+// at the etcd client's first periodic sync: a node cut off before that
+// knew only its own member after the partition healed, and waited on it.
+func TestNodeLearnsEveryMember(t *testing.T) {
+	ms, err := etcdtest.Start(t.TempDir(), []string{"m1", "m2", "m3"}, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, m := range ms {
+		t.Cleanup(m.Close)
+		want = append(want, m.ClientURL)
+	}
+	n, _ := startNode(t, ms[0].ClientURL, "n1", &fakeSandboxes{}, "")
+	waitFor(t, 5*time.Second, func() bool {
+		got := slices.Clone(n.cli.Endpoints())
+		slices.Sort(got)
+		slices.Sort(want)
+		return slices.Equal(got, want)
+	})
 }

@@ -279,6 +279,7 @@ func (n *Node) leaseLoop() {
 		if !n.join(lease, time.Now().Add(n.cfg.LeaseTTL)) {
 			continue
 		}
+		n.syncMembers()
 		n.mu.Lock()
 		n.lease, n.lastRenew = lease, time.Now()
 		n.mu.Unlock()
@@ -322,6 +323,19 @@ func (n *Node) join(lease clientv3.LeaseID, deadline time.Time) bool {
 		sleep(n.ctx, 100*time.Millisecond)
 	}
 	return false
+}
+
+// syncMembers points the etcd client at every member's client URL now,
+// rather than at the client's first AutoSyncInterval: a node given only
+// its own member's URL (--etcd-embed) and cut off before that first sync
+// knew no other member after the partition healed, and waited on its own
+// until that member caught up (measured: 12.7 s after the heal).
+func (n *Node) syncMembers() {
+	ctx, cancel := n.op(n.ctx)
+	defer cancel()
+	if err := n.cli.Sync(ctx); err != nil && n.ctx.Err() == nil {
+		n.log.Warn("cluster: list etcd's members", "err", err)
+	}
 }
 
 // keepAlive renews lease and refreshes the node's record until the lease
