@@ -435,6 +435,7 @@ func (n *Node) reconcile(ctx context.Context, lease clientv3.LeaseID) error {
 		}
 	}
 	var evict []string
+	puts := map[string]string{}
 	for _, sb := range local {
 		r, ok := recorded[sb.ID]
 		delete(recorded, sb.ID)
@@ -450,26 +451,19 @@ func (n *Node) reconcile(ctx context.Context, lease clientv3.LeaseID) error {
 				n.log.Warn("cluster: a sandbox's record is too large to publish", "id", sb.ID, "err", err)
 				continue
 			}
-			pctx, cancel := n.op(ctx)
-			_, err = n.cli.Put(pctx, sandboxesPrefix+sb.ID, rec, clientv3.WithLease(lease))
-			cancel()
-			if err != nil {
-				return err
-			}
+			puts[sb.ID] = rec
 		default:
 			evict = append(evict, sb.ID)
 		}
 	}
+	var deletes []string
 	for id, r := range recorded {
-		if r.Node != n.cfg.Name {
-			continue
+		if r.Node == n.cfg.Name {
+			deletes = append(deletes, id)
 		}
-		dctx, cancel := n.op(ctx)
-		_, err := n.cli.Delete(dctx, sandboxesPrefix+id)
-		cancel()
-		if err != nil {
-			return err
-		}
+	}
+	if err := n.rewrite(ctx, lease, sandboxesPrefix, puts, deletes); err != nil {
+		return err
 	}
 	if len(evict) > 0 {
 		n.log.Warn("cluster: killing sandboxes the cluster forgot while this node was away", "count", len(evict), "away", away.Round(time.Second), "forget after", n.cfg.ForgetAfter)
@@ -480,6 +474,28 @@ func (n *Node) reconcile(ctx context.Context, lease clientv3.LeaseID) error {
 		}
 	}
 	n.markJoined(resp.Header.ClusterId)
+	return nil
+}
+
+// rewrite puts each of puts (id → record) under prefix, bound to lease,
+// and deletes each of deletes: reconciling's writes, one etcd call each.
+func (n *Node) rewrite(ctx context.Context, lease clientv3.LeaseID, prefix string, puts map[string]string, deletes []string) error {
+	for id, rec := range puts {
+		pctx, cancel := n.op(ctx)
+		_, err := n.cli.Put(pctx, prefix+id, rec, clientv3.WithLease(lease))
+		cancel()
+		if err != nil {
+			return err
+		}
+	}
+	for _, id := range deletes {
+		dctx, cancel := n.op(ctx)
+		_, err := n.cli.Delete(dctx, prefix+id)
+		cancel()
+		if err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

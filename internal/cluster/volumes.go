@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -142,22 +143,10 @@ func (n *Node) reconcileVolumes(ctx context.Context, lease clientv3.LeaseID) err
 			mine[r.ID] = true
 		}
 	}
+	puts := map[string]string{}
 	for _, v := range local {
 		delete(mine, v.ID)
-		pctx, cancel := n.op(ctx)
-		_, err := n.cli.Put(pctx, volumesPrefix+v.ID, mustJSON(volumeRecord{ID: v.ID, Name: v.Name, Key: v.KeyID, Node: n.cfg.Name}), clientv3.WithLease(lease))
-		cancel()
-		if err != nil {
-			return err
-		}
+		puts[v.ID] = mustJSON(volumeRecord{ID: v.ID, Name: v.Name, Key: v.KeyID, Node: n.cfg.Name})
 	}
-	for id := range mine {
-		dctx, cancel := n.op(ctx)
-		_, err := n.cli.Delete(dctx, volumesPrefix+id)
-		cancel()
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	return n.rewrite(ctx, lease, volumesPrefix, puts, slices.Collect(maps.Keys(mine)))
 }

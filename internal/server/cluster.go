@@ -49,14 +49,7 @@ func (s *Server) clustered(r *http.Request) bool {
 
 // apiSandboxID is the sandbox an API call's path names, if any.
 func apiSandboxID(path string) string {
-	rest, ok := strings.CutPrefix(path, "/v2/sandboxes/")
-	if !ok {
-		rest, ok = strings.CutPrefix(path, "/sandboxes/")
-	}
-	if !ok {
-		return ""
-	}
-	id, _, _ := strings.Cut(rest, "/")
+	id := pathID(path, "/v2/sandboxes/", "/sandboxes/")
 	if id == "metrics" { // GET /sandboxes/metrics names them in its query
 		return ""
 	}
@@ -64,16 +57,18 @@ func apiSandboxID(path string) string {
 }
 
 // volumeID is the volume an API call's path names, if any.
-func volumeID(path string) string {
-	rest, ok := strings.CutPrefix(path, "/volumes/")
-	if !ok {
-		rest, ok = strings.CutPrefix(path, "/volumecontent/")
+func volumeID(path string) string { return pathID(path, "/volumes/", "/volumecontent/") }
+
+// pathID is the path segment right after the first of prefixes that path
+// starts with, or "".
+func pathID(path string, prefixes ...string) string {
+	for _, p := range prefixes {
+		if rest, ok := strings.CutPrefix(path, p); ok {
+			id, _, _ := strings.Cut(rest, "/")
+			return id
+		}
 	}
-	if !ok {
-		return ""
-	}
-	id, _, _ := strings.Cut(rest, "/")
-	return id
+	return ""
 }
 
 // forwardVolume sends r to the node that holds volume id when that is
