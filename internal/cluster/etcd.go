@@ -13,12 +13,15 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // EmbedConfig configures an etcd member embedded in `hutch serve`: the
@@ -156,7 +159,7 @@ func Dial(c ClientConfig) (*clientv3.Client, error) {
 		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
 			MinConnectTimeout: time.Second,
-		})},
+		}), grpc.WithChainUnaryInterceptor(retryNoLeader)},
 	}
 	if strings.HasPrefix(c.Endpoints[0], "https://") {
 		info := transport.TLSInfo{CertFile: c.TLS.Cert, KeyFile: c.TLS.Key, TrustedCAFile: c.TLS.CA}
@@ -167,4 +170,36 @@ func Dial(c ClientConfig) (*clientv3.Client, error) {
 		cfg.TLS = tc
 	}
 	return clientv3.New(cfg)
+}
+
+// noLeaderTries is how many times retryNoLeader sends a call in all.
+const noLeaderTries = 6
+
+// retryNoLeader sends a unary call again, at once, when the member it
+// reached has no leader: the client's balancer sends the next try to the
+// next member. A member that rejoins after a partition answers so for
+// seconds, and etcd's own retries leave writes alone (a Put may have been
+// applied), so a join's several writes in turn kept landing on it. The
+// retry is safe: a member answers "no leader" to a call that requires one
+// before it handles it (etcd's v3rpc interceptor), so nothing was applied.
+// Hand-written: gRPC's and go-grpc-middleware's retries go by status code,
+// and Unavailable covers failures after a write was sent too.
+func retryNoLeader(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	var err error
+	for try := range noLeaderTries {
+		if err = invoker(ctx, method, req, reply, cc, opts...); err == nil || ctx.Err() != nil {
+			return err
+		}
+		if s, ok := status.FromError(err); !ok || s.Code() != codes.Unavailable || s.Message() != rpctypes.ErrorDesc(rpctypes.ErrGRPCNoLeader) {
+			return err
+		}
+		if try >= 2 { // every member asked: give one a moment to learn its leader
+			select {
+			case <-ctx.Done():
+				return err
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+	return err
 }
