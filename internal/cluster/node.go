@@ -279,7 +279,8 @@ func (n *Node) leaseLoop() {
 		if !n.join(lease, time.Now().Add(n.cfg.LeaseTTL)) {
 			continue
 		}
-		n.syncMembers()
+		n.wg.Add(1)
+		go func() { defer n.wg.Done(); n.syncMembers() }()
 		n.mu.Lock()
 		n.lease, n.lastRenew = lease, time.Now()
 		n.mu.Unlock()
@@ -329,12 +330,27 @@ func (n *Node) join(lease clientv3.LeaseID, deadline time.Time) bool {
 // rather than at the client's first AutoSyncInterval: a node given only
 // its own member's URL (--etcd-embed) and cut off before that first sync
 // knew no other member after the partition healed, and waited on its own
-// until that member caught up (measured: 12.7 s after the heal).
+// until that member caught up (measured: 12.7 s after the heal). The list
+// is the answering member's own (serializable): it needs no leader, and
+// it runs beside the lease's renewals, never before them.
 func (n *Node) syncMembers() {
-	ctx, cancel := n.op(n.ctx)
+	ctx, cancel := context.WithTimeout(n.ctx, opTimeout)
 	defer cancel()
-	if err := n.cli.Sync(ctx); err != nil && n.ctx.Err() == nil {
-		n.log.Warn("cluster: list etcd's members", "err", err)
+	resp, err := n.cli.MemberList(ctx, clientv3.WithSerializable())
+	if err != nil {
+		if n.ctx.Err() == nil {
+			n.log.Warn("cluster: list etcd's members", "err", err)
+		}
+		return
+	}
+	var urls []string
+	for _, m := range resp.Members {
+		if m.Name != "" && !m.IsLearner { // as the client's own Sync does
+			urls = append(urls, m.ClientURLs...)
+		}
+	}
+	if len(urls) > 0 {
+		n.cli.SetEndpoints(urls...)
 	}
 }
 

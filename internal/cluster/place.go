@@ -88,7 +88,8 @@ const placeK = 3
 // those holding the template (every node, when none does), then the rest,
 // least loaded first, for the retries. Sampling, rather than sorting all,
 // keeps nodes reading slightly stale loads from all picking the same node.
-// This node leads when it is not in the mirror yet.
+// This node leads when it is not in the mirror yet, and when it is within
+// one sandbox slot of the best.
 func (n *Node) Place(ref string) []Peer {
 	nodes := n.copyNodes()
 	n.mu.Lock()
@@ -135,6 +136,15 @@ func (n *Node) Place(ref string) []Peer {
 	slices.SortStableFunc(eligible[:k], byScore)
 	if len(eligible) > 1 {
 		slices.SortStableFunc(eligible[1:], byScore)
+	}
+	// This node goes first when it is no more than one sandbox slot busier
+	// than the best: a create kept here saves the hop to another node
+	// (measured with three nodes: two creates in three hopped).
+	if i := slices.IndexFunc(eligible, func(r NodeRecord) bool { return r.Name == n.cfg.Name }); i > 0 &&
+		scores[n.cfg.Name] <= scores[eligible[0].Name]+1/float64(slotsOf(eligible[i])) {
+		self := eligible[i]
+		copy(eligible[1:i+1], eligible[:i])
+		eligible[0] = self
 	}
 	out := make([]Peer, 0, len(eligible))
 	for _, r := range eligible {
@@ -192,11 +202,7 @@ func holds(r NodeRecord, ref string) bool {
 // work takes fewer sandboxes. A warm sandbox of the template counts half a slot off, since
 // handing it out costs the node next to nothing.
 func score(r NodeRecord, ref string, recent int) float64 {
-	slots := r.Capacity.Sandboxes
-	if slots <= 0 && r.Capacity.SandboxMemoryMB > 0 {
-		slots = r.Capacity.MemoryMB / r.Capacity.SandboxMemoryMB
-	}
-	slots = max(slots, 1)
+	slots := slotsOf(r)
 	used := float64(r.Load.Running + r.Load.Creating + recent)
 	name, _, _ := strings.Cut(ref, ":")
 	if r.Load.WarmBy[name] > 0 {
@@ -210,4 +216,14 @@ func score(r NodeRecord, ref string, recent int) float64 {
 		s += math.Floor(4*max(0, float64(r.Load.MemoryUsedMB)/float64(r.Capacity.MemoryMB)-0.8)) / 4
 	}
 	return s
+}
+
+// slotsOf is how many sandboxes node r takes: its cap, or its memory over
+// a sandbox's; at least 1.
+func slotsOf(r NodeRecord) int {
+	slots := r.Capacity.Sandboxes
+	if slots <= 0 && r.Capacity.SandboxMemoryMB > 0 {
+		slots = r.Capacity.MemoryMB / r.Capacity.SandboxMemoryMB
+	}
+	return max(slots, 1)
 }
