@@ -159,7 +159,7 @@ func Dial(c ClientConfig) (*clientv3.Client, error) {
 		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
 			MinConnectTimeout: time.Second,
-		}), grpc.WithChainUnaryInterceptor(retryNoLeader)},
+		}), grpc.WithChainUnaryInterceptor(retryElsewhere)},
 	}
 	if strings.HasPrefix(c.Endpoints[0], "https://") {
 		info := transport.TLSInfo{CertFile: c.TLS.Cert, KeyFile: c.TLS.Key, TrustedCAFile: c.TLS.CA}
@@ -172,28 +172,57 @@ func Dial(c ClientConfig) (*clientv3.Client, error) {
 	return clientv3.New(cfg)
 }
 
-// noLeaderTries is how many times retryNoLeader sends a call in all.
-const noLeaderTries = 6
+// Tries of one etcd call (retryElsewhere): attemptTimeout caps each of
+// the first tries, the last has what is left of the caller's deadline.
+const (
+	callTries      = 4
+	attemptTimeout = time.Second
+)
 
-// retryNoLeader sends a unary call again, at once, when the member it
-// reached has no leader: the client's balancer sends the next try to the
-// next member. A member that rejoins after a partition answers so for
-// seconds, and etcd's own retries leave writes alone (a Put may have been
-// applied), so a join's several writes in turn kept landing on it. The
-// retry is safe: a member answers "no leader" to a call that requires one
-// before it handles it (etcd's v3rpc interceptor), so nothing was applied.
-// Hand-written: gRPC's and go-grpc-middleware's retries go by status code,
-// and Unavailable covers failures after a write was sent too.
-func retryNoLeader(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+// idempotent lists the etcd calls that may be sent again after a try that
+// timed out, which may still be applied: reads, and writes whose second
+// application changes nothing (a Put of the same value, a Delete, a lease
+// granted twice, whose spare expires). Txn, which Hutch uses for
+// compare-and-set, is not among them.
+var idempotent = map[string]bool{
+	"/etcdserverpb.KV/Range":           true,
+	"/etcdserverpb.KV/Put":             true,
+	"/etcdserverpb.KV/DeleteRange":     true,
+	"/etcdserverpb.Cluster/MemberList": true,
+	"/etcdserverpb.Lease/LeaseGrant":   true,
+}
+
+// retryElsewhere sends a unary call again, at once, to the next member
+// (the client's balancer takes turns): when the member it reached has no
+// leader, and, for an idempotent call, when a try took attemptTimeout. A
+// member that rejoins after a partition answers "no leader" for seconds,
+// then lags while it catches up: the calls that reached it, a node's join
+// among them, waited out their deadlines while two members of three
+// answered at once (measured: a node took creates again 12.7 s after the
+// heal). A "no leader" answer is safe to retry for any call: a member
+// gives it to a call that requires a leader before handling it (etcd's
+// v3rpc interceptor), so nothing was applied. Hand-written: gRPC's and
+// go-grpc-middleware's retries go by status code alone, and neither caps
+// a try short of the caller's deadline.
+func retryElsewhere(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	var err error
-	for try := range noLeaderTries {
-		if err = invoker(ctx, method, req, reply, cc, opts...); err == nil || ctx.Err() != nil {
+	for try := range callTries {
+		actx, cancel := ctx, context.CancelFunc(func() {})
+		if dl, ok := ctx.Deadline(); try < callTries-1 && idempotent[method] && (!ok || time.Until(dl) > 2*attemptTimeout) {
+			actx, cancel = context.WithTimeout(ctx, attemptTimeout)
+		}
+		err = invoker(actx, method, req, reply, cc, opts...)
+		timedOut := actx.Err() != nil && ctx.Err() == nil
+		cancel()
+		if err == nil || ctx.Err() != nil {
 			return err
 		}
-		if s, ok := status.FromError(err); !ok || s.Code() != codes.Unavailable || s.Message() != rpctypes.ErrorDesc(rpctypes.ErrGRPCNoLeader) {
+		s, ok := status.FromError(err)
+		noLeader := ok && s.Code() == codes.Unavailable && s.Message() == rpctypes.ErrorDesc(rpctypes.ErrGRPCNoLeader)
+		if !noLeader && !timedOut {
 			return err
 		}
-		if try >= 2 { // every member asked: give one a moment to learn its leader
+		if noLeader && try >= 2 { // every member asked: give one a moment to learn its leader
 			select {
 			case <-ctx.Done():
 				return err

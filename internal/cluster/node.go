@@ -172,18 +172,8 @@ func (n *Node) Close() {
 // 13–25 s) fails the call at once rather than holding it, and the client
 // tries another member.
 func (n *Node) op(ctx context.Context) (context.Context, context.CancelFunc) {
-	d := opTimeout
-	if short, ok := ctx.Value(shortOps{}).(time.Duration); ok {
-		d = short
-	}
-	return context.WithTimeout(clientv3.WithRequireLeader(ctx), d)
+	return context.WithTimeout(clientv3.WithRequireLeader(ctx), opTimeout)
 }
-
-// shortOps, in a context, shortens each etcd call op makes: a node joining
-// after a partition heals tries again soon rather than wait on its own
-// member, which may take seconds to catch up, while the client's next try
-// goes to another.
-type shortOps struct{}
 
 // Ready is nil while the node holds a lease it renewed within its TTL.
 func (n *Node) Ready() error {
@@ -303,14 +293,13 @@ func (n *Node) leaseLoop() {
 // retrying until deadline (when the lease runs out unrenewed); it reports
 // whether it did.
 func (n *Node) join(lease clientv3.LeaseID, deadline time.Time) bool {
-	ctx := context.WithValue(n.ctx, shortOps{}, time.Second)
 	for n.ctx.Err() == nil && time.Now().Before(deadline) {
-		err := n.register(ctx, lease)
+		err := n.register(n.ctx, lease)
 		if err == nil {
-			err = n.reconcile(ctx, lease)
+			err = n.reconcile(n.ctx, lease)
 		}
 		if err == nil {
-			err = n.reconcileVolumes(ctx, lease)
+			err = n.reconcileVolumes(n.ctx, lease)
 		}
 		if err == nil {
 			return true
