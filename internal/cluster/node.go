@@ -261,6 +261,7 @@ func (n *Node) leaseLoop() {
 			if failures++; failures == 1 || failures%30 == 0 {
 				n.log.Warn("cluster: cannot get a lease; retrying", "err", err, "tries", failures)
 			}
+			n.redial()
 			sleep(n.ctx, 100*time.Millisecond)
 			continue
 		}
@@ -310,6 +311,7 @@ func (n *Node) join(lease clientv3.LeaseID, deadline time.Time) bool {
 			deadline = time.Now().Add(n.cfg.LeaseTTL)
 		}
 		cancel()
+		n.redial()
 		sleep(n.ctx, 100*time.Millisecond)
 	}
 	return false
@@ -340,6 +342,16 @@ func (n *Node) syncMembers() {
 	}
 	if len(urls) > 0 {
 		n.cli.SetEndpoints(urls...)
+	}
+}
+
+// redial has the etcd client try every member it lost at once, rather
+// than after gRPC's reconnect backoff: a node out of touch calls it after
+// each failed try, so that it reaches the other members as soon as a
+// partition heals rather than wait on its own member's rejoining.
+func (n *Node) redial() {
+	if cc := n.cli.ActiveConnection(); cc != nil {
+		cc.ResetConnectBackoff()
 	}
 }
 
