@@ -405,3 +405,28 @@ func TestNodeLearnsEveryMember(t *testing.T) {
 		return slices.Equal(got, want)
 	})
 }
+
+// TestClaimOutlivesItsCaller: a create whose client went away mid-claim
+// either holds its record or leaves none; it was seen to leave records
+// that listed as running, answered 404 and lasted until the node's lease
+// ended (review 26, F4). A claim made under a cancelled context is made
+// whole, so the manager's own clean-up (Delete) is what removes it.
+func TestClaimOutlivesItsCaller(t *testing.T) {
+	url := etcd(t)
+	n, _ := startNode(t, url, "a", &fakeSandboxes{}, "")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := n.Claim(ctx, sb("sb-1", "key_1", time.Now(), nil)); err != nil {
+		t.Fatalf("Claim under a cancelled context: %v", err)
+	}
+	if _, found, err := n.Owner(context.Background(), "sb-1"); err != nil || !found {
+		t.Fatalf("Owner after the claim: found %v, %v", found, err)
+	}
+	if err := n.Delete(context.WithoutCancel(ctx), "sb-1"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := dial(t, url).Get(context.Background(), sandboxesPrefix+"sb-1")
+	if err != nil || len(resp.Kvs) != 0 {
+		t.Fatalf("record after Delete: %v %v", resp, err)
+	}
+}

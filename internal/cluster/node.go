@@ -29,6 +29,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -105,6 +106,8 @@ type Node struct {
 	misses    *rate.Limiter                                    // etcd reads for ids the mirror lacks (Owner)
 	seen      map[string]bool                                  // builds the cluster recorded (templates.go)
 	vols      map[string]volumeRecord                          // volumes by id (volumes.go)
+	holds     map[string]map[string][]string                   // node -> build -> its names (holds/ records)
+	held      map[string]string                                // this node's holds/ records as last written
 	signer    func(method string, q url.Values) (string, bool) // see SetSigner
 	puts      map[string]lastPut                               // last record writes (Put)
 	pending   map[string]*sandbox.Sandbox                      // changes Put holds back
@@ -128,7 +131,7 @@ func New(cli *clientv3.Client, cfg Config) *Node {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	n := &Node{cfg: cfg, cli: cli, log: cfg.Logger.With("node", cfg.Name), nodes: map[string]NodeRecord{}, nodeSeen: map[string]time.Time{},
-		owners: map[string]string{}, vols: map[string]volumeRecord{}, puts: map[string]lastPut{}, pending: map[string]*sandbox.Sandbox{}, started: time.Now().UTC(), misses: rate.NewLimiter(missRate, missRate)}
+		owners: map[string]string{}, vols: map[string]volumeRecord{}, holds: map[string]map[string][]string{}, puts: map[string]lastPut{}, pending: map[string]*sandbox.Sandbox{}, started: time.Now().UTC(), misses: rate.NewLimiter(missRate, missRate)}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	return n
 }
@@ -297,6 +300,9 @@ func (n *Node) join(lease clientv3.LeaseID, deadline time.Time) bool {
 	for n.ctx.Err() == nil && time.Now().Before(deadline) {
 		err := n.register(n.ctx, lease)
 		if err == nil {
+			err = n.publishHolds(n.ctx, lease, true)
+		}
+		if err == nil {
 			err = n.reconcile(n.ctx, lease)
 		}
 		if err == nil {
@@ -377,7 +383,11 @@ func (n *Node) keepAlive(lease clientv3.LeaseID) {
 			n.mu.Unlock()
 		case <-tick.C:
 			n.markRenewed()
-			if err := n.register(ctx, lease); err != nil {
+			err := n.register(ctx, lease)
+			if err == nil {
+				err = n.publishHolds(ctx, lease, false)
+			}
+			if err != nil {
 				if errors.Is(err, context.Canceled) {
 					return
 				}
@@ -406,21 +416,80 @@ func (n *Node) record(lease clientv3.LeaseID) NodeRecord {
 	l := n.mgr.Load()
 	rec.Load = NodeLoad{CPU: loadAverage() / float64(max(1, n.cfg.Capacity.CPUs)), MemoryUsedMB: memoryUsedMB(),
 		Running: l.Running, Creating: l.Creating, Warm: l.Warm, WarmBy: l.WarmByTemplate}
-	if ts, err := n.templates.List(); err == nil {
-		seen := map[string]bool{}
-		for _, t := range ts {
-			if !shared(t) && !template.Builtin(t.Name) {
-				continue // a paused sandbox's files, a fork's
+	return rec
+}
+
+// heldNow is what this node's holds/ records should be: key to value, one
+// per template build others may place sandboxes of here.
+func (n *Node) heldNow() (map[string]string, error) {
+	ts, err := n.templates.List()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, t := range ts {
+		if !shared(t) && !template.Builtin(t.Name) {
+			continue // a paused sandbox's files, a fork's
+		}
+		var names []string
+		for _, name := range []string{t.Name, t.Ref(), t.ID} {
+			if !slices.Contains(names, name) {
+				names = append(names, name)
 			}
-			for _, s := range []string{t.Name, t.Ref(), t.ID} {
-				if !seen[s] {
-					seen[s] = true
-					rec.Templates = append(rec.Templates, s)
-				}
+		}
+		out[holdsPrefix+n.cfg.Name+"/"+t.ID] = mustJSON(names)
+	}
+	return out, nil
+}
+
+// publishHolds brings this node's holds/ records to what it holds now,
+// under lease, writing only what changed since the last call (all of it
+// when fresh: a new lease).
+func (n *Node) publishHolds(ctx context.Context, lease clientv3.LeaseID, fresh bool) error {
+	now, err := n.heldNow()
+	if err != nil {
+		return err
+	}
+	n.mu.Lock()
+	prev := n.held
+	n.mu.Unlock()
+	if fresh {
+		prev = nil
+	}
+	puts := map[string]string{}
+	for k, v := range now {
+		if prev[k] != v {
+			puts[k] = v
+		}
+	}
+	var deletes []string
+	for k := range prev {
+		if _, ok := now[k]; !ok {
+			deletes = append(deletes, k)
+		}
+	}
+	if fresh {
+		// What a lease before this one left: it expires with that lease,
+		// but need not wait for it.
+		gctx, cancel := n.op(ctx)
+		resp, err := n.cli.Get(gctx, holdsPrefix+n.cfg.Name+"/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		cancel()
+		if err != nil {
+			return err
+		}
+		for _, kv := range resp.Kvs {
+			if _, ok := now[string(kv.Key)]; !ok {
+				deletes = append(deletes, string(kv.Key))
 			}
 		}
 	}
-	return rec
+	if err := n.rewrite(ctx, lease, puts, deletes); err != nil {
+		return err
+	}
+	n.mu.Lock()
+	n.held = now
+	n.mu.Unlock()
+	return nil
 }
 
 // reconcile makes the cluster's records of this node's sandboxes what the
@@ -468,7 +537,7 @@ func (n *Node) reconcile(ctx context.Context, lease clientv3.LeaseID) error {
 				n.log.Warn("cluster: a sandbox's record is too large to publish", "id", sb.ID, "err", err)
 				continue
 			}
-			puts[sb.ID] = rec
+			puts[sandboxesPrefix+sb.ID] = rec
 		default:
 			evict = append(evict, sb.ID)
 		}
@@ -476,10 +545,10 @@ func (n *Node) reconcile(ctx context.Context, lease clientv3.LeaseID) error {
 	var deletes []string
 	for id, r := range recorded {
 		if r.Node == n.cfg.Name {
-			deletes = append(deletes, id)
+			deletes = append(deletes, sandboxesPrefix+id)
 		}
 	}
-	if err := n.rewrite(ctx, lease, sandboxesPrefix, puts, deletes); err != nil {
+	if err := n.rewrite(ctx, lease, puts, deletes); err != nil {
 		return err
 	}
 	if len(evict) > 0 {
@@ -494,20 +563,20 @@ func (n *Node) reconcile(ctx context.Context, lease clientv3.LeaseID) error {
 	return nil
 }
 
-// rewrite puts each of puts (id → record) under prefix, bound to lease,
-// and deletes each of deletes: reconciling's writes, one etcd call each.
-func (n *Node) rewrite(ctx context.Context, lease clientv3.LeaseID, prefix string, puts map[string]string, deletes []string) error {
-	for id, rec := range puts {
+// rewrite puts each of puts (key → record), bound to lease, and deletes
+// each of deletes: reconciling's writes, one etcd call each.
+func (n *Node) rewrite(ctx context.Context, lease clientv3.LeaseID, puts map[string]string, deletes []string) error {
+	for key, rec := range puts {
 		pctx, cancel := n.op(ctx)
-		_, err := n.cli.Put(pctx, prefix+id, rec, clientv3.WithLease(lease))
+		_, err := n.cli.Put(pctx, key, rec, clientv3.WithLease(lease))
 		cancel()
 		if err != nil {
 			return err
 		}
 	}
-	for _, id := range deletes {
+	for _, key := range deletes {
 		dctx, cancel := n.op(ctx)
-		_, err := n.cli.Delete(dctx, prefix+id)
+		_, err := n.cli.Delete(dctx, key)
 		cancel()
 		if err != nil {
 			return err

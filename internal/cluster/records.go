@@ -10,8 +10,13 @@ import (
 
 // The cluster's records in etcd, under one prefix (Prefix):
 //
-//	nodes/<name>      a node: where to reach it, its capacity and load, the
-//	                  templates it holds; bound to the node's lease
+//	nodes/<name>      a node: where to reach it, its capacity and load;
+//	                  bound to the node's lease, rewritten every 2 s
+//	holds/<name>/<build>
+//	                  a template build the node holds, by its names;
+//	                  bound to the node's lease, written when it changes
+//	                  (a list in the node's record, rewritten every 2 s,
+//	                  grew with every snapshot: review 26 filled etcd so)
 //	sandboxes/<id>    a sandbox: its node, key, state, template, metadata,
 //	                  times; bound to its node's lease, so a node's death
 //	                  takes its sandboxes' records with it
@@ -27,6 +32,7 @@ const (
 	nodesPrefix     = Prefix + "nodes/"
 	sandboxesPrefix = Prefix + "sandboxes/"
 	keysPrefix      = Prefix + "keys/"
+	holdsPrefix     = Prefix + "holds/"
 )
 
 // NodeRecord is a node as the cluster sees it.
@@ -38,8 +44,9 @@ type NodeRecord struct {
 	// Capacity is what the node offers; Load what it uses.
 	Capacity Capacity `json:"capacity"`
 	Load     NodeLoad `json:"load"`
-	// Templates are the names and build ids of the templates it holds.
-	Templates []string  `json:"templates,omitempty"`
+	// Templates are the names and build ids of the templates it holds,
+	// from its holds/ records (not part of this one).
+	Templates []string  `json:"-"`
 	Started   time.Time `json:"started"`
 	// Updated is when the node last wrote the record.
 	Updated time.Time `json:"updated"`

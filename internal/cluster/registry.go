@@ -31,13 +31,23 @@ func (n *Node) Claim(ctx context.Context, sb *sandbox.Sandbox) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := n.op(ctx)
+	// Not cut short by the client: a write cancelled after etcd took it
+	// would leave a record of a sandbox the manager then drops.
+	ctx, cancel := n.op(context.WithoutCancel(ctx))
 	defer cancel()
 	resp, err := n.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
 		Then(clientv3.OpPut(key, rec, clientv3.WithLease(lease))).
 		Commit()
 	if err != nil {
+		// The write may have been applied all the same (a timeout):
+		// take back what is exactly this claim, never another's record.
+		dctx, dcancel := n.op(context.WithoutCancel(ctx))
+		_, derr := n.cli.Txn(dctx).If(clientv3.Compare(clientv3.Value(key), "=", rec)).Then(clientv3.OpDelete(key)).Commit()
+		dcancel()
+		if derr != nil {
+			n.log.Warn("cluster: a failed claim may have left a record until the node's lease ends", "id", sb.ID, "err", derr)
+		}
 		return fmt.Errorf("cluster: record sandbox %s: %v: %w", sb.ID, err, errdefs.ErrUnavailable)
 	}
 	if !resp.Succeeded {
@@ -300,6 +310,11 @@ func (n *Node) Nodes(ctx context.Context) ([]NodeStatus, error) {
 		if json.Unmarshal(kv.Value, &r) != nil {
 			continue
 		}
+		n.mu.Lock()
+		for _, names := range n.holds[r.Name] { // from the mirror: not in the record
+			r.Templates = append(r.Templates, names...)
+		}
+		n.mu.Unlock()
 		st := NodeStatus{NodeRecord: r, Self: r.Name == n.cfg.Name, LeaseLeft: -1}
 		if ttl, err := n.cli.TimeToLive(gctx, clientv3.LeaseID(r.Lease)); err == nil && ttl.TTL >= 0 {
 			st.LeaseLeft = time.Duration(ttl.TTL) * time.Second
@@ -316,5 +331,13 @@ var _ sandbox.Registry = (*Node)(nil)
 func (n *Node) copyNodes() map[string]NodeRecord {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return maps.Clone(n.nodes)
+	out := maps.Clone(n.nodes)
+	for name, r := range out {
+		r.Templates = slices.Clone(r.Templates)
+		for _, names := range n.holds[name] {
+			r.Templates = append(r.Templates, names...)
+		}
+		out[name] = r
+	}
+	return out
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 
@@ -146,7 +145,11 @@ func (n *Node) reconcileVolumes(ctx context.Context, lease clientv3.LeaseID) err
 	puts := map[string]string{}
 	for _, v := range local {
 		delete(mine, v.ID)
-		puts[v.ID] = mustJSON(volumeRecord{ID: v.ID, Name: v.Name, Key: v.KeyID, Node: n.cfg.Name})
+		puts[volumesPrefix+v.ID] = mustJSON(volumeRecord{ID: v.ID, Name: v.Name, Key: v.KeyID, Node: n.cfg.Name})
 	}
-	return n.rewrite(ctx, lease, volumesPrefix, puts, slices.Collect(maps.Keys(mine)))
+	var deletes []string
+	for id := range mine {
+		deletes = append(deletes, volumesPrefix+id)
+	}
+	return n.rewrite(ctx, lease, puts, deletes)
 }

@@ -54,6 +54,7 @@ func (n *Node) resync() (int64, error) {
 	nodes := map[string]NodeRecord{}
 	owners := map[string]string{}
 	vols := map[string]volumeRecord{}
+	held := map[string]map[string][]string{}
 	var keys []keyRecord
 	for _, kv := range resp.Kvs {
 		k := string(kv.Key)
@@ -78,10 +79,12 @@ func (n *Node) resync() (int64, error) {
 			if json.Unmarshal(kv.Value, &r) == nil {
 				vols[r.ID] = r
 			}
+		case strings.HasPrefix(k, holdsPrefix):
+			holding(held, k, kv.Value)
 		}
 	}
 	n.mu.Lock()
-	n.nodes, n.owners, n.vols, n.synced = nodes, owners, vols, true
+	n.nodes, n.owners, n.vols, n.holds, n.synced = nodes, owners, vols, held, true
 	for name := range nodes {
 		n.nodeSeen[name] = time.Now()
 	}
@@ -124,6 +127,12 @@ func (n *Node) apply(ev *clientv3.Event) {
 		} else if !put {
 			delete(n.vols, id)
 		}
+	case strings.HasPrefix(k, holdsPrefix):
+		if put {
+			holding(n.holds, k, ev.Kv.Value)
+		} else if node, build, ok := strings.Cut(strings.TrimPrefix(k, holdsPrefix), "/"); ok {
+			delete(n.holds[node], build)
+		}
 	case strings.HasPrefix(k, keysPrefix) && put:
 		var r keyRecord
 		if json.Unmarshal(ev.Kv.Value, &r) == nil {
@@ -136,4 +145,18 @@ func (n *Node) setOwner(id, node string) {
 	n.mu.Lock()
 	n.owners[id] = node
 	n.mu.Unlock()
+}
+
+// holding adds holds/ record key (value: the build's names) to holds,
+// by node and build.
+func holding(holds map[string]map[string][]string, key string, value []byte) {
+	node, build, ok := strings.Cut(strings.TrimPrefix(key, holdsPrefix), "/")
+	var names []string
+	if !ok || json.Unmarshal(value, &names) != nil {
+		return
+	}
+	if holds[node] == nil {
+		holds[node] = map[string][]string{}
+	}
+	holds[node][build] = names
 }
