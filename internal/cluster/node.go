@@ -36,7 +36,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"golang.org/x/time/rate"
 
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
@@ -103,7 +102,8 @@ type Node struct {
 	owners    map[string]string                                // sandbox id -> node name
 	synced    bool                                             // the maps mirror etcd (watchLoop)
 	placed    []placement                                      // creates sent lately, oldest first (Place)
-	misses    *rate.Limiter                                    // etcd reads for ids the mirror lacks (Owner)
+	misses    *ration                                          // etcd reads for ids the mirror lacks (lookup)
+	searches  *ration                                          // searches of the other nodes for a signed URL's sandbox (FindSigned)
 	seen      map[string]bool                                  // builds the cluster recorded (templates.go)
 	vols      map[string]volumeRecord                          // volumes by id (volumes.go)
 	holds     map[string]map[string][]string                   // node -> build -> its names (holds/ records)
@@ -131,7 +131,7 @@ func New(cli *clientv3.Client, cfg Config) *Node {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	n := &Node{cfg: cfg, cli: cli, log: cfg.Logger.With("node", cfg.Name), nodes: map[string]NodeRecord{}, nodeSeen: map[string]time.Time{},
-		owners: map[string]string{}, vols: map[string]volumeRecord{}, holds: map[string]map[string][]string{}, puts: map[string]lastPut{}, pending: map[string]*sandbox.Sandbox{}, started: time.Now().UTC(), misses: rate.NewLimiter(missRate, missRate)}
+		owners: map[string]string{}, vols: map[string]volumeRecord{}, holds: map[string]map[string][]string{}, puts: map[string]lastPut{}, pending: map[string]*sandbox.Sandbox{}, started: time.Now().UTC(), misses: newRation(missRate), searches: newRation(missRate)}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	return n
 }

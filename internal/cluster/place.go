@@ -47,7 +47,7 @@ func (n *Node) lookup(ctx context.Context, key string, mirrored func() (string, 
 	node, ok := mirrored()
 	n.mu.Unlock()
 	if !ok {
-		if !n.misses.Allow() {
+		if !n.misses.allow(ctx) {
 			return Peer{}, false, nil
 		}
 		ctx, cancel := n.op(ctx)

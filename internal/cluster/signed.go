@@ -23,7 +23,7 @@ func (n *Node) SetSigner(f func(method string, q url.Values) (id string, ok bool
 // URL (method, query q): the node and the sandbox, if one did. Rationed as
 // reads of unknown ids are: anyone can send a signed URL.
 func (n *Node) FindSigned(ctx context.Context, method string, q url.Values) (Peer, string, bool) {
-	if !n.misses.Allow() {
+	if !n.searches.allow(ctx) {
 		return Peer{}, "", false
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)

@@ -47,6 +47,12 @@ func (s *Server) clustered(r *http.Request) bool {
 	return !fwd
 }
 
+// lookupContext is r's context with its client's address, by which the
+// cluster rations what anyone may make it look up.
+func lookupContext(r *http.Request) context.Context {
+	return cluster.WithClient(r.Context(), hostOnly(r.RemoteAddr))
+}
+
 // apiSandboxID is the sandbox an API call's path names, if any.
 func apiSandboxID(path string) string {
 	id := pathID(path, "/v2/sandboxes/", "/sandboxes/")
@@ -77,7 +83,7 @@ func (s *Server) forwardVolume(w http.ResponseWriter, r *http.Request, id string
 	if !s.clustered(r) || id == "" {
 		return false
 	}
-	p, found, err := s.cluster.VolumeOwner(r.Context(), id)
+	p, found, err := s.cluster.VolumeOwner(lookupContext(r), id)
 	if err != nil || !found || p.Self {
 		return false
 	}
@@ -98,7 +104,7 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, id string, edge
 	if !s.clustered(r) || id == "" {
 		return false
 	}
-	p, found, err := s.cluster.Owner(r.Context(), id)
+	p, found, err := s.cluster.Owner(lookupContext(r), id)
 	if err != nil {
 		// etcd out of reach: this node still serves its own sandboxes.
 		s.logger.Debug("cluster: find a sandbox's node", "sandbox", id, "err", err)

@@ -135,9 +135,11 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			s.proxy(w, r, id, envdapi.Port)
 			return
 		}
-		if s.clustered(r) {
-			// Another node's sandbox, perhaps: each node tries its own.
-			if p, id, ok := s.cluster.FindSigned(r.Context(), r.Method, q); ok {
+		if _, ok := fileSignature(r.Method, q); ok && s.clustered(r) {
+			// Another node's sandbox, perhaps: each node tries its own,
+			// sent what is signed and nothing more (review 26: the whole
+			// query went, escaped again, to every node).
+			if p, id, ok := s.cluster.FindSigned(lookupContext(r), r.Method, signedFields(q)); ok {
 				s.toPeer(w, r, p, func(w http.ResponseWriter, err error) { e2bapi.WriteSandboxNotFound502(w, id) })
 				return
 			}
@@ -188,7 +190,8 @@ func (f signedFile) by(token string) bool {
 // longer than any a sandbox can open, which are refused before anything
 // is hashed (review 7: a 1 MB path cost 0.3 s of CPU with 78 sandboxes).
 func fileSignature(method string, q url.Values) (signedFile, bool) {
-	if q.Get("signature") == "" || len(q.Get("path")) > maxSignedPath || len(q.Get("username")) > maxSignedPath {
+	if q.Get("signature") == "" || len(q.Get("signature")) > maxSignature ||
+		len(q.Get("path")) > maxSignedPath || len(q.Get("username")) > maxSignedPath {
 		return signedFile{}, false
 	}
 	var op string
@@ -211,6 +214,22 @@ func fileSignature(method string, q url.Values) (signedFile, bool) {
 // maxSignedPath is the longest path or username a signed URL may name:
 // Linux's PATH_MAX.
 const maxSignedPath = 4096
+
+// maxSignature is the longest signature a signed URL may carry: envd's
+// are "v1_" and a SHA-256 in unpadded base64, 46 bytes.
+const maxSignature = 128
+
+// signedFields is what of a signed /files URL's query its signature
+// covers (envdapi.Signer, envdapi.Expiration).
+func signedFields(q url.Values) url.Values {
+	out := url.Values{}
+	for _, k := range []string{"path", "username", "signature", "signature_expiration"} {
+		if q.Has(k) {
+			out[k] = q[k][:1]
+		}
+	}
+	return out
+}
 
 // sandboxTarget finds the sandbox a request is for, if any. A port that
 // is not a number in 1-65535 comes back as 0, for the caller to refuse.
