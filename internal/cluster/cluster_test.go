@@ -430,3 +430,44 @@ func TestClaimOutlivesItsCaller(t *testing.T) {
 		t.Fatalf("record after Delete: %v %v", resp, err)
 	}
 }
+
+// TestVolumeNamesAreTheClusters: a key's volume name is taken once in the
+// cluster, whichever nodes race for it (review 26: two creates through
+// two nodes at once both succeeded), and given back when the volume goes.
+func TestVolumeNamesAreTheClusters(t *testing.T) {
+	url := etcd(t)
+	a, _ := startNode(t, url, "a", &fakeSandboxes{}, "")
+	b, _ := startNode(t, url, "b", &fakeSandboxes{}, "")
+	ctx := context.Background()
+	errs := make(chan error, 2)
+	go func() { errs <- a.PutVolume(ctx, "vol-a", "dup", "key_1") }()
+	go func() { errs <- b.PutVolume(ctx, "vol-b", "dup", "key_1") }()
+	var won, lost int
+	for range 2 {
+		switch err := <-errs; {
+		case err == nil:
+			won++
+		case errors.Is(err, errdefs.ErrAlreadyExists):
+			lost++
+		default:
+			t.Fatal(err)
+		}
+	}
+	if won != 1 || lost != 1 {
+		t.Fatalf("two nodes took the name %d times, refused %d; want once each", won, lost)
+	}
+	// Another key's volume may have the name.
+	if err := b.PutVolume(ctx, "vol-c", "dup", "key_2"); err != nil {
+		t.Fatalf("another key's volume named dup: %v", err)
+	}
+	vols, err := a.ListVolumes(ctx, "key_1")
+	if err != nil || len(vols) != 1 {
+		t.Fatalf("key_1's volumes: %+v %v, want one", vols, err)
+	}
+	if err := a.DeleteVolume(ctx, vols[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.PutVolume(ctx, "vol-d", "dup", "key_1"); err != nil {
+		t.Fatalf("the name after its volume was deleted: %v", err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"slices"
 	"strings"
 
@@ -19,6 +20,17 @@ import (
 // mounts volumes on the node that holds them.
 
 const volumesPrefix = Prefix + "volumes/"
+
+// volNamesPrefix holds volnames/<key>/<name> → volume id: a name is a
+// key's once in the cluster, taken in the same transaction that records
+// the volume (review 26: two creates of one name through two nodes at
+// once both succeeded, and a mount by that name picked either).
+const volNamesPrefix = Prefix + "volnames/"
+
+// volNameKey is the etcd key that holds key's volume name.
+func volNameKey(key, name string) string {
+	return volNamesPrefix + url.PathEscape(key) + "/" + url.PathEscape(name)
+}
 
 // volumeRecord is a volume in etcd.
 type volumeRecord struct {
@@ -40,10 +52,18 @@ func (n *Node) PutVolume(ctx context.Context, id, name, key string) error {
 		return fmt.Errorf("cluster: record volume %s: %w", id, errdefs.ErrUnavailable)
 	}
 	rec := volumeRecord{ID: id, Name: name, Key: key, Node: n.cfg.Name}
+	nameKey := volNameKey(key, name)
 	ctx, cancel := n.op(ctx)
 	defer cancel()
-	if _, err := n.cli.Put(ctx, volumesPrefix+id, mustJSON(rec), clientv3.WithLease(lease)); err != nil {
+	resp, err := n.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(nameKey), "=", 0)).
+		Then(clientv3.OpPut(nameKey, id, clientv3.WithLease(lease)), clientv3.OpPut(volumesPrefix+id, mustJSON(rec), clientv3.WithLease(lease))).
+		Commit()
+	if err != nil {
 		return fmt.Errorf("cluster: record volume %s: %v: %w", id, err, errdefs.ErrUnavailable)
+	}
+	if !resp.Succeeded {
+		return fmt.Errorf("volume %q exists already: %w", name, errdefs.ErrAlreadyExists)
 	}
 	n.mu.Lock()
 	n.vols[id] = rec
@@ -51,14 +71,28 @@ func (n *Node) PutVolume(ctx context.Context, id, name, key string) error {
 	return nil
 }
 
-// DeleteVolume forgets volume id.
+// DeleteVolume forgets volume id, and gives its name back.
 func (n *Node) DeleteVolume(ctx context.Context, id string) error {
 	n.mu.Lock()
+	rec, ok := n.vols[id]
 	delete(n.vols, id)
 	n.mu.Unlock()
 	ctx, cancel := n.op(ctx)
 	defer cancel()
+	if !ok {
+		resp, err := n.cli.Get(ctx, volumesPrefix+id)
+		if err != nil {
+			return err
+		}
+		if len(resp.Kvs) == 0 || json.Unmarshal(resp.Kvs[0].Value, &rec) != nil {
+			return nil
+		}
+	}
+	nameKey := volNameKey(rec.Key, rec.Name)
 	_, err := n.cli.Delete(ctx, volumesPrefix+id)
+	if err == nil {
+		_, err = n.cli.Txn(ctx).If(clientv3.Compare(clientv3.Value(nameKey), "=", id)).Then(clientv3.OpDelete(nameKey)).Commit()
+	}
 	return err
 }
 
@@ -146,9 +180,12 @@ func (n *Node) reconcileVolumes(ctx context.Context, lease clientv3.LeaseID) err
 	for _, v := range local {
 		delete(mine, v.ID)
 		puts[volumesPrefix+v.ID] = mustJSON(volumeRecord{ID: v.ID, Name: v.Name, Key: v.KeyID, Node: n.cfg.Name})
+		puts[volNameKey(v.KeyID, v.Name)] = v.ID
 	}
 	var deletes []string
 	for id := range mine {
+		// Its name's record, if another volume does not hold it by now,
+		// goes with the lease it was written under.
 		deletes = append(deletes, volumesPrefix+id)
 	}
 	return n.rewrite(ctx, lease, puts, deletes)
