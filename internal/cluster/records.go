@@ -21,6 +21,11 @@ import (
 //	                  times; bound to its node's lease, so a node's death
 //	                  takes its sandboxes' records with it
 //	keys/<hash>       an API key (hash, id, name, revocation); no lease
+//	templates/<ref>   a shared template's newest build (templates.go); no
+//	                  lease
+//	volumes/<id>      a volume's node, name and key (volumes.go), and
+//	volnames/<key>/<name>
+//	                  a key's volume name; bound to the node's lease
 //
 // Field names are Hutch's own, short: a record is read on every routing
 // miss and every list.
