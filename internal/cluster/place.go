@@ -110,7 +110,7 @@ func (n *Node) Place(ref string) []Peer {
 	}
 	var eligible []NodeRecord
 	for _, r := range all {
-		if holds(r, ref) {
+		if n.holding(r, ref) {
 			eligible = append(eligible, r)
 		}
 	}
