@@ -139,7 +139,12 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			// Another node's sandbox, perhaps: each node tries its own,
 			// sent what is signed and nothing more (review 26: the whole
 			// query went, escaped again, to every node).
-			if p, id, ok := s.cluster.FindSigned(lookupContext(r), r.Method, signedFields(q)); ok {
+			p, id, ok, err := s.cluster.FindSigned(lookupContext(r), r.Method, signedFields(q))
+			if err != nil {
+				s.busy(w, err)
+				return
+			}
+			if ok {
 				s.toPeer(w, r, p, func(w http.ResponseWriter, err error) { e2bapi.WriteSandboxNotFound502(w, id) })
 				return
 			}
