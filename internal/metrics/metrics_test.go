@@ -2,10 +2,13 @@ package metrics
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -282,5 +285,56 @@ func TestEdgeStatusClass(t *testing.T) {
 				t.Errorf("class = %q, want %q", got, c.want)
 			}
 		})
+	}
+}
+
+// The sample Grafana dashboard is valid JSON and asks only for metrics
+// that exist: a renamed metric must not leave it with empty panels.
+func TestDashboardNamesMetrics(t *testing.T) {
+	b, err := os.ReadFile("../../deploy/grafana/hutch.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(b, &dash); err != nil {
+		t.Fatalf("deploy/grafana/hutch.json: %v", err)
+	}
+	m := New(nil)
+	m.Register(NewCensusCollector(func(context.Context) (Census, error) {
+		return Census{Sandboxes: []SandboxCount{{State: "running", Template: "base", Count: 1}}, Pools: []PoolCount{{Template: "base", Ready: 1, Size: 1}}}, nil
+	}))
+	m.PoolTake("base", true)
+	m.EdgeError(TargetEnvd, EdgeNotFound)
+	_, done := m.Edge(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil), TargetEnvd)
+	done()
+	m.InstrumentAPI("GET /health", http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})).ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/health", nil))
+	fams := scrape(t, m.Handler())
+	name := regexp.MustCompile(`\b(hutch|go|process)_[a-z_]+\b`)
+	seen := 0
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			for _, n := range name.FindAllString(tg.Expr, -1) {
+				seen++
+				base := n
+				for _, suffix := range []string{"_bucket", "_count", "_sum"} {
+					if f := fams[strings.TrimSuffix(n, suffix)]; f != nil && f.GetType() == dto.MetricType_HISTOGRAM {
+						base = strings.TrimSuffix(n, suffix)
+					}
+				}
+				if fams[base] == nil {
+					t.Errorf("panel %q asks for %s, which hutch serve does not serve", p.Title, n)
+				}
+			}
+		}
+	}
+	if seen < 20 {
+		t.Errorf("the dashboard names %d metrics in all: did its layout change?", seen)
 	}
 }
