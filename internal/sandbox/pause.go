@@ -97,13 +97,8 @@ func (m *Manager) Pause(ctx context.Context, keyID, id string, keepMemory bool) 
 
 // pauseLocked is Pause with the sandbox's operation lock held; it counts
 // the pause in the metrics.
-func (m *Manager) pauseLocked(ctx context.Context, keyID, id string, keepMemory bool) (err error) {
-	defer func() { m.metrics.Pause(keepMemory, err) }()
-	return m.pauseNow(ctx, keyID, id, keepMemory)
-}
-
-// pauseNow is pauseLocked, uncounted.
-func (m *Manager) pauseNow(ctx context.Context, keyID, id string, keepMemory bool) error {
+func (m *Manager) pauseLocked(ctx context.Context, keyID, id string, keepMemory bool) (retErr error) {
+	defer func() { m.metrics.Pause(keepMemory, retErr) }()
 	rec, err := m.store.GetSandbox(ctx, keyID, id)
 	if err != nil {
 		return err
@@ -242,14 +237,10 @@ const minResumeLife = time.Minute
 
 // resumeLocked resumes paused sandbox rec and gives it d (at least
 // minResumeLife) to live; the sandbox's operation lock is held. reboot
-// boots one that kept its memory again on its files instead.
-func (m *Manager) resumeLocked(ctx context.Context, rec *store.Sandbox, d time.Duration, reboot bool) (err error) {
-	defer func() { m.metrics.Resume(err) }()
-	return m.resumeNow(ctx, rec, d, reboot)
-}
-
-// resumeNow is resumeLocked, uncounted.
-func (m *Manager) resumeNow(ctx context.Context, rec *store.Sandbox, d time.Duration, reboot bool) error {
+// boots one that kept its memory again on its files instead. It counts
+// the resume in the metrics.
+func (m *Manager) resumeLocked(ctx context.Context, rec *store.Sandbox, d time.Duration, reboot bool) (retErr error) {
+	defer func() { m.metrics.Resume(retErr) }()
 	d = max(d, minResumeLife)
 	id := rec.ID
 	var info runtimeInfo
