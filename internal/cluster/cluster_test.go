@@ -518,3 +518,34 @@ func TestAVolumeNameTakenWhileAway(t *testing.T) {
 		t.Fatalf("the name's record: %v %v, want vol-b", resp, err)
 	}
 }
+
+// TestARefusingNodeIsForgottenSooner: a node whose listener refuses
+// connections and whose record is a lease old has its lease revoked, so
+// its sandboxes are forgotten without waiting out the lease (which an
+// etcd election renews in full); a node whose record is fresh is left.
+func TestARefusingNodeIsForgottenSooner(t *testing.T) {
+	url := etcd(t)
+	ctx := context.Background()
+	a, _ := startNode(t, url, "a", &fakeSandboxes{}, "")
+	bcli := dial(t, url)
+	b := New(bcli, Config{Name: "b", URL: "https://b:7443", LeaseTTL: 20 * time.Second, DataDir: t.TempDir()})
+	b.Start(&fakeSandboxes{}, openStore(t), noTemplates(t))
+	waitFor(t, 15*time.Second, func() bool { return b.Ready() == nil })
+	if err := b.Claim(ctx, sb("sb-of-b", "key_1", time.Now(), nil)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, func() bool { _, ok := a.copyNodes()["b"]; return ok })
+	a.Refused("b") // fresh: b only restarts, perhaps
+	time.Sleep(500 * time.Millisecond)
+	if _, found, err := a.Owner(ctx, "sb-of-b"); err != nil || !found {
+		t.Fatalf("a live node's sandbox after one refusal: found %v, %v", found, err)
+	}
+	b.Close() // dead: nothing refreshes its record, its 20 s lease runs on
+	died := time.Now()
+	waitFor(t, 10*time.Second, func() bool {
+		a.Refused("b")
+		_, found, err := a.Owner(ctx, "sb-of-b")
+		return err == nil && !found
+	})
+	t.Logf("b's sandbox forgotten %s after b died (lease 20 s, a's 2 s)", time.Since(died).Round(100*time.Millisecond))
+}

@@ -108,6 +108,7 @@ type Node struct {
 	vols      map[string]volumeRecord                          // volumes by id (volumes.go)
 	holds     map[string]map[string][]string                   // node -> build -> its names (holds/ records)
 	held      map[string]string                                // this node's holds/ records as last written
+	revoked   map[int64]bool                                   // dead nodes' leases revoked here (Refused)
 	signer    func(method string, q url.Values) (string, bool) // see SetSigner
 	puts      map[string]lastPut                               // last record writes (Put)
 	pending   map[string]*sandbox.Sandbox                      // changes Put holds back
@@ -131,7 +132,7 @@ func New(cli *clientv3.Client, cfg Config) *Node {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	n := &Node{cfg: cfg, cli: cli, log: cfg.Logger.With("node", cfg.Name), nodes: map[string]NodeRecord{}, nodeSeen: map[string]time.Time{},
-		owners: map[string]string{}, vols: map[string]volumeRecord{}, holds: map[string]map[string][]string{}, puts: map[string]lastPut{}, pending: map[string]*sandbox.Sandbox{}, started: time.Now().UTC(), misses: newRation(missRate), searches: newRation(missRate)}
+		owners: map[string]string{}, vols: map[string]volumeRecord{}, holds: map[string]map[string][]string{}, revoked: map[int64]bool{}, puts: map[string]lastPut{}, pending: map[string]*sandbox.Sandbox{}, started: time.Now().UTC(), misses: newRation(missRate), searches: newRation(missRate)}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	return n
 }

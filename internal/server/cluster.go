@@ -12,6 +12,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/cluster"
@@ -135,6 +136,9 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, id string, edge
 	}
 	s.toPeer(w, r, p, func(w http.ResponseWriter, err error) {
 		s.logger.Debug("cluster: node unreachable", "node", p.Name, "sandbox", id, "err", err)
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			s.cluster.Refused(p.Name)
+		}
 		s.nodeGone(w, id, p.Name, edge)
 	})
 	return true
