@@ -42,6 +42,10 @@ fi
 mount --rbind /dev "$root/dev"
 mount -t tmpfs tmpfs "$root/run"
 mount -t tmpfs tmpfs "$root/tmp"
+# pivot_root, not chroot: a chrooted process may not make user
+# namespaces (clone fails with EPERM), and hutch'"'"'s sandboxes need them.
 cd "$root"
-exec env -i container=hutch-test /usr/sbin/chroot . /lib/systemd/systemd --system
+mkdir -p .oldroot
+pivot_root . .oldroot
+exec env -i container=hutch-test /bin/sh -euc "umount -l /.oldroot && rmdir /.oldroot && exec /lib/systemd/systemd --system"
 ' sh "$root"
