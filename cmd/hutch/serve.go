@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -48,6 +49,8 @@ func newServeCmd(g *globals) *cobra.Command {
 		caBundle       string
 		tlsf           tlsFlags
 		clf            clusterFlags
+		metricsListen  string
+		metricsAPI     bool
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -120,6 +123,7 @@ Stopping the server leaves sandboxes running; a restart adopts them.`,
 				ReadyTimeout: readyTimeout, RegistryAllow: registryAllow,
 				SnapshotTTL: snapshotTTL, PausedRetention: pausedKeep, VolumeSize: volumeBytes, MaxVolumesPerKey: maxVolumes,
 				Runtime: runtimeName, Runtimes: runtimes, Cluster: clusterCfg,
+				MetricsOnAPI: metricsAPI,
 			}
 			if withNet {
 				cfg.Network = &serve.NetworkConfig{CIDR: netCIDR, DNSUpstream: dnsUpstream, MaxConns: maxConns}
@@ -137,6 +141,15 @@ Stopping the server leaves sandboxes running; a restart adopts them.`,
 					return err
 				}
 			}
+			// The metrics' listener first: an address taken stops the
+			// server before it takes clients.
+			var metricsLn net.Listener
+			if metricsListen != "" {
+				if metricsLn, err = net.Listen("tcp", metricsListen); err != nil {
+					return fmt.Errorf("--metrics-listen: %w", err)
+				}
+				defer metricsLn.Close()
+			}
 			ln, err := net.Listen("tcp", listen)
 			if err != nil {
 				return err
@@ -147,11 +160,21 @@ Stopping the server leaves sandboxes running; a restart adopts them.`,
 				return err
 			}
 			logger.Info("serving", "addr", ln.Addr().String(), "data", g.dataDir, "tls", tc != nil, "domain", domain, "version", version.Get().String())
-			errc := make(chan error, 1)
+			errc := make(chan error, 2)
 			go func() { errc <- serve.Serve(srv, capped) }()
+			if metricsLn != nil {
+				msrv := s.MetricsServer()
+				defer msrv.Close()
+				logger.Info("serving metrics", "addr", metricsLn.Addr().String(), "path", "/metrics")
+				go func() {
+					if err := msrv.Serve(metricsLn); !errors.Is(err, http.ErrServerClosed) {
+						errc <- fmt.Errorf("metrics listener: %w", err)
+					}
+				}()
+			}
 			// Under systemd (Type=notify, packaging/hutch.service) the unit
 			// is started only now, with its sandboxes adopted and the
-			// listener open; elsewhere there is no socket and this is a no-op.
+			// listeners open; elsewhere there is no socket and this is a no-op.
 			if _, err := daemon.SdNotify(false, daemon.SdNotifyReady); err != nil {
 				logger.Warn("tell systemd the server is ready", "err", err)
 			}
@@ -174,6 +197,8 @@ Stopping the server leaves sandboxes running; a restart adopts them.`,
 	cmd.Flags().StringVar(&domain, "domain", "", `the domain clients reach the server by (E2B_DOMAIN): api.<domain> serves the API, "<port>-<id>.<domain>" a sandbox's port, on the same listener; the names must resolve to this server (docs/tls.md)`)
 	tlsf.register(cmd.Flags())
 	clf.register(cmd.Flags())
+	cmd.Flags().StringVar(&metricsListen, "metrics-listen", "", "serve Prometheus metrics at GET /metrics on this address too (plain HTTP, no key: keep it where only the scraper reaches it, e.g. 127.0.0.1:9464); see docs/metrics.md")
+	cmd.Flags().BoolVar(&metricsAPI, "metrics-api", false, "serve Prometheus metrics at GET /metrics on --listen as well, to requests with an API key (X-API-Key, or Authorization: Bearer); see docs/metrics.md")
 	cmd.Flags().StringVar(&runtimeName, "runtime", g.envOr("HUTCH_RUNTIME", "native"), "the runtime backend sandboxes run on unless their template names one: native (namespaces, cgroups, seccomp) or gvisor (gVisor's user-space kernel: a stronger boundary, memory checkpoints for pause, snapshots and fork; needs runsc); see docs/runtime.md (env HUTCH_RUNTIME)")
 	cmd.Flags().StringSliceVar(&runtimes, "runtimes", nil, "the runtime backends sandboxes may run on (the --runtime among them); a create request or a template asking for another is refused (default: every one this host has)")
 	cmd.Flags().StringVar(&disk, "disk", "4G", "each sandbox's disk: its writable layer lives on a file system of this size with one inode per 16 KiB, so a sandbox cannot fill the host's disk or inodes (a template's diskSizeMB overrides it; 0: no limit, not for untrusted code)")

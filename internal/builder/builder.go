@@ -40,6 +40,7 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/cabundle"
 	"github.com/hutch-sandbox/hutch/internal/envdapi"
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
+	"github.com/hutch-sandbox/hutch/internal/metrics"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
 	"github.com/hutch-sandbox/hutch/internal/template"
 )
@@ -136,7 +137,9 @@ type Options struct {
 	RegistryAllow []string
 	// StepTimeout bounds each RUN step; 0 means DefaultStepTimeout.
 	StepTimeout time.Duration
-	Logger      *slog.Logger
+	// Metrics counts builds and times them; nil counts nothing.
+	Metrics *metrics.Metrics
+	Logger  *slog.Logger
 }
 
 // DefaultStepTimeout bounds a RUN step unless Options say otherwise.
@@ -149,6 +152,7 @@ type Builder struct {
 	caBundle *cabundle.Bundle
 	allow    []string
 	stepMax  time.Duration
+	metrics  *metrics.Metrics
 	logger   *slog.Logger
 
 	ctx    context.Context
@@ -167,7 +171,7 @@ func New(opts Options) *Builder {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	b := &Builder{store: opts.Store, mgr: opts.Manager, caBundle: opts.CABundle, allow: opts.RegistryAllow, stepMax: opts.StepTimeout, logger: logger,
+	b := &Builder{store: opts.Store, mgr: opts.Manager, caBundle: opts.CABundle, allow: opts.RegistryAllow, stepMax: opts.StepTimeout, metrics: opts.Metrics, logger: logger,
 		builds: map[string]*Build{}, running: map[string]string{}}
 	if b.stepMax <= 0 {
 		b.stepMax = DefaultStepTimeout
@@ -458,7 +462,9 @@ func (e *stepError) Unwrap() error { return e.err }
 
 func (b *Builder) run(ctx context.Context, bd *Build, spec Spec) {
 	start := time.Now()
+	done := b.metrics.BuildStarted()
 	t, err := b.build(ctx, bd, spec)
+	done(err)
 	if err != nil {
 		step := ""
 		var se *stepError

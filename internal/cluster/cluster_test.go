@@ -471,3 +471,50 @@ func TestVolumeNamesAreTheClusters(t *testing.T) {
 		t.Fatalf("the name after its volume was deleted: %v", err)
 	}
 }
+
+// TestAVolumeNameTakenWhileAway: a node back after its lease ran out does
+// not take back a volume name another volume took meanwhile; its volume
+// is listed but never mounted by the name (review 26: both were, and
+// mounts by the name landed on either).
+func TestAVolumeNameTakenWhileAway(t *testing.T) {
+	url := etcd(t)
+	ctx := context.Background()
+	a, ast := startNode(t, url, "a", &fakeSandboxes{}, "")
+	b, _ := startNode(t, url, "b", &fakeSandboxes{}, "")
+	_, key, err := ast.CreateKey(ctx, "tenant")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ast.CreateVolume(ctx, &store.Volume{ID: "vol-a", Name: "shared", KeyID: key.ID, Token: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.PutVolume(ctx, "vol-a", "shared", key.ID); err != nil {
+		t.Fatal(err)
+	}
+	// a is away: its lease, and its records with it, are gone.
+	if _, err := dial(t, url).Revoke(ctx, a.currentLease()); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.PutVolume(ctx, "vol-b", "shared", key.ID); err != nil {
+		t.Fatalf("b takes the name a's volume lost with its lease: %v", err)
+	}
+	// a is back: it records vol-a again, without the name.
+	waitFor(t, 10*time.Second, func() bool {
+		_, found, err := b.VolumeOwner(ctx, "vol-a")
+		return a.Ready() == nil && found && err == nil
+	})
+	for _, n := range []*Node{a, b} {
+		waitFor(t, 5*time.Second, func() bool {
+			n.mu.Lock()
+			defer n.mu.Unlock()
+			return n.vols["vol-a"].NameTaken
+		})
+		if p, ok := n.VolumesNode(key.ID, []string{"shared"}); !ok || p.Name != "b" {
+			t.Errorf("%s mounts shared from %+v %v, want b's", n.Name(), p, ok)
+		}
+	}
+	resp, err := dial(t, url).Get(ctx, volNameKey(key.ID, "shared"))
+	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "vol-b" {
+		t.Fatalf("the name's record: %v %v, want vol-b", resp, err)
+	}
+}

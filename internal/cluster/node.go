@@ -300,9 +300,6 @@ func (n *Node) join(lease clientv3.LeaseID, deadline time.Time) bool {
 	for n.ctx.Err() == nil && time.Now().Before(deadline) {
 		err := n.register(n.ctx, lease)
 		if err == nil {
-			err = n.publishHolds(n.ctx, lease, true)
-		}
-		if err == nil {
 			err = n.reconcile(n.ctx, lease)
 		}
 		if err == nil {
@@ -372,6 +369,21 @@ func (n *Node) keepAlive(lease clientv3.LeaseID) {
 	}
 	tick := time.NewTicker(refreshEvery)
 	defer tick.Stop()
+	// What the node holds is written beside the renewals, never before
+	// them: a node holding thousands of builds takes a while.
+	fresh := true
+	publish := func() {
+		if err := n.publishHolds(ctx, lease, fresh); err != nil {
+			if ctx.Err() == nil {
+				n.log.Warn("cluster: record the templates held here", "err", err)
+			}
+			return
+		}
+		fresh = false
+	}
+	pubDone := make(chan struct{})
+	go func() { defer close(pubDone); publish() }()
+	defer func() { cancel(); <-pubDone }()
 	for {
 		select {
 		case resp, ok := <-ka:
@@ -383,11 +395,13 @@ func (n *Node) keepAlive(lease clientv3.LeaseID) {
 			n.mu.Unlock()
 		case <-tick.C:
 			n.markRenewed()
-			err := n.register(ctx, lease)
-			if err == nil {
-				err = n.publishHolds(ctx, lease, false)
+			select {
+			case <-pubDone:
+				pubDone = make(chan struct{})
+				go func() { defer close(pubDone); publish() }()
+			default: // the last one is still at it
 			}
-			if err != nil {
+			if err := n.register(ctx, lease); err != nil {
 				if errors.Is(err, context.Canceled) {
 					return
 				}
@@ -564,19 +578,22 @@ func (n *Node) reconcile(ctx context.Context, lease clientv3.LeaseID) error {
 }
 
 // rewrite puts each of puts (key → record), bound to lease, and deletes
-// each of deletes: reconciling's writes, one etcd call each.
+// each of deletes: reconciling's writes, in transactions of up to
+// txnOps operations (one call per record made a node holding thousands of
+// snapshots outlive its lease while it joined: review 26).
 func (n *Node) rewrite(ctx context.Context, lease clientv3.LeaseID, puts map[string]string, deletes []string) error {
+	ops := make([]clientv3.Op, 0, len(puts)+len(deletes))
 	for key, rec := range puts {
-		pctx, cancel := n.op(ctx)
-		_, err := n.cli.Put(pctx, key, rec, clientv3.WithLease(lease))
-		cancel()
-		if err != nil {
-			return err
-		}
+		ops = append(ops, clientv3.OpPut(key, rec, clientv3.WithLease(lease)))
 	}
 	for _, key := range deletes {
-		dctx, cancel := n.op(ctx)
-		_, err := n.cli.Delete(dctx, key)
+		ops = append(ops, clientv3.OpDelete(key))
+	}
+	for len(ops) > 0 {
+		batch := ops[:min(len(ops), txnOps)]
+		ops = ops[len(batch):]
+		tctx, cancel := n.op(ctx)
+		_, err := n.cli.Txn(tctx).Then(batch...).Commit()
 		cancel()
 		if err != nil {
 			return err
@@ -584,6 +601,10 @@ func (n *Node) rewrite(ctx context.Context, lease clientv3.LeaseID, puts map[str
 	}
 	return nil
 }
+
+// txnOps is the most operations rewrite puts in one transaction: etcd's
+// default --max-txn-ops.
+const txnOps = 128
 
 // away is how long the node has held no lease: since its last renewal, in
 // this process or (after a restart) as DataDir/cluster/renewed says; 0

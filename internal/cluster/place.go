@@ -40,15 +40,15 @@ func (n *Node) Owner(ctx context.Context, id string) (p Peer, found bool, err er
 // with the node's lock held), else at key in etcd (decoded by nodeOf).
 // Anyone can name any id, before any key is checked: reads for ids the
 // mirror lacks are rationed, so that a flood of made-up ids cannot flood
-// etcd. Past the ration the mirror's answer stands (a record made a moment
-// ago may then be missed here until the mirror has it, milliseconds later).
+// etcd. Past the ration the answer is ErrBusy, never "not found": a
+// sandbox made a moment ago may not be in the mirror yet.
 func (n *Node) lookup(ctx context.Context, key string, mirrored func() (string, bool), nodeOf func([]byte) (string, error)) (Peer, bool, error) {
 	n.mu.Lock()
 	node, ok := mirrored()
 	n.mu.Unlock()
 	if !ok {
 		if !n.misses.allow(ctx) {
-			return Peer{}, false, nil
+			return Peer{}, false, ErrBusy
 		}
 		ctx, cancel := n.op(ctx)
 		defer cancel()
@@ -110,7 +110,7 @@ func (n *Node) Place(ref string) []Peer {
 	}
 	var eligible []NodeRecord
 	for _, r := range all {
-		if holds(r, ref) {
+		if n.holding(r, ref) {
 			eligible = append(eligible, r)
 		}
 	}

@@ -2,10 +2,13 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/hutch-sandbox/hutch/internal/errdefs"
 )
 
 // Reads for ids the mirror lacks, and searches of the other nodes for a
@@ -16,9 +19,13 @@ import (
 // node (so that many addresses together cannot flood etcd or the other
 // nodes). Owner lookups and signed-URL searches have rations of their own.
 
-// WithClient is ctx with the address of the client a request came from,
-// by which its lookups are rationed; a ctx without one shares a ration
-// with every other such ctx.
+// ErrBusy is what a lookup past its ration gets: the client should try
+// again in a second. It matches errdefs.ErrResourceExhausted.
+var ErrBusy = fmt.Errorf("this node is looking up too much for this client or for all at once; retry in a second: %w", errdefs.ErrResourceExhausted)
+
+// WithClient is ctx with the client a request came from (an address, or
+// an IPv6 /64: connlimit.Client), by which its lookups are rationed; a
+// ctx without one shares a ration with every other such ctx.
 func WithClient(ctx context.Context, addr string) context.Context {
 	return context.WithValue(ctx, clientKey{}, addr)
 }
@@ -40,9 +47,10 @@ const (
 type ration struct {
 	all *rate.Limiter
 
-	mu      sync.Mutex
-	clients map[string]*clientShare
-	pruned  time.Time
+	mu       sync.Mutex
+	clients  map[string]*clientShare
+	overflow *clientShare // the clients past clientsKept
+	pruned   time.Time
 }
 
 type clientShare struct {
@@ -51,7 +59,8 @@ type clientShare struct {
 }
 
 func newRation(perSecond int) *ration {
-	return &ration{all: rate.NewLimiter(rate.Limit(perSecond), perSecond), clients: map[string]*clientShare{}}
+	return &ration{all: rate.NewLimiter(rate.Limit(perSecond), perSecond), clients: map[string]*clientShare{},
+		overflow: &clientShare{lim: rate.NewLimiter(perClientRate, perClientRate)}}
 }
 
 // allow reports whether the client ctx names (WithClient) may make one
@@ -70,9 +79,13 @@ func (r *ration) allow(ctx context.Context) bool {
 				}
 			}
 		}
-		c = &clientShare{lim: rate.NewLimiter(perClientRate, perClientRate)}
 		if len(r.clients) < clientsKept {
+			c = &clientShare{lim: rate.NewLimiter(perClientRate, perClientRate)}
 			r.clients[addr] = c
+		} else {
+			// Too many clients at once to tell apart: the newest share
+			// one share.
+			c = r.overflow
 		}
 	}
 	c.seen = now

@@ -32,3 +32,24 @@ func TestRation(t *testing.T) {
 		t.Fatalf("many clients made %d lookups at once, want the node's ration, %d", total, missRate)
 	}
 }
+
+// TestRationPastClientsKept: clients past the ones a ration remembers
+// share one share, not one each (review 26: each got a fresh, unlimited
+// one).
+func TestRationPastClientsKept(t *testing.T) {
+	r := newRation(1 << 30)
+	for i := range clientsKept {
+		if !r.allow(WithClient(context.Background(), fmt.Sprintf("c%d", i))) {
+			t.Fatalf("client %d refused its first lookup", i)
+		}
+	}
+	allowed := 0
+	for i := range 10 * perClientRate {
+		if r.allow(WithClient(context.Background(), fmt.Sprintf("new%d", i))) {
+			allowed++
+		}
+	}
+	if allowed != perClientRate {
+		t.Fatalf("%d new clients past the ones kept made %d lookups, want one share, %d", 10*perClientRate, allowed, perClientRate)
+	}
+}

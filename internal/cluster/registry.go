@@ -331,13 +331,25 @@ var _ sandbox.Registry = (*Node)(nil)
 func (n *Node) copyNodes() map[string]NodeRecord {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	out := maps.Clone(n.nodes)
-	for name, r := range out {
-		r.Templates = slices.Clone(r.Templates)
-		for _, names := range n.holds[name] {
-			r.Templates = append(r.Templates, names...)
-		}
-		out[name] = r
+	return maps.Clone(n.nodes)
+}
+
+// holding reports whether node r holds template ref (a name, name:tag or
+// build id): by its holds/ records in the mirror, or by r.Templates.
+func (n *Node) holding(r NodeRecord, ref string) bool {
+	if holds(r, ref) {
+		return true
 	}
-	return out
+	name, _, _ := strings.Cut(ref, ":")
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if _, ok := n.holds[r.Name][ref]; ok { // a build id
+		return true
+	}
+	for _, names := range n.holds[r.Name] {
+		if slices.Contains(names, name) || slices.Contains(names, ref) {
+			return true
+		}
+	}
+	return false
 }

@@ -21,10 +21,11 @@ func (n *Node) SetSigner(f func(method string, q url.Values) (id string, ok bool
 
 // FindSigned asks the other nodes which of their sandboxes signed a /files
 // URL (method, query q): the node and the sandbox, if one did. Rationed as
-// reads of unknown ids are: anyone can send a signed URL.
-func (n *Node) FindSigned(ctx context.Context, method string, q url.Values) (Peer, string, bool) {
+// reads of unknown ids are (anyone can send a signed URL): ErrBusy past
+// the ration.
+func (n *Node) FindSigned(ctx context.Context, method string, q url.Values) (Peer, string, bool, error) {
 	if !n.searches.allow(ctx) {
-		return Peer{}, "", false
+		return Peer{}, "", false, ErrBusy
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
@@ -60,15 +61,15 @@ func (n *Node) FindSigned(ctx context.Context, method string, q url.Values) (Pee
 	for range asked {
 		select {
 		case a := <-found:
-			return a.p, a.id, true
+			return a.p, a.id, true, nil
 		case <-done:
 		}
 	}
 	select {
 	case a := <-found:
-		return a.p, a.id, true
+		return a.p, a.id, true, nil
 	default:
-		return Peer{}, "", false
+		return Peer{}, "", false, nil
 	}
 }
 

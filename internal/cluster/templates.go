@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -189,7 +188,7 @@ func (n *Node) pullTemplate(ctx context.Context, rec templateRecord) error {
 		from = append(from, Peer{Name: r.Name, URL: r.URL})
 	}
 	for _, r := range nodes {
-		if r.Name != rec.Node && r.Name != n.cfg.Name && slices.Contains(r.Templates, rec.Build) {
+		if r.Name != rec.Node && r.Name != n.cfg.Name && n.holding(r, rec.Build) {
 			from = append(from, Peer{Name: r.Name, URL: r.URL})
 		}
 	}

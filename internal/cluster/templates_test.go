@@ -11,9 +11,10 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"slices"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/hutch-sandbox/hutch/internal/template"
 )
@@ -249,7 +250,8 @@ func TestHoldsAreRecordsOfTheirOwn(t *testing.T) {
 		made = append(made, addTemplate(t, st, fmt.Sprintf("snapshot-%02d", i), "x"))
 	}
 	holds := func(build string) bool {
-		return slices.Contains(b.copyNodes()["a"].Templates, build)
+		r, ok := b.copyNodes()["a"]
+		return ok && b.holding(r, build)
 	}
 	// The next refresh (every 2 s) publishes them.
 	waitFor(t, 10*time.Second, func() bool { return holds(made[0].ID) && holds(made[49].ID) })
@@ -264,4 +266,41 @@ func TestHoldsAreRecordsOfTheirOwn(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, func() bool { return !holds(made[0].ID) && holds(made[1].ID) })
+}
+
+// TestManyHoldsKeepTheLease: a node that holds many builds gets a new
+// lease and keeps it (review 26: a join that wrote one record per build,
+// one call each, outlived a 3 s lease with 2,700 snapshots, and rewrote
+// them all again on every try).
+func TestManyHoldsKeepTheLease(t *testing.T) {
+	url := etcd(t)
+	st := template.Open(t.TempDir())
+	for i := range 200 {
+		addTemplate(t, st, fmt.Sprintf("snapshot-%03d", i), "x")
+	}
+	n := New(dial(t, url), Config{Name: "a", URL: "https://a.invalid:7443", LeaseTTL: 2 * time.Second,
+		DataDir: t.TempDir(), Transport: http.DefaultTransport})
+	n.Start(&fakeSandboxes{}, openStore(t), st)
+	t.Cleanup(n.Close)
+	waitFor(t, 15*time.Second, func() bool { return n.Ready() == nil })
+	cli := dial(t, url)
+	count := func() int64 {
+		resp, err := cli.Get(context.Background(), holdsPrefix+"a/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Count
+	}
+	waitFor(t, 10*time.Second, func() bool { return count() == 200 })
+	// The lease is lost (as after a partition): the node takes another,
+	// keeps it, and records its holdings again under it.
+	if _, err := cli.Revoke(context.Background(), n.currentLease()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, func() bool { return n.Ready() == nil && count() == 200 })
+	lease := n.currentLease()
+	time.Sleep(3 * time.Second)
+	if n.currentLease() != lease || n.Ready() != nil {
+		t.Fatalf("the node lost its new lease within 3 s: %x, then %x (%v)", lease, n.currentLease(), n.Ready())
+	}
 }

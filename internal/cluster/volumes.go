@@ -38,6 +38,31 @@ type volumeRecord struct {
 	Name string `json:"name"`
 	Key  string `json:"key"`
 	Node string `json:"node"`
+	// NameTaken: another volume of the key holds Name (taken while this
+	// one's node was away); a mount by the name is never this one.
+	NameTaken bool `json:"name_taken,omitempty"`
+}
+
+// takeVolumeName binds rec's name to rec's volume under lease if the name
+// is free or already the volume's; it reports whether it is the volume's.
+func (n *Node) takeVolumeName(ctx context.Context, lease clientv3.LeaseID, rec volumeRecord) (bool, error) {
+	key := volNameKey(rec.Key, rec.Name)
+	tctx, cancel := n.op(ctx)
+	defer cancel()
+	resp, err := n.cli.Txn(tctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, rec.ID, clientv3.WithLease(lease))).
+		Else(clientv3.OpGet(key)).Commit()
+	if err != nil || resp.Succeeded {
+		return err == nil, err
+	}
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	if len(kvs) == 0 || string(kvs[0].Value) != rec.ID {
+		return false, nil
+	}
+	// Ours, under an older lease: bound to this one, unless it changed.
+	_, err = n.cli.Txn(tctx).If(clientv3.Compare(clientv3.Value(key), "=", rec.ID)).
+		Then(clientv3.OpPut(key, rec.ID, clientv3.WithLease(lease))).Commit()
+	return err == nil, err
 }
 
 // VolumeInfo is a volume of the cluster: its id, name and node.
@@ -89,10 +114,9 @@ func (n *Node) DeleteVolume(ctx context.Context, id string) error {
 		}
 	}
 	nameKey := volNameKey(rec.Key, rec.Name)
-	_, err := n.cli.Delete(ctx, volumesPrefix+id)
-	if err == nil {
-		_, err = n.cli.Txn(ctx).If(clientv3.Compare(clientv3.Value(nameKey), "=", id)).Then(clientv3.OpDelete(nameKey)).Commit()
-	}
+	_, err := n.cli.Txn(ctx).If(clientv3.Compare(clientv3.Value(nameKey), "=", id)).
+		Then(clientv3.OpDelete(volumesPrefix+id), clientv3.OpDelete(nameKey)).
+		Else(clientv3.OpDelete(volumesPrefix + id)).Commit()
 	return err
 }
 
@@ -118,7 +142,7 @@ func (n *Node) VolumesNode(key string, names []string) (p Peer, found bool) {
 	for _, name := range names {
 		at := ""
 		for _, r := range n.vols {
-			if r.Key == key && r.Name == name {
+			if r.Key == key && r.Name == name && !r.NameTaken {
 				at = r.Node
 				break
 			}
@@ -179,8 +203,21 @@ func (n *Node) reconcileVolumes(ctx context.Context, lease clientv3.LeaseID) err
 	puts := map[string]string{}
 	for _, v := range local {
 		delete(mine, v.ID)
-		puts[volumesPrefix+v.ID] = mustJSON(volumeRecord{ID: v.ID, Name: v.Name, Key: v.KeyID, Node: n.cfg.Name})
-		puts[volNameKey(v.KeyID, v.Name)] = v.ID
+		rec := volumeRecord{ID: v.ID, Name: v.Name, Key: v.KeyID, Node: n.cfg.Name}
+		// The name is this volume's again only if no other volume took it
+		// while this node was away (its name's record went with its
+		// lease). One that lost its name is listed, and reached by id,
+		// but never mounted by the name (review 26: two volumes of one
+		// name, and mounts by it landed on either).
+		ok, err := n.takeVolumeName(ctx, lease, rec)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			rec.NameTaken = true
+			n.log.Warn("cluster: another volume took this volume's name while the node was away; it is mounted by that name no more", "id", v.ID, "name", v.Name)
+		}
+		puts[volumesPrefix+v.ID] = mustJSON(rec)
 	}
 	var deletes []string
 	for id := range mine {

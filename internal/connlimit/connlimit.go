@@ -185,6 +185,16 @@ func (l *Listener) releaseLocked(c *conn) {
 // all count as one client.
 func clientOf(a net.Addr) netip.Addr { return clientOfAddr(a.String()) }
 
+// Client is the client a remote address (host:port, as
+// http.Request.RemoteAddr) is counted as, written out: its IPv4 address,
+// or its IPv6 /64; "" for one that is not IP.
+func Client(remoteAddr string) string {
+	if a := clientOfAddr(remoteAddr); a.IsValid() {
+		return a.String()
+	}
+	return ""
+}
+
 // clientOfAddr is clientOf for an address written host:port.
 func clientOfAddr(a string) netip.Addr {
 	ap, err := netip.ParseAddrPort(a)

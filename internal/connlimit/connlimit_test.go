@@ -271,3 +271,18 @@ func TestClientOf(t *testing.T) {
 		t.Errorf("clientOf(a unix address) = %v, want the zero Addr", got)
 	}
 }
+
+func TestClient(t *testing.T) {
+	for _, tc := range []struct{ addr, want string }{
+		{"10.0.0.1:443", "10.0.0.1"},
+		{"[::ffff:10.0.0.1]:443", "10.0.0.1"},
+		{"[2001:db8::1]:443", "2001:db8::"},
+		{"[2001:db8::2]:80", "2001:db8::"},
+		{"[2001:db8:0:1::1]:80", "2001:db8:0:1::"},
+		{"@", ""},
+	} {
+		if got := Client(tc.addr); got != tc.want {
+			t.Errorf("Client(%q) = %q, want %q", tc.addr, got, tc.want)
+		}
+	}
+}

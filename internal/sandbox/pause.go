@@ -95,8 +95,10 @@ func (m *Manager) Pause(ctx context.Context, keyID, id string, keepMemory bool) 
 	return m.pauseLocked(ctx, keyID, id, keepMemory)
 }
 
-// pauseLocked is Pause with the sandbox's operation lock held.
-func (m *Manager) pauseLocked(ctx context.Context, keyID, id string, keepMemory bool) error {
+// pauseLocked is Pause with the sandbox's operation lock held; it counts
+// the pause in the metrics.
+func (m *Manager) pauseLocked(ctx context.Context, keyID, id string, keepMemory bool) (retErr error) {
+	defer func() { m.metrics.Pause(keepMemory, retErr) }()
 	rec, err := m.store.GetSandbox(ctx, keyID, id)
 	if err != nil {
 		return err
@@ -235,8 +237,10 @@ const minResumeLife = time.Minute
 
 // resumeLocked resumes paused sandbox rec and gives it d (at least
 // minResumeLife) to live; the sandbox's operation lock is held. reboot
-// boots one that kept its memory again on its files instead.
-func (m *Manager) resumeLocked(ctx context.Context, rec *store.Sandbox, d time.Duration, reboot bool) error {
+// boots one that kept its memory again on its files instead. It counts
+// the resume in the metrics.
+func (m *Manager) resumeLocked(ctx context.Context, rec *store.Sandbox, d time.Duration, reboot bool) (retErr error) {
+	defer func() { m.metrics.Resume(retErr) }()
 	d = max(d, minResumeLife)
 	id := rec.ID
 	var info runtimeInfo

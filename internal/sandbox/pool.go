@@ -148,10 +148,11 @@ func (m *Manager) startWarm(ctx context.Context, name string) (*started, error) 
 
 // takeWarm returns a warm sandbox of the pool named ref (a template
 // name as --warm-template gives it) for tpl, the build ref names now, or
-// nil when there is none. A ref that is a build's id (a snapshot's, as
-// E2B's SDKs create from it) takes from the pool of the build's name. A
-// warm sandbox of an older build is discarded.
-func (m *Manager) takeWarm(ref string, tpl *template.Template) *started {
+// nil when there is none, and the name of the pool it looked in ("" when
+// tpl has none). A ref that is a build's id (a snapshot's, as E2B's SDKs
+// create from it) takes from the pool of the build's name. A warm sandbox
+// of an older build is discarded.
+func (m *Manager) takeWarm(ref string, tpl *template.Template) (_ *started, pool string) {
 	m.mu.Lock()
 	p := m.pools[ref]
 	if p == nil && ref == tpl.ID {
@@ -159,7 +160,7 @@ func (m *Manager) takeWarm(ref string, tpl *template.Template) *started {
 	}
 	m.mu.Unlock()
 	if p == nil {
-		return nil
+		return nil, ""
 	}
 	select {
 	case st := <-p.ready:
@@ -167,11 +168,11 @@ func (m *Manager) takeWarm(ref string, tpl *template.Template) *started {
 		p.lastTake.Store(time.Now().UnixNano())
 		if st.build != tpl.ID {
 			go st.discard()
-			return nil
+			return nil, p.template
 		}
-		return st
+		return st, p.template
 	default:
-		return nil
+		return nil, p.template
 	}
 }
 

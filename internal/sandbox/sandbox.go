@@ -28,6 +28,7 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/cabundle"
 	"github.com/hutch-sandbox/hutch/internal/envdapi"
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
+	"github.com/hutch-sandbox/hutch/internal/metrics"
 	"github.com/hutch-sandbox/hutch/internal/network"
 	"github.com/hutch-sandbox/hutch/internal/runtime"
 	"github.com/hutch-sandbox/hutch/internal/store"
@@ -88,7 +89,11 @@ type Options struct {
 	// Registry, in a cluster, records this node's sandboxes for every
 	// node to list and route to (see Registry); nil for a single node.
 	Registry Registry
-	Logger   *slog.Logger
+	// Metrics counts creates, kills, pauses, resumes and warm pool takes
+	// as they happen (what exists is read at scrape time: Census); nil
+	// counts nothing.
+	Metrics *metrics.Metrics
+	Logger  *slog.Logger
 }
 
 // Manager runs the sandboxes of one control plane. It is safe for
@@ -107,6 +112,8 @@ type Manager struct {
 	volumes     *volume.Manager
 	bundle      *cabundle.Bundle
 	reg         Registry // see Options.Registry; nil for none
+	metrics     *metrics.Metrics
+	maxTotal    int // Options.MaxSandboxes, for Census
 	logger      *slog.Logger
 
 	mu  sync.Mutex
@@ -185,6 +192,7 @@ func New(opts Options) (*Manager, error) {
 		resources: opts.Resources, logger: logger, timers: map[string]*time.Timer{}, ops: map[string]*opLock{}, dropping: map[string]chan struct{}{}, live: map[string]*live{}, warm: opts.Warm, net: opts.Network,
 		run: newSlots(opts.MaxPerKey, opts.MaxSandboxes, false), frozen: newSlots(opts.MaxPerKey, opts.MaxSandboxes, true),
 		readyTimeout: opts.ReadyTimeout, volumes: opts.Volumes, reg: opts.Registry, snapshotTTL: opts.SnapshotTTL, pausedTTL: opts.PausedRetention,
+		metrics: opts.Metrics, maxTotal: opts.MaxSandboxes,
 	}
 	if m.readyTimeout <= 0 {
 		m.readyTimeout = DefaultReadyTimeout
@@ -266,7 +274,21 @@ var ErrPrivateInsecure = fmt.Errorf("a sandbox closed to public traffic needs en
 // errdefs.ErrInvalidArgument that starts "network: ", and past a cap on
 // running sandboxes (Options.MaxSandboxes, MaxPerKey) it returns a
 // *LimitError.
-func (m *Manager) Create(ctx context.Context, req CreateRequest) (_ *Sandbox, retErr error) {
+func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Sandbox, error) {
+	start := time.Now()
+	path := metrics.PathCold
+	sb, err := m.create(ctx, req, &path)
+	if !req.Internal {
+		// A build's step is no sandbox anyone asked for: not counted.
+		m.metrics.Create(path, time.Since(start), err)
+	}
+	return sb, err
+}
+
+// create is Create; it sets *path to how the sandbox came to run
+// (metrics.PathPool, PathSnapshot; it is left as it is for a start on
+// demand).
+func (m *Manager) create(ctx context.Context, req CreateRequest, path *string) (_ *Sandbox, retErr error) {
 	if m.reg != nil && !req.Internal {
 		if err := m.reg.Ready(); err != nil {
 			return nil, err
@@ -338,6 +360,10 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (_ *Sandbox, re
 		return nil, err
 	}
 	var st *started
+	if tpl.Snapshot != nil {
+		*path = metrics.PathSnapshot
+	}
+	var pool string // the warm pool looked in, if any
 	if tpl.Checkpoint != "" {
 		// A snapshot with its memory: restored, its processes going on (it
 		// mounts the volumes its source did).
@@ -348,12 +374,20 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (_ *Sandbox, re
 		// A warm sandbox was started without mounts, on the template's
 		// backend: one with volumes, or asked for on another backend,
 		// always starts on demand.
-		st = m.takeWarm(req.Template, tpl)
+		st, pool = m.takeWarm(req.Template, tpl)
 	}
 	if st != nil && !st.alive(ctx) {
 		// Its envd died while it waited in the pool.
 		st.discard()
 		st = nil
+	}
+	if pool != "" {
+		if !req.Internal {
+			m.metrics.PoolTake(pool, st != nil)
+		}
+		if st != nil {
+			*path = metrics.PathPool
+		}
 	}
 	if st == nil {
 		// Until this create is done: its sandbox's envd still starts.
@@ -663,7 +697,9 @@ func (m *Manager) watch(sbx runtime.Sandbox) {
 		return // killed, expired or paused through the manager
 	}
 	m.logger.Info("sandbox ended: its envd exited", "id", sbx.ID())
-	if err := m.removeLocked(ctx, sbx.ID()); err != nil {
+	err = m.removeLocked(ctx, sbx.ID())
+	m.metrics.Kill(metrics.KillEnded, err)
+	if err != nil {
 		m.logger.Warn("remove ended sandbox", "id", sbx.ID(), "err", err)
 	}
 }
@@ -788,7 +824,8 @@ func (m *Manager) FindByEnvdToken(match func(token string) bool) (id string, ok 
 
 // Kill kills a sandbox and forgets it; errdefs.ErrNotFound if the key has
 // no such sandbox.
-func (m *Manager) Kill(ctx context.Context, keyID, id string) error {
+func (m *Manager) Kill(ctx context.Context, keyID, id string) (err error) {
+	defer func() { m.metrics.Kill(metrics.KillRequest, err) }()
 	if _, err := m.store.GetSandbox(ctx, keyID, id); err != nil {
 		return err
 	}
@@ -994,7 +1031,9 @@ func (m *Manager) expire(id string) {
 		m.logger.Info("sandbox paused at its timeout", "id", id, "keepMemory", keep)
 		return
 	}
-	if err := m.removeLocked(ctx, id); err != nil {
+	err = m.removeLocked(ctx, id)
+	m.metrics.Kill(metrics.KillTimeout, err)
+	if err != nil {
 		m.logger.Warn("expire sandbox", "id", id, "err", err)
 		return
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
+	"github.com/hutch-sandbox/hutch/internal/metrics"
 	"github.com/hutch-sandbox/hutch/internal/template"
 )
 
@@ -433,7 +434,9 @@ func (m *Manager) removePaused(ctx context.Context, id string) {
 	if info.PausedAt.IsZero() || time.Since(info.PausedAt) < m.pausedTTL {
 		return
 	}
-	if err := m.removeLocked(ctx, id); err != nil {
+	err = m.removeLocked(ctx, id)
+	m.metrics.Kill(metrics.KillRetention, err)
+	if err != nil {
 		m.logger.Warn("remove a sandbox paused past its retention", "id", id, "err", err)
 		return
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/cabundle"
 	"github.com/hutch-sandbox/hutch/internal/cluster"
 	"github.com/hutch-sandbox/hutch/internal/loopfs"
+	"github.com/hutch-sandbox/hutch/internal/metrics"
 	"github.com/hutch-sandbox/hutch/internal/runtime"
 	"github.com/hutch-sandbox/hutch/internal/runtime/backends"
 	"github.com/hutch-sandbox/hutch/internal/runtime/native"
@@ -86,6 +87,10 @@ type Config struct {
 	// Cluster makes the server a node of a cluster on etcd; nil: a
 	// single node (its SQLite store is the whole truth).
 	Cluster *ClusterConfig
+	// MetricsOnAPI serves the Prometheus metrics at GET /metrics of
+	// Handler, to requests with an API key. Whether or not it does,
+	// Server.MetricsHandler serves them for a listener of their own.
+	MetricsOnAPI bool
 }
 
 // NetworkConfig configures the sandboxes' networks.
@@ -112,6 +117,9 @@ type Server struct {
 	// Cluster is the node's membership of its cluster; nil for a
 	// single node.
 	Cluster *cluster.Node
+	// Metrics are the server's Prometheus metrics (docs/metrics.md): its
+	// own, each node's in a cluster.
+	Metrics *metrics.Metrics
 
 	nets      *sandboxNets
 	builder   *builder.Builder
@@ -177,6 +185,7 @@ func Open(ctx context.Context, cfg Config) (_ *Server, retErr error) {
 			return nil, err
 		}
 	}
+	s.Metrics = metrics.New(logger)
 	vols, err := volume.NewWithCap(s.Store, cfg.DataDir, cfg.VolumeSize, cfg.MaxVolumesPerKey, logger)
 	if err != nil {
 		return nil, err
@@ -196,10 +205,14 @@ func Open(ctx context.Context, cfg Config) (_ *Server, retErr error) {
 		Resources: cfg.Resources, Warm: cfg.Warm, Network: s.nets.manager(),
 		MaxSandboxes: cfg.MaxSandboxes, MaxPerKey: cfg.MaxPerKey, CABundle: cfg.CABundle, ReadyTimeout: cfg.ReadyTimeout,
 		SnapshotTTL: cfg.SnapshotTTL, PausedRetention: cfg.PausedRetention,
-		Volumes: vols,
+		Volumes: vols, Metrics: s.Metrics,
 	})
 	if err != nil {
 		return nil, err
+	}
+	// What exists is read from the manager at each scrape.
+	if err := s.Metrics.Register(metrics.NewCensusCollector(s.Manager.Census)); err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
 	}
 	if err := s.Manager.Recover(ctx); err != nil {
 		return nil, fmt.Errorf("adopt running sandboxes: %w", err)
@@ -209,8 +222,9 @@ func Open(ctx context.Context, cfg Config) (_ *Server, retErr error) {
 			return nil, err
 		}
 	}
-	s.builder = builder.New(builder.Options{Store: templates, Manager: s.Manager, CABundle: cfg.CABundle, RegistryAllow: cfg.RegistryAllow, Logger: logger})
-	srv := server.New(server.Options{Manager: s.Manager, Domain: cfg.Domain, Logger: logger, Templates: templates, Builder: s.builder, Volumes: vols, Cluster: s.Cluster})
+	s.builder = builder.New(builder.Options{Store: templates, Manager: s.Manager, CABundle: cfg.CABundle, RegistryAllow: cfg.RegistryAllow, Metrics: s.Metrics, Logger: logger})
+	srv := server.New(server.Options{Manager: s.Manager, Domain: cfg.Domain, Logger: logger, Templates: templates, Builder: s.builder, Volumes: vols, Cluster: s.Cluster,
+		Metrics: s.Metrics, MetricsOnAPI: cfg.MetricsOnAPI})
 	s.Handler = srv
 	if s.cluster != nil {
 		s.cluster.serve(s, s.Cluster.PeerHandler(srv.Forwarded()), logger)

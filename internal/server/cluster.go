@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/cluster"
+	"github.com/hutch-sandbox/hutch/internal/connlimit"
 	"github.com/hutch-sandbox/hutch/internal/e2bapi"
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
@@ -47,10 +48,16 @@ func (s *Server) clustered(r *http.Request) bool {
 	return !fwd
 }
 
+// busy answers a lookup the cluster rationed: a 429 to retry in a second
+// (both SDKs retry a 429 with Retry-After).
+func (s *Server) busy(w http.ResponseWriter, err error) {
+	e2bapi.Write(w, s.logger, e2bapi.TooManyRequests(time.Second, err.Error()))
+}
+
 // lookupContext is r's context with its client's address, by which the
 // cluster rations what anyone may make it look up.
 func lookupContext(r *http.Request) context.Context {
-	return cluster.WithClient(r.Context(), hostOnly(r.RemoteAddr))
+	return cluster.WithClient(r.Context(), connlimit.Client(r.RemoteAddr))
 }
 
 // apiSandboxID is the sandbox an API call's path names, if any.
@@ -84,6 +91,10 @@ func (s *Server) forwardVolume(w http.ResponseWriter, r *http.Request, id string
 		return false
 	}
 	p, found, err := s.cluster.VolumeOwner(lookupContext(r), id)
+	if errors.Is(err, errdefs.ErrResourceExhausted) {
+		s.busy(w, err)
+		return true
+	}
 	if err != nil || !found || p.Self {
 		return false
 	}
@@ -105,6 +116,11 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, id string, edge
 		return false
 	}
 	p, found, err := s.cluster.Owner(lookupContext(r), id)
+	if errors.Is(err, errdefs.ErrResourceExhausted) {
+		// Rationed: not "not found", which it may not be.
+		s.busy(w, err)
+		return true
+	}
 	if err != nil {
 		// etcd out of reach: this node still serves its own sandboxes.
 		s.logger.Debug("cluster: find a sandbox's node", "sandbox", id, "err", err)

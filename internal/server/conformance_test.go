@@ -99,6 +99,10 @@ func TestResponsesMatchDocument(t *testing.T) {
 
 	call("GET", "/health", "", noKey, 200)
 	call("GET", "/openapi.json", "", noKey, 200)
+	// Metrics are served on the API's listener only with --metrics-api
+	// (test/metrics scrapes them there).
+	call("GET", "/metrics", "", noKey, 401)
+	call("GET", "/metrics", "", valid, 404)
 	call("GET", "/v2/sandboxes", "", noKey, 401)
 
 	// A v2 sandbox closed to public traffic (a trafficAccessToken, no

@@ -12,7 +12,8 @@ import (
 // the routes the router serves can be listed and held to the OpenAPI
 // document without a second list of them to forget to update.
 func (s *Server) handle(pattern string, h http.HandlerFunc) {
-	s.api.HandleFunc(pattern, h)
+	// Counted by pattern: a bounded set, where the path has ids.
+	s.api.Handle(pattern, s.prom.InstrumentAPI(pattern, h))
 	s.patterns = append(s.patterns, pattern)
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/hutch-sandbox/hutch/internal/e2bapi"
 	"github.com/hutch-sandbox/hutch/internal/envdapi"
+	"github.com/hutch-sandbox/hutch/internal/metrics"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
 )
 
@@ -63,6 +64,12 @@ func signedURL(r *http.Request, token string, now time.Time) bool {
 // Upgrades (WebSockets) and streaming bodies pass through in both
 // directions.
 func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id string, port int) {
+	target := metrics.TargetPort
+	if port == envdapi.Port {
+		target = metrics.TargetEnvd
+	}
+	w, done := s.prom.Edge(w, r, target)
+	defer done()
 	// envd authenticates requests itself (access token); the routing only
 	// needs the sandbox to exist.
 	transport, ok := s.mgr.Transport(id, port)
@@ -71,12 +78,14 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id string, port i
 		transport, ok = s.mgr.Transport(id, port)
 	}
 	if !ok {
+		s.prom.EdgeError(target, metrics.EdgeNotFound)
 		e2bapi.WriteSandboxNotFound502(w, id)
 		return
 	}
 	if port == envdapi.Port && s.mgr.Legacy(id) && path.Clean("/"+r.URL.Path) == "/init" {
 		// A sandbox made before envd's control socket serves /init on the
 		// socket this request would go to.
+		s.prom.EdgeError(target, metrics.EdgeForbidden)
 		e2bapi.WriteError(w, http.StatusForbidden, "POST /init is the host's, not a client's", "")
 		return
 	}
@@ -86,6 +95,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id string, port i
 		if in.TrafficToken != "" {
 			got := r.Header.Get(trafficTokenHeader)
 			if subtle.ConstantTimeCompare([]byte(got), []byte(in.TrafficToken)) != 1 {
+				s.prom.EdgeError(target, metrics.EdgeForbidden)
 				e2bapi.WriteError(w, http.StatusForbidden, "the sandbox's ports need its traffic access token in the "+trafficTokenHeader+" header", "")
 				return
 			}
@@ -111,13 +121,17 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id string, port i
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
 			s.logger.Debug("sandbox unreachable", "sandbox", id, "port", port, "err", err)
 			if tooSlow(r) {
+				// The client's doing, not the sandbox's: its status says
+				// so in the requests' count.
 				e2bapi.Write(w, s.logger, errBodyTooSlow)
 				return
 			}
 			if errors.Is(err, sandbox.ErrPortClosed) {
+				s.prom.EdgeError(target, metrics.EdgePortClosed)
 				e2bapi.WritePortClosed502(w, id, port)
 				return
 			}
+			s.prom.EdgeError(target, metrics.EdgeUnreachable)
 			e2bapi.WriteSandboxNotFound502(w, id)
 		},
 	}

@@ -20,6 +20,7 @@ import (
 func (s *Server) routes() {
 	s.handle("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
 	s.handle("GET /openapi.json", s.openAPI)
+	s.handle("GET /metrics", s.authed(s.serveMetrics))
 	s.handle("POST /v2/sandboxes", s.authed(s.placed(s.createV2)))
 	s.handle("POST /sandboxes", s.authed(s.placed(s.createV1)))
 	s.handle("GET /cluster/nodes", s.authed(s.clusterNodes))

@@ -21,6 +21,7 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/e2bapi"
 	"github.com/hutch-sandbox/hutch/internal/envdapi"
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
+	"github.com/hutch-sandbox/hutch/internal/metrics"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
 	"github.com/hutch-sandbox/hutch/internal/template"
 	"github.com/hutch-sandbox/hutch/internal/volume"
@@ -53,6 +54,13 @@ type Options struct {
 	// other nodes' sandboxes there and places creates (cluster.go); nil
 	// for a single node.
 	Cluster *cluster.Node
+	// Metrics counts the API's and the edge's requests; nil counts
+	// nothing.
+	Metrics *metrics.Metrics
+	// MetricsOnAPI serves Metrics at GET /metrics to requests with an
+	// API key; false answers that route 404 (the operator may serve them
+	// on a listener of their own instead, see internal/serve).
+	MetricsOnAPI bool
 }
 
 // Server serves the API and routes sandbox traffic. Safe for concurrent use.
@@ -68,7 +76,11 @@ type Server struct {
 	builder     *builder.Builder
 	uploadKey   [32]byte // signs upload links (templates.go)
 	volumes     *volume.Manager
-	cluster     *cluster.Node // see Options.Cluster
+	cluster     *cluster.Node    // see Options.Cluster
+	prom        *metrics.Metrics // Options.Metrics
+	// promAPI serves the metrics at GET /metrics (Options.MetricsOnAPI);
+	// nil when they are not served there.
+	promAPI http.Handler
 }
 
 // New returns a server.
@@ -80,7 +92,11 @@ func New(opts Options) *Server {
 	// Host names are compared in lower case, without the root's dot.
 	domain := strings.ToLower(strings.TrimSuffix(opts.Domain, "."))
 	s := &Server{mgr: opts.Manager, domain: domain, logger: logger, api: http.NewServeMux(),
-		bodyGrace: opts.BodyGrace, bodyMinRate: int64(opts.BodyMinRate), templates: opts.Templates, builder: opts.Builder, volumes: opts.Volumes, cluster: opts.Cluster}
+		bodyGrace: opts.BodyGrace, bodyMinRate: int64(opts.BodyMinRate), templates: opts.Templates, builder: opts.Builder, volumes: opts.Volumes, cluster: opts.Cluster,
+		prom: opts.Metrics}
+	if opts.MetricsOnAPI && opts.Metrics != nil {
+		s.promAPI = opts.Metrics.Handler()
+	}
 	rand.Read(s.uploadKey[:])
 	if s.cluster != nil {
 		s.cluster.SetSigner(s.signedBy)
@@ -139,7 +155,12 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			// Another node's sandbox, perhaps: each node tries its own,
 			// sent what is signed and nothing more (review 26: the whole
 			// query went, escaped again, to every node).
-			if p, id, ok := s.cluster.FindSigned(lookupContext(r), r.Method, signedFields(q)); ok {
+			p, id, ok, err := s.cluster.FindSigned(lookupContext(r), r.Method, signedFields(q))
+			if err != nil {
+				s.busy(w, err)
+				return
+			}
+			if ok {
 				s.toPeer(w, r, p, func(w http.ResponseWriter, err error) { e2bapi.WriteSandboxNotFound502(w, id) })
 				return
 			}

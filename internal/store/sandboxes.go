@@ -420,6 +420,36 @@ func (s *Store) AllSandboxes(ctx context.Context) ([]Sandbox, error) {
 	return out, nil
 }
 
+// SandboxCount is how many stored sandboxes are in State, of TemplateID.
+type SandboxCount struct {
+	State, TemplateID string
+	Count             int
+}
+
+// CountSandboxes counts the stored sandboxes of every key by state and
+// template: one query, however many there are (metrics read it at each
+// scrape).
+func (s *Store) CountSandboxes(ctx context.Context) ([]SandboxCount, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT state, template_id, COUNT(*) FROM sandboxes
+		GROUP BY state, template_id ORDER BY state, template_id`)
+	if err != nil {
+		return nil, fmt.Errorf("store: count sandboxes: %w", err)
+	}
+	defer rows.Close()
+	var out []SandboxCount
+	for rows.Next() {
+		var c SandboxCount
+		if err := rows.Scan(&c.State, &c.TemplateID, &c.Count); err != nil {
+			return nil, fmt.Errorf("store: count sandboxes: %w", err)
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: count sandboxes: %w", err)
+	}
+	return out, nil
+}
+
 // Listing limits of GET /v2/sandboxes.
 const (
 	DefaultListLimit = 100

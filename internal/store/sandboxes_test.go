@@ -486,3 +486,31 @@ func TestSetEgress(t *testing.T) {
 		t.Errorf("SetEgress of a missing sandbox: %v", err)
 	}
 }
+
+func TestCountSandboxes(t *testing.T) {
+	s, _ := openTest(t)
+	ctx := context.Background()
+	if got, err := s.CountSandboxes(ctx); err != nil || len(got) != 0 {
+		t.Fatalf("CountSandboxes of none = %v, %v", got, err)
+	}
+	k1, k2 := mustKey(t, s, "a"), mustKey(t, s, "b")
+	for _, sb := range []Sandbox{
+		{ID: "a1", TemplateID: "base", KeyID: k1.ID},
+		{ID: "a2", TemplateID: "base", KeyID: k2.ID},
+		{ID: "a3", TemplateID: "base", KeyID: k1.ID, State: StatePaused},
+		{ID: "a4", TemplateID: "py", KeyID: k1.ID},
+	} {
+		sb.StartedAt, sb.EndAt = t0, t0.Add(time.Hour)
+		if err := s.CreateSandbox(ctx, &sb); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := s.CountSandboxes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []SandboxCount{{StatePaused, "base", 1}, {StateRunning, "base", 2}, {StateRunning, "py", 1}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("counts (-want +got):\n%s", diff)
+	}
+}

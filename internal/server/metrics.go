@@ -1,0 +1,20 @@
+package server
+
+import (
+	"net/http"
+
+	"github.com/hutch-sandbox/hutch/internal/e2bapi"
+)
+
+// serveMetrics answers GET /metrics with the server's Prometheus metrics
+// when the operator serves them on the API's listener (--metrics-api),
+// to any valid API key: they count every key's sandboxes together, by
+// template, and name no sandbox, key or snapshot. Otherwise it is a 404
+// that says where they are.
+func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
+	if s.promAPI == nil {
+		e2bapi.Write(w, s.logger, e2bapi.NotFound("metrics are not served on this listener: see hutch serve --metrics-api and --metrics-listen (docs/metrics.md)"))
+		return
+	}
+	s.promAPI.ServeHTTP(w, r)
+}
