@@ -8,13 +8,13 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"runtime/debug"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/cobra"
 
 	"github.com/hutch-sandbox/hutch/internal/mcp/platform"
+	"github.com/hutch-sandbox/hutch/internal/version"
 	"github.com/hutch-sandbox/hutch/sdk"
 )
 
@@ -81,10 +81,11 @@ tools act with that key, so each key sees only its own sandboxes.`,
 	return cmd
 }
 
-// version is the module version of this build, for serverInfo.
-func version() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
+// serverVersion is this build's version for MCP's serverInfo: the
+// package's or Go's module version, "dev" for a plain build.
+func serverVersion() string {
+	if v := version.Get().Version; v != "(devel)" && v != "unknown" {
+		return v
 	}
 	return "dev"
 }
@@ -95,7 +96,7 @@ func serveMCPStdio(ctx context.Context, cfg sdk.Config, idle time.Duration, logg
 		return err
 	}
 	srv := platform.NewServer(platform.Options{
-		IdleTimeout: idle, Version: version(), Logger: logger,
+		IdleTimeout: idle, Version: serverVersion(), Logger: logger,
 		Client: func(context.Context, *mcp.CallToolRequest) (*sdk.Client, error) { return c, nil },
 	})
 	err = srv.Run(ctx, &mcp.StdioTransport{})
@@ -106,7 +107,7 @@ func serveMCPStdio(ctx context.Context, cfg sdk.Config, idle time.Duration, logg
 }
 
 func serveMCPHTTP(ctx context.Context, cfg sdk.Config, listen string, noAuth bool, idle time.Duration, logger *slog.Logger) error {
-	h, err := platform.NewHTTPHandler(platform.HTTPOptions{Config: cfg, NoAuth: noAuth, IdleTimeout: idle, Version: version(), Logger: logger})
+	h, err := platform.NewHTTPHandler(platform.HTTPOptions{Config: cfg, NoAuth: noAuth, IdleTimeout: idle, Version: serverVersion(), Logger: logger})
 	if err != nil {
 		return err
 	}

@@ -9,9 +9,11 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
@@ -21,6 +23,7 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/serve"
 	"github.com/hutch-sandbox/hutch/internal/store"
 	"github.com/hutch-sandbox/hutch/internal/units"
+	"github.com/hutch-sandbox/hutch/internal/version"
 )
 
 func newServeCmd(g *globals) *cobra.Command {
@@ -156,7 +159,7 @@ Stopping the server leaves sandboxes running; a restart adopts them.`,
 				ln.Close()
 				return err
 			}
-			logger.Info("serving", "addr", ln.Addr().String(), "data", g.dataDir, "tls", tc != nil, "domain", domain)
+			logger.Info("serving", "addr", ln.Addr().String(), "data", g.dataDir, "tls", tc != nil, "domain", domain, "version", version.Get().String())
 			errc := make(chan error, 2)
 			go func() { errc <- serve.Serve(srv, capped) }()
 			if metricsLn != nil {
@@ -169,11 +172,18 @@ Stopping the server leaves sandboxes running; a restart adopts them.`,
 					}
 				}()
 			}
+			// Under systemd (Type=notify, packaging/hutch.service) the unit
+			// is started only now, with its sandboxes adopted and the
+			// listeners open; elsewhere there is no socket and this is a no-op.
+			if _, err := daemon.SdNotify(false, daemon.SdNotifyReady); err != nil {
+				logger.Warn("tell systemd the server is ready", "err", err)
+			}
 			select {
 			case err := <-errc:
 				return err
 			case <-ctx.Done():
 			}
+			daemon.SdNotify(false, daemon.SdNotifyStopping)
 			// Graceful: finish requests in flight; sandboxes keep running.
 			shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
@@ -251,8 +261,30 @@ func ensureKey(ctx context.Context, g *globals, st *store.Store) error {
 	if err := os.WriteFile(path, []byte(key+"\n"), 0o600); err != nil {
 		return err
 	}
+	// The journal keeps what a service prints, readable by more than root
+	// (the adm and systemd-journal groups): the key stays in its file.
+	if toJournal(os.Stdout, g.getenv) {
+		fmt.Printf("API key written to %s (not printed: this output goes to the journal)\n", path)
+		return nil
+	}
 	fmt.Printf("API key (also in %s): %s\n", path, key)
 	return nil
+}
+
+// toJournal reports whether f is the stream systemd connected to the
+// journal: JOURNAL_STREAM names its device and inode ("DEV:INODE"), as
+// systemd.exec(5) says to check, since a child may have inherited the
+// variable with other output.
+func toJournal(f *os.File, getenv func(string) string) bool {
+	dev, ino, ok := strings.Cut(getenv("JOURNAL_STREAM"), ":")
+	if !ok {
+		return false
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return false
+	}
+	return dev == strconv.FormatUint(st.Dev, 10) && ino == strconv.FormatUint(st.Ino, 10)
 }
 
 // lockDataDir makes sure one server at a time owns a data dir: two would
