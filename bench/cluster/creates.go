@@ -1,0 +1,319 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hutch-sandbox/hutch/bench/internal/harness"
+)
+
+// createBody is every create's request: E2B's POST /sandboxes of the
+// base template, with a timeout long enough that no sandbox ends before
+// the harness deletes it.
+var createBody = []byte(`{"templateID":"base","timeout":600}`)
+
+// call is one timed request of a phase.
+type call struct {
+	node int // index of the node it was sent to
+	id   string
+	d    time.Duration
+	err  error
+}
+
+// phase is what one phase (the creates, or the deletes) measured: its
+// calls, its wall time and the CPU used while it ran.
+type phase struct {
+	calls []call
+	wall  time.Duration
+	cpu   cpuUse
+}
+
+// ok are the times of the calls that succeeded, sorted.
+func (p *phase) ok() []time.Duration {
+	var t []time.Duration
+	for _, c := range p.calls {
+		if c.err == nil {
+			t = append(t, c.d)
+		}
+	}
+	slices.Sort(t)
+	return t
+}
+
+// failed counts the calls that failed, and names the first failure.
+func (p *phase) failed() (int, string) {
+	n, first := 0, ""
+	for _, c := range p.calls {
+		if c.err != nil && !errors.Is(c.err, errSkipped) {
+			if n == 0 {
+				first = c.err.Error()
+			}
+			n++
+		}
+	}
+	return n, first
+}
+
+// perSecond is the phase's successful calls per second of wall time.
+func (p *phase) perSecond() float64 {
+	if p.wall <= 0 {
+		return 0
+	}
+	return float64(len(p.ok())) / p.wall.Seconds()
+}
+
+// cpuUse is the CPU used over a phase: by each node (its hutch serve and
+// every process below it: the embedded etcd member, the sandboxes' inits
+// and envds, the helpers it ran), by this harness (the client), and by
+// the whole machine (all CPUs' busy time, the kernel's threads included).
+type cpuUse struct {
+	nodes   []time.Duration
+	client  time.Duration
+	machine time.Duration
+}
+
+// nodesTotal is the nodes' CPU together.
+func (u cpuUse) nodesTotal() time.Duration {
+	var s time.Duration
+	for _, d := range u.nodes {
+		s += d
+	}
+	return s
+}
+
+// work is the CPU a phase's calls cost the cluster: the machine's busy
+// time less this harness's own (the client would be elsewhere; on one
+// machine it competes for the same CPUs). It keeps what no node's
+// process tree shows, the kernel's threads that tear down namespaces and
+// cgroups for the nodes.
+func (u cpuUse) work() time.Duration { return max(0, u.machine-u.client) }
+
+// cpuMark is a reading of the CPU counters cpuUse is the difference of.
+type cpuMark struct {
+	nodes       []time.Duration
+	client      time.Duration
+	idle, total uint64 // jiffies of all CPUs
+}
+
+// markCPU reads the counters now.
+func markCPU(c *cluster) cpuMark {
+	var m cpuMark
+	table := harness.NewProcTable()
+	for _, nd := range c.nodes {
+		var sum time.Duration
+		for _, pid := range table.Tree(nd.pid()) {
+			d, _ := harness.ProcCPU(pid)
+			sum += d
+		}
+		m.nodes = append(m.nodes, sum)
+	}
+	m.client = harness.SelfCPU()
+	m.idle, m.total, _ = harness.CPUSample()
+	return m
+}
+
+// since is the CPU used from m0 to m.
+func (m cpuMark) since(m0 cpuMark) cpuUse {
+	u := cpuUse{client: m.client - m0.client}
+	for i := range m.nodes {
+		u.nodes = append(u.nodes, max(0, m.nodes[i]-m0.nodes[i]))
+	}
+	// /proc/stat counts every CPU's time in USER_HZ (100) ticks: the busy
+	// ticks of all of them, as CPU time.
+	busy := float64((m.total - m0.total) - (m.idle - m0.idle))
+	u.machine = time.Duration(busy / 100 * float64(time.Second))
+	return u
+}
+
+// runCalls runs n calls, conc at once, call i sent to node i%len(nodes)
+// by do, and measures the phase's wall time and CPU.
+func (b *bench) runCalls(ctx context.Context, c *cluster, n, conc int, do func(ctx context.Context, i int, nd *node) call) *phase {
+	p := &phase{calls: make([]call, n)}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	m0 := markCPU(c)
+	t0 := time.Now()
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				k := i % len(c.nodes)
+				cl := do(ctx, i, c.nodes[k])
+				cl.node = k
+				p.calls[i] = cl
+			}
+		}()
+	}
+	wg.Wait()
+	p.wall = time.Since(t0)
+	p.cpu = markCPU(c).since(m0)
+	return p
+}
+
+// create is one POST /sandboxes to nd, timed to the end of its answer.
+func (b *bench) create(ctx context.Context, nd *node) call {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, nd.url()+"/sandboxes", bytes.NewReader(createBody))
+	if err != nil {
+		return call{err: err}
+	}
+	req.Header.Set("X-API-Key", b.key)
+	req.Header.Set("Content-Type", "application/json")
+	t0 := time.Now()
+	resp, err := nd.api.Do(req)
+	if err != nil {
+		return call{err: err}
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	d := time.Since(t0)
+	if err != nil {
+		return call{err: err}
+	}
+	if resp.StatusCode != http.StatusCreated && resp.StatusCode != http.StatusOK {
+		return call{err: fmt.Errorf("POST /sandboxes via %s: %s: %.200s", nd.name, resp.Status, bytes.TrimSpace(body))}
+	}
+	var sb struct {
+		SandboxID       string `json:"sandboxID"`
+		EnvdAccessToken string `json:"envdAccessToken"`
+	}
+	if err := json.Unmarshal(body, &sb); err != nil || sb.SandboxID == "" {
+		return call{err: fmt.Errorf("POST /sandboxes via %s: no sandboxID in %.200s", nd.name, body)}
+	}
+	return call{id: sb.SandboxID, d: d}
+}
+
+// kill is one DELETE /sandboxes/{id} to nd, timed to its answer.
+func (b *bench) kill(ctx context.Context, nd *node, id string) call {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, nd.url()+"/sandboxes/"+id, nil)
+	if err != nil {
+		return call{id: id, err: err}
+	}
+	req.Header.Set("X-API-Key", b.key)
+	t0 := time.Now()
+	resp, err := nd.api.Do(req)
+	if err != nil {
+		return call{id: id, err: err}
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	d := time.Since(t0)
+	if resp.StatusCode != http.StatusNoContent && resp.StatusCode != http.StatusOK {
+		return call{id: id, err: fmt.Errorf("DELETE /sandboxes/%s via %s: %s: %.200s", id, nd.name, resp.Status, bytes.TrimSpace(body))}
+	}
+	return call{id: id, d: d}
+}
+
+// stepResult is what one step (1, 2, 3 nodes, or the plain server)
+// measured.
+type stepResult struct {
+	spec    clusterSpec
+	creates *phase
+	deletes *phase
+	// owner is, for each created sandbox, the index of the node that
+	// runs it (hutch ps of each node's data dir); -1 when none listed it.
+	owner map[string]int
+	// running is each node's count of sandboxes after the creates.
+	running []int
+	// startup is how long the nodes took to start and list each other.
+	startup time.Duration
+	err     error
+}
+
+// runStep starts the step's nodes on the LAN's hosts, warms them up,
+// runs the creates and then the deletes, reads who owns what in between,
+// and stops the nodes; with hop set it measures the routing hop (on the
+// running cluster) before it stops them.
+func (b *bench) runStep(ctx context.Context, spec clusterSpec, hosts []*host, hop bool) (*stepResult, *hopResult) {
+	r := &stepResult{spec: spec}
+	b.logf("== %s: etcd %s", spec.label(), spec.etcdDesc())
+	t0 := time.Now()
+	c, err := b.startCluster(ctx, spec, hosts)
+	if err != nil {
+		r.err = err
+		return r, nil
+	}
+	defer func() {
+		if err := c.stop(b.cfg.hutch); err != nil {
+			b.logf("clean-up of %s: %v", spec.label(), err)
+		}
+	}()
+	r.startup = time.Since(t0)
+	b.logf("up in %.1f s; warm-up: %d creates and deletes", r.startup.Seconds(), b.cfg.warmup)
+	if b.cfg.warmup > 0 {
+		w := b.runCalls(ctx, c, b.cfg.warmup, b.cfg.conc, func(ctx context.Context, _ int, nd *node) call { return b.create(ctx, nd) })
+		b.runCalls(ctx, c, b.cfg.warmup, b.cfg.conc, func(ctx context.Context, i int, nd *node) call {
+			if w.calls[i].err != nil {
+				return call{}
+			}
+			return b.kill(ctx, nd, w.calls[i].id)
+		})
+		if n, first := w.failed(); n > 0 {
+			b.logf("warm-up: %d of %d creates failed, the first: %s", n, b.cfg.warmup, first)
+		}
+	}
+	// Let the nodes' records show the warm-up's sandboxes gone (they
+	// refresh every 2 s), so that placement starts from empty nodes.
+	sleepCtx(ctx, 2500*time.Millisecond)
+	b.logf("%d creates, %d at once", b.cfg.creates, b.cfg.conc)
+	r.creates = b.runCalls(ctx, c, b.cfg.creates, b.cfg.conc, func(ctx context.Context, _ int, nd *node) call { return b.create(ctx, nd) })
+	r.owner = map[string]int{}
+	for _, cl := range r.creates.calls {
+		if cl.err == nil {
+			r.owner[cl.id] = -1
+		}
+	}
+	for k, nd := range c.nodes {
+		ids, err := sandboxesOf(b.cfg.hutch, nd.data)
+		if err != nil {
+			b.logf("hutch ps of %s: %v", nd.name, err)
+		}
+		r.running = append(r.running, len(ids))
+		for _, id := range ids {
+			if _, ok := r.owner[id]; ok {
+				r.owner[id] = k
+			}
+		}
+	}
+	b.logf("%d deletes, %d at once", len(r.owner), b.cfg.conc)
+	r.deletes = b.runCalls(ctx, c, len(r.creates.calls), b.cfg.conc, func(ctx context.Context, i int, nd *node) call {
+		cl := r.creates.calls[i]
+		if cl.err != nil {
+			return call{err: errSkipped}
+		}
+		return b.kill(ctx, nd, cl.id)
+	})
+	var h *hopResult
+	if hop && ctx.Err() == nil {
+		h = b.measureHop(ctx, c)
+	}
+	return r, h
+}
+
+// errSkipped marks a delete not tried: its create had failed.
+var errSkipped = errors.New("create failed")
+
+// sleepCtx sleeps for d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
