@@ -71,76 +71,13 @@ func (p *phase) perSecond() float64 {
 	return float64(len(p.ok())) / p.wall.Seconds()
 }
 
-// cpuUse is the CPU used over a phase: by each node (its hutch serve and
-// every process below it: the embedded etcd member, the sandboxes' inits
-// and envds, the helpers it ran), by this harness (the client), and by
-// the whole machine (all CPUs' busy time, the kernel's threads included).
-type cpuUse struct {
-	nodes   []time.Duration
-	client  time.Duration
-	machine time.Duration
-}
-
-// nodesTotal is the nodes' CPU together.
-func (u cpuUse) nodesTotal() time.Duration {
-	var s time.Duration
-	for _, d := range u.nodes {
-		s += d
-	}
-	return s
-}
-
-// work is the CPU a phase's calls cost the cluster: the machine's busy
-// time less this harness's own (the client would be elsewhere; on one
-// machine it competes for the same CPUs). It keeps what no node's
-// process tree shows, the kernel's threads that tear down namespaces and
-// cgroups for the nodes.
-func (u cpuUse) work() time.Duration { return max(0, u.machine-u.client) }
-
-// cpuMark is a reading of the CPU counters cpuUse is the difference of.
-type cpuMark struct {
-	nodes       []time.Duration
-	client      time.Duration
-	idle, total uint64 // jiffies of all CPUs
-}
-
-// markCPU reads the counters now.
-func markCPU(c *cluster) cpuMark {
-	var m cpuMark
-	table := harness.NewProcTable()
-	for _, nd := range c.nodes {
-		var sum time.Duration
-		for _, pid := range table.Tree(nd.pid()) {
-			d, _ := harness.ProcCPU(pid)
-			sum += d
-		}
-		m.nodes = append(m.nodes, sum)
-	}
-	m.client = harness.SelfCPU()
-	m.idle, m.total, _ = harness.CPUSample()
-	return m
-}
-
-// since is the CPU used from m0 to m.
-func (m cpuMark) since(m0 cpuMark) cpuUse {
-	u := cpuUse{client: m.client - m0.client}
-	for i := range m.nodes {
-		u.nodes = append(u.nodes, max(0, m.nodes[i]-m0.nodes[i]))
-	}
-	// /proc/stat counts every CPU's time in USER_HZ (100) ticks: the busy
-	// ticks of all of them, as CPU time.
-	busy := float64((m.total - m0.total) - (m.idle - m0.idle))
-	u.machine = time.Duration(busy / 100 * float64(time.Second))
-	return u
-}
-
 // runCalls runs n calls, conc at once, call i sent to node i%len(nodes)
 // by do, and measures the phase's wall time and CPU.
 func (b *bench) runCalls(ctx context.Context, c *cluster, n, conc int, do func(ctx context.Context, i int, nd *node) call) *phase {
 	p := &phase{calls: make([]call, n)}
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	m0 := markCPU(c)
+	m0 := markCPU(c.pids())
 	t0 := time.Now()
 	for range conc {
 		wg.Add(1)
@@ -160,7 +97,7 @@ func (b *bench) runCalls(ctx context.Context, c *cluster, n, conc int, do func(c
 	}
 	wg.Wait()
 	p.wall = time.Since(t0)
-	p.cpu = markCPU(c).since(m0)
+	p.cpu = markCPU(c.pids()).since(m0)
 	return p
 }
 
@@ -234,7 +171,9 @@ type stepResult struct {
 	running []int
 	// startup is how long the nodes took to start and list each other.
 	startup time.Duration
-	err     error
+	// busyBefore is how busy the machine was just before the creates.
+	busyBefore float64
+	err        error
 }
 
 // runStep starts the step's nodes on the LAN's hosts, warms them up,
@@ -251,6 +190,7 @@ func (b *bench) runStep(ctx context.Context, spec clusterSpec, hosts []*host, ho
 		return r, nil
 	}
 	defer func() {
+		b.logf("stopping the nodes, removing what is left of them")
 		if err := c.stop(b.cfg.hutch); err != nil {
 			b.logf("clean-up of %s: %v", spec.label(), err)
 		}
@@ -270,9 +210,11 @@ func (b *bench) runStep(ctx context.Context, spec clusterSpec, hosts []*host, ho
 		}
 	}
 	// Let the nodes' records show the warm-up's sandboxes gone (they
-	// refresh every 2 s), so that placement starts from empty nodes.
-	sleepCtx(ctx, 2500*time.Millisecond)
-	b.logf("%d creates, %d at once", b.cfg.creates, b.cfg.conc)
+	// refresh every 2 s), so that placement starts from empty nodes, and
+	// the kernel finish tearing them down.
+	sleepCtx(ctx, 2*time.Second)
+	r.busyBefore = settle(ctx, 0.1, 10*time.Second)
+	b.logf("%d creates, %d at once (machine %.0f%% busy just before)", b.cfg.creates, b.cfg.conc, 100*r.busyBefore)
 	r.creates = b.runCalls(ctx, c, b.cfg.creates, b.cfg.conc, func(ctx context.Context, _ int, nd *node) call { return b.create(ctx, nd) })
 	r.owner = map[string]int{}
 	for _, cl := range r.creates.calls {
@@ -315,5 +257,17 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	select {
 	case <-ctx.Done():
 	case <-time.After(d):
+	}
+}
+
+// settle waits until the machine is less than quiet busy over half a
+// second (all CPUs), or for at most d, and returns the last sample.
+func settle(ctx context.Context, quiet float64, d time.Duration) float64 {
+	deadline := time.Now().Add(d)
+	for {
+		busy, err := harness.CPUBusy(500 * time.Millisecond)
+		if err != nil || busy < quiet || time.Now().After(deadline) || ctx.Err() != nil {
+			return busy
+		}
 	}
 }

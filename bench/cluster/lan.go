@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"slices"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -209,4 +210,20 @@ func upLoopback(h *netlink.Handle) error {
 		return err
 	}
 	return h.LinkSetUp(lo)
+}
+
+// portNames are the names of the links on the bridge, sorted.
+func (l *lan) portNames() []string {
+	links, err := l.h.LinkList()
+	if err != nil {
+		return nil
+	}
+	var names []string
+	for _, k := range links {
+		if k.Attrs().MasterIndex == l.br.Attrs().Index {
+			names = append(names, k.Attrs().Name)
+		}
+	}
+	slices.Sort(names)
+	return names
 }

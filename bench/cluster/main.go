@@ -64,8 +64,9 @@ type config struct {
 
 // bench is one run of the harness.
 type bench struct {
-	cfg config
-	key string
+	cfg   config
+	key   string
+	start time.Time // for the progress lines
 }
 
 func main() {
@@ -113,7 +114,7 @@ func realMain() int {
 	if _, code := harness.CheckArgs("bench-cluster", bad, "", nil); code != 0 {
 		return code
 	}
-	b := &bench{cfg: cfg, key: os.Getenv("E2B_API_KEY")}
+	b := &bench{cfg: cfg, key: os.Getenv("E2B_API_KEY"), start: time.Now()}
 	if b.key == "" {
 		fmt.Fprintln(os.Stderr, "bench-cluster: E2B_API_KEY is not set (bench/cluster.sh sets it)")
 		return 2
@@ -233,9 +234,9 @@ func (b *bench) apiClient() *http.Client {
 	return &http.Client{Transport: newTransport(), Timeout: 3 * time.Minute}
 }
 
-// logf prints a progress line.
+// logf prints a progress line, with the time since the run began.
 func (b *bench) logf(format string, args ...any) {
-	fmt.Printf("==> "+format+"\n", args...)
+	fmt.Printf("==> %5.1fs "+format+"\n", append([]any{time.Since(b.start).Seconds()}, args...)...)
 }
 
 func (b *bench) printHeader(maxN int) {

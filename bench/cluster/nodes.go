@@ -494,3 +494,12 @@ func unmountUnder(dir string) {
 		syscall.Unmount(p, syscall.MNT_DETACH)
 	}
 }
+
+// pids are the nodes' hutch serve pids.
+func (c *cluster) pids() []int {
+	var p []int
+	for _, nd := range c.nodes {
+		p = append(p, nd.pid())
+	}
+	return p
+}

@@ -15,8 +15,8 @@ import (
 // node's creates per second.
 const goal = 0.9
 
-// cpuPerCreate is the machine's CPU (less this harness's) per successful
-// create of the phase; 0 when none succeeded.
+// cpuPerCreate is the machine's CPU (less this harness's and other
+// processes') per successful call of the phase; 0 when none succeeded.
 func cpuPerCreate(p *phase) time.Duration {
 	n := len(p.ok())
 	if n == 0 {
@@ -146,15 +146,14 @@ func (b *bench) printCreates(rs []*stepResult, base *stepResult) {
 }
 
 func (b *bench) printCPU(rs []*stepResult, base *stepResult) {
-	fmt.Println("CPU over the creates (CPU seconds; a node = its hutch serve, embedded etcd member included, and every process below it: sandboxes' inits and envds, helpers)")
-	rows := [][]string{{"nodes", "each node", "nodes", "harness", "rest", "machine", "busy", "ms/create", "nodes ms/create", "calibrated", "by nodes' CPU", "N × 1 node × calibrated"}}
+	fmt.Println("CPU over the creates, CPU seconds: each node = its hutch serve (embedded etcd member included) and every process below it (sandboxes' inits and envds, helpers)")
+	rows := [][]string{{"nodes", "each node", "nodes", "kernel threads", "unattributed", "harness", "others", "machine", "busy", "ms/create", "nodes ms/create", "calibrated", "by nodes' CPU", "N × 1 node × calibrated"}}
 	for _, r := range rs {
 		u := r.creates.cpu
 		var each []string
 		for _, d := range u.nodes {
 			each = append(each, fmt.Sprintf("%.2f", d.Seconds()))
 		}
-		rest := max(0, u.machine-u.client-u.nodesTotal())
 		busy := 0.0
 		if r.creates.wall > 0 {
 			busy = u.machine.Seconds() / r.creates.wall.Seconds() / float64(runtime.NumCPU())
@@ -165,15 +164,17 @@ func (b *bench) printCPU(rs []*stepResult, base *stepResult) {
 			cal, byNodes = fmt.Sprintf("%.2f", c), fmt.Sprintf("%.2f", bn)
 			proj = fmt.Sprintf("%.1f/s", float64(r.spec.n)*base.creates.perSecond()*c)
 		}
-		rows = append(rows, []string{r.spec.label(), strings.Join(each, " / "), fmt.Sprintf("%.2f", u.nodesTotal().Seconds()),
-			fmt.Sprintf("%.2f", u.client.Seconds()), fmt.Sprintf("%.2f", rest.Seconds()), fmt.Sprintf("%.2f", u.machine.Seconds()),
-			fmt.Sprintf("%.0f%%", 100*busy), ms(cpuPerCreate(r.creates)), ms(nodesCPUPerCreate(r.creates)), cal, byNodes, proj})
+		sec := func(d time.Duration) string { return fmt.Sprintf("%.2f", d.Seconds()) }
+		rows = append(rows, []string{r.spec.label(), strings.Join(each, " / "), sec(u.nodesTotal()), sec(u.kernel), sec(u.unattributed()),
+			sec(u.client), sec(u.other), sec(u.machine), fmt.Sprintf("%.0f%%", 100*busy),
+			ms(cpuPerCreate(r.creates)), ms(nodesCPUPerCreate(r.creates)), cal, byNodes, proj})
 	}
 	harness.PrintTable(rows, 1)
-	fmt.Println("rest = the machine's busy time less the nodes' and the harness's: mostly the kernel's own threads (namespaces', cgroups' and devices' teardown), which no process tree shows")
-	fmt.Println("ms/create = (machine − harness) CPU per create: what a create costs wherever it runs, the client left out")
-	fmt.Println("calibrated = 1 node's ms/create ÷ N nodes' ms/create: on N machines like this one, each node bound by its CPU (as 1 node is here: see busy), N nodes would create")
-	fmt.Println("  calibrated × N × the 1-node cluster's creates/s (last column); \"by nodes' CPU\" is the same from the nodes' process trees alone")
+	fmt.Println("kernel threads = kthreadd's (workers tearing down namespaces, cgroups, loop devices; RCU); unattributed = the machine's busy time no process shows (interrupts and softirqs: the packets between namespaces; exited kernel workers)")
+	fmt.Println("others = every other process on the machine (work not the cluster's); busy = the machine's busy time over the wall time, all CPUs")
+	fmt.Println("ms/create = (machine − harness − others) CPU per create: what a create costs the machine wherever it runs, the client left out")
+	fmt.Println("calibrated = 1 node's ms/create ÷ N nodes' ms/create: N nodes on N machines like this one, each bound by its CPU (as 1 node is here: see busy), would create")
+	fmt.Println("  calibrated × N × the 1-node cluster's creates/s (last column); \"by nodes' CPU\" is the same ratio from the nodes' process trees alone")
 }
 
 func (b *bench) printPlacement(rs []*stepResult) {

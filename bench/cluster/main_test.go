@@ -1,0 +1,171 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netns"
+)
+
+// The harness's pieces that need no hutch: who runs an etcd member and
+// with which flags, and the arithmetic of the tables. No timing is
+// checked.
+func TestServeArgs(t *testing.T) {
+	for _, c := range []struct {
+		n         int
+		all       bool
+		wantVoter int
+	}{{1, false, 1}, {2, false, 1}, {2, true, 2}, {3, false, 3}, {4, false, 3}, {5, false, 5}} {
+		if got := votersFor(c.n, c.all); got != c.wantVoter {
+			t.Errorf("votersFor(%d, %v) = %d, want %d", c.n, c.all, got, c.wantVoter)
+		}
+	}
+	hosts := []*host{{idx: 1, ip: lanPrefix + "1"}, {idx: 2, ip: lanPrefix + "2"}, {idx: 3, ip: lanPrefix + "3"}}
+
+	two := clusterSpec{n: 2, voters: 1}
+	a1, a2 := strings.Join(serveArgs(two, hosts, 1), " "), strings.Join(serveArgs(two, hosts, 2), " ")
+	for _, want := range []string{"--cluster --node-name n1", "--etcd-embed", "--etcd-initial-cluster n1=https://10.98.0.1:2380", "--advertise-url https://10.98.0.1:7443"} {
+		if !strings.Contains(a1, want) {
+			t.Errorf("2 nodes, n1: %q lacks %q", a1, want)
+		}
+	}
+	if strings.Contains(a2, "--etcd-embed") || !strings.Contains(a2, "--etcd-endpoints https://10.98.0.1:2379") {
+		t.Errorf("2 nodes, n2 should be an etcd client of n1: %q", a2)
+	}
+
+	three := strings.Join(serveArgs(clusterSpec{n: 3, voters: 3}, hosts, 3), " ")
+	if !strings.Contains(three, "--etcd-initial-cluster n1=https://10.98.0.1:2380,n2=https://10.98.0.2:2380,n3=https://10.98.0.3:2380") {
+		t.Errorf("3 nodes, n3: %q", three)
+	}
+	if serveArgs(clusterSpec{plain: true}, hosts, 1) != nil {
+		t.Error("the plain server has cluster flags")
+	}
+	for _, s := range []clusterSpec{{plain: true}, {n: 1, voters: 1}, {n: 2, voters: 1}, {n: 2, voters: 2}, {n: 3, voters: 3}} {
+		if s.label() == "" || s.etcdDesc() == "" {
+			t.Errorf("%+v: no label or etcd description", s)
+		}
+	}
+}
+
+// phaseOf is a phase of n successful calls in wall, costing the machine
+// work (nodes' trees: nodes) and the client client.
+func phaseOf(n int, wall, work, nodes, client time.Duration) *phase {
+	p := &phase{wall: wall, calls: make([]call, n)}
+	for i := range p.calls {
+		p.calls[i] = call{id: "s", d: time.Millisecond}
+	}
+	p.cpu = cpuUse{nodes: []time.Duration{nodes}, client: client, machine: work + client}
+	return p
+}
+
+func TestScaling(t *testing.T) {
+	// One node: 100 creates in 2 s for 4 s of CPU (40 ms each).
+	one := phaseOf(100, 2*time.Second, 4*time.Second, 2*time.Second, time.Second)
+	// Three nodes on the same CPUs: as many creates/s, 10% more CPU
+	// each.
+	three := phaseOf(100, 2*time.Second, 4400*time.Millisecond, 2200*time.Millisecond, time.Second)
+	raw, cal, byNodes := scaling(one, three, 3)
+	near := func(a, b float64) bool { return a > b-1e-9 && a < b+1e-9 }
+	if !near(raw, 1.0/3) || !near(cal, 4.0/4.4) || !near(byNodes, 2.0/2.2) {
+		t.Errorf("scaling = %v, %v, %v; want 1/3, 1/1.1, 1/1.1", raw, cal, byNodes)
+	}
+	if r, c, bn := scaling(one, &phase{}, 2); r != 0 || c != 0 || bn != 0 {
+		t.Errorf("scaling of an empty phase = %v, %v, %v; want zeros", r, c, bn)
+	}
+	// A failed call counts as neither a create nor its CPU's divisor.
+	one.calls[0].err = errors.New("boom")
+	if got, want := cpuPerCreate(one), 4*time.Second/99; got != want {
+		t.Errorf("cpuPerCreate = %v, want %v", got, want)
+	}
+	u := cpuUse{nodes: []time.Duration{time.Second, time.Second}, client: time.Second, kernel: time.Second, other: time.Second, machine: 4 * time.Second}
+	if u.unattributed() != 0 || u.work() != 2*time.Second {
+		t.Errorf("unattributed %v (want 0), work %v (want 2s)", u.unattributed(), u.work())
+	}
+}
+
+// The CPU counters read this process as the harness's and, through
+// /proc, see every process.
+func TestCPUMark(t *testing.T) {
+	m0 := markCPU(nil)
+	for t0 := time.Now(); time.Since(t0) < 50*time.Millisecond; {
+	}
+	u := markCPU(nil).since(m0)
+	if len(m0.procs) < 2 || u.client <= 0 && u.machine <= 0 {
+		t.Errorf("%d processes read; client %v, machine %v", len(m0.procs), u.client, u.machine)
+	}
+}
+
+// A LAN of two hosts, its switch in a namespace of the test's own: a
+// host reaches the other, and the bridge's address, across it. Needs
+// root; it makes network namespaces only.
+func TestLAN(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("network namespaces need root")
+	}
+	sw, err := newNetNS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sw.Close()
+	l, err := newLAN(sw, "tbr0", 2, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := l.close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	if len(l.hosts) != 2 || l.hosts[1].ip != lanPrefix+"2" {
+		t.Fatalf("hosts: %+v", l.hosts)
+	}
+	// A listener on host 1 and one on the switch.
+	var lns []net.Listener
+	for _, ns := range []netns.NsHandle{l.hosts[0].ns, sw} {
+		var ln net.Listener
+		if err := doInNetNS(ns, func() (err error) { ln, err = net.Listen("tcp", ":0"); return err }); err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				io.WriteString(c, "hello")
+				c.Close()
+			}
+		}()
+		lns = append(lns, ln)
+	}
+	for i, target := range []string{l.hosts[0].ip, switchIP} {
+		_, port, _ := net.SplitHostPort(lns[i].Addr().String())
+		var got []byte
+		err := doInNetNS(l.hosts[1].ns, func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			c, err := (&net.Dialer{}).DialContext(ctx, "tcp", net.JoinHostPort(target, port))
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			got, err = io.ReadAll(c)
+			return err
+		})
+		if err != nil || string(got) != "hello" {
+			t.Errorf("host 2 → %s: %q, %v", target, got, err)
+		}
+	}
+	// The ports are the bridge's.
+	if names := l.portNames(); !slices.Equal(names, []string{"tbr0p1", "tbr0p2"}) {
+		t.Errorf("switch ports: %v", names)
+	}
+}
