@@ -173,7 +173,13 @@ type stepResult struct {
 	startup time.Duration
 	// busyBefore is how busy the machine was just before the creates.
 	busyBefore float64
-	err        error
+	// revCreates and revDeletes are how many revisions etcd gained (its
+	// writes) over the creates and over the deletes; -1 when unknown.
+	revCreates, revDeletes int64
+	// idleRevPerSec is etcd's writes per second with no call in flight
+	// (the nodes' record refreshes, every 2 s each), before the creates.
+	idleRevPerSec float64
+	err           error
 }
 
 // runStep starts the step's nodes on the LAN's hosts, warms them up,
@@ -212,10 +218,16 @@ func (b *bench) runStep(ctx context.Context, spec clusterSpec, hosts []*host, ho
 	// Let the nodes' records show the warm-up's sandboxes gone (they
 	// refresh every 2 s), so that placement starts from empty nodes, and
 	// the kernel finish tearing them down.
+	revIdle, tIdle := c.revision(ctx), time.Now()
 	sleepCtx(ctx, 2*time.Second)
 	r.busyBefore = settle(ctx, 0.1, 10*time.Second)
 	b.logf("%d creates, %d at once (machine %.0f%% busy just before)", b.cfg.creates, b.cfg.conc, 100*r.busyBefore)
+	rev0 := c.revision(ctx)
+	if d := revDelta(revIdle, rev0); d >= 0 {
+		r.idleRevPerSec = float64(d) / time.Since(tIdle).Seconds()
+	}
 	r.creates = b.runCalls(ctx, c, b.cfg.creates, b.cfg.conc, func(ctx context.Context, _ int, nd *node) call { return b.create(ctx, nd) })
+	rev1 := c.revision(ctx)
 	r.owner = map[string]int{}
 	for _, cl := range r.creates.calls {
 		if cl.err == nil {
@@ -242,6 +254,8 @@ func (b *bench) runStep(ctx context.Context, spec clusterSpec, hosts []*host, ho
 		}
 		return b.kill(ctx, nd, cl.id)
 	})
+	rev2 := c.revision(ctx)
+	r.revCreates, r.revDeletes = revDelta(rev0, rev1), revDelta(rev1, rev2)
 	var h *hopResult
 	if hop && ctx.Err() == nil {
 		h = b.measureHop(ctx, c)
@@ -270,4 +284,73 @@ func settle(ctx context.Context, quiet float64, d time.Duration) float64 {
 			return busy
 		}
 	}
+}
+
+// revDelta is b − a, or -1 when either is unknown.
+func revDelta(a, b int64) int64 {
+	if a < 0 || b < 0 {
+		return -1
+	}
+	return b - a
+}
+
+// add is r added to s (s nil: r), for a step's rounds: the calls of each
+// phase one after the other, their wall and CPU times summed, the
+// first error kept.
+func (s *stepResult) add(r *stepResult) *stepResult {
+	if s == nil {
+		return r
+	}
+	if s.err == nil {
+		s.err = r.err
+	}
+	if r.creates == nil {
+		return s
+	}
+	if s.creates == nil {
+		s.creates, s.deletes, s.owner, s.running = r.creates, r.deletes, r.owner, r.running
+		s.revCreates, s.revDeletes, s.idleRevPerSec = r.revCreates, r.revDeletes, r.idleRevPerSec
+		s.startup, s.busyBefore = r.startup, r.busyBefore
+		return s
+	}
+	// Idle writes are subtracted at one rate from all the phases' wall
+	// time: the rounds' average, weighted by that time.
+	if ws, wr := s.creates.wall, r.creates.wall; ws+wr > 0 {
+		s.idleRevPerSec = (s.idleRevPerSec*ws.Seconds() + r.idleRevPerSec*wr.Seconds()) / (ws + wr).Seconds()
+	}
+	s.creates = s.creates.add(r.creates)
+	s.deletes = s.deletes.add(r.deletes)
+	for id, o := range r.owner {
+		s.owner[id] = o
+	}
+	for k := range min(len(s.running), len(r.running)) {
+		s.running[k] += r.running[k]
+	}
+	s.revCreates = addRev(s.revCreates, r.revCreates)
+	s.revDeletes = addRev(s.revDeletes, r.revDeletes)
+	s.startup = max(s.startup, r.startup)
+	s.busyBefore = max(s.busyBefore, r.busyBefore)
+	return s
+}
+
+// add is the phases p and q as one: their calls, wall times and CPU.
+func (p *phase) add(q *phase) *phase {
+	out := &phase{calls: append(slices.Clone(p.calls), q.calls...), wall: p.wall + q.wall, cpu: p.cpu}
+	out.cpu.nodes = slices.Clone(p.cpu.nodes)
+	for k := range min(len(out.cpu.nodes), len(q.cpu.nodes)) {
+		out.cpu.nodes[k] += q.cpu.nodes[k]
+	}
+	out.cpu.client += q.cpu.client
+	out.cpu.kernel += q.cpu.kernel
+	out.cpu.other += q.cpu.other
+	out.cpu.machine += q.cpu.machine
+	return out
+}
+
+// addRev adds two revision counts, -1 when either is unknown.
+func addRev(a, b int64) int64 {
+	if a < 0 || b < 0 {
+		return -1
+	}
+	return a + b
 }

@@ -41,6 +41,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -58,6 +59,7 @@ type config struct {
 	warm                  int
 	network, plain        bool
 	allVoters             bool
+	rounds                int
 	hop                   bool
 	hopN, hopWarmup       int
 }
@@ -86,6 +88,7 @@ func realMain() int {
 	flag.StringVar(&nodes, "nodes", "1,2,3", "node counts, one fresh cluster each")
 	flag.IntVar(&cfg.creates, "creates", 200, "measured creates per step")
 	flag.IntVar(&cfg.conc, "c", 8, "creates (and deletes) at once, over all the nodes")
+	flag.IntVar(&cfg.rounds, "rounds", 2, "rounds of every step (odd rounds in reverse order), added up per step")
 	flag.IntVar(&cfg.warmup, "warmup", 16, "creates and deletes per step before the measured ones")
 	flag.IntVar(&cfg.warm, "warm", 0, "each node's --warm (warm pool of base)")
 	flag.BoolVar(&cfg.network, "network", true, "sandboxes with networking (hutch serve --network); each node has a namespace of its own")
@@ -108,8 +111,8 @@ func realMain() int {
 	case bad != "":
 	case cfg.dir == "":
 		bad = "-dir is required"
-	case cfg.creates < 1 || cfg.conc < 1 || cfg.warmup < 0 || cfg.warm < 0 || cfg.hopN < 1 || cfg.hopWarmup < 0:
-		bad = "-creates, -c and -hop-n must be >= 1, -warmup, -warm and -hop-warmup >= 0"
+	case cfg.creates < 1 || cfg.conc < 1 || cfg.rounds < 1 || cfg.warmup < 0 || cfg.warm < 0 || cfg.hopN < 1 || cfg.hopWarmup < 0:
+		bad = "-creates, -c, -rounds and -hop-n must be >= 1, -warmup, -warm and -hop-warmup >= 0"
 	}
 	if _, code := harness.CheckArgs("bench-cluster", bad, "", nil); code != 0 {
 		return code
@@ -156,33 +159,47 @@ func realMain() int {
 	for _, n := range cfg.nodes {
 		steps = append(steps, clusterSpec{n: n, voters: votersFor(n, cfg.allVoters)})
 	}
-	var results []*stepResult
+	// Each round runs every step, odd rounds in reverse order, so that
+	// whatever drifts over a run (the page cache, other work) weighs on
+	// every step alike; a step's rounds are added up.
+	results := make([]*stepResult, len(steps))
 	var hop *hopResult
-	for _, spec := range steps {
-		if ctx.Err() != nil {
-			break
+rounds:
+	for round := range cfg.rounds {
+		order := slices.Clone(steps)
+		if round%2 == 1 {
+			slices.Reverse(order)
 		}
-		// A fresh LAN per step: no namespace keeps anything of the last
-		// step's nodes (nftables, sockets in TIME_WAIT).
-		hosts := maxN
-		l, err := newLAN(self, "hbr0", hosts, true)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "bench-cluster:", err)
-			return 1
-		}
-		measureHop := cfg.hop && !spec.plain && spec.n == maxN && maxN >= 2
-		r, h := b.runStep(ctx, spec, l.hosts, measureHop)
-		if err := l.close(); err != nil {
-			b.logf("LAN: %v", err)
-		}
-		if r.err != nil {
-			b.logf("%s: %v", spec.label(), r.err)
-		}
-		results = append(results, r)
-		if h != nil {
-			hop = h
+		for _, spec := range order {
+			if ctx.Err() != nil {
+				break rounds
+			}
+			// A fresh LAN per step: no namespace keeps anything of the
+			// last step's nodes (nftables, sockets in TIME_WAIT).
+			l, err := newLAN(self, "hbr0", maxN, true)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "bench-cluster:", err)
+				return 1
+			}
+			measureHop := cfg.hop && hop == nil && !spec.plain && spec.n == maxN && maxN >= 2
+			if cfg.rounds > 1 {
+				b.logf("round %d of %d", round+1, cfg.rounds)
+			}
+			r, h := b.runStep(ctx, spec, l.hosts, measureHop)
+			if err := l.close(); err != nil {
+				b.logf("LAN: %v", err)
+			}
+			if r.err != nil {
+				b.logf("%s: %v", spec.label(), r.err)
+			}
+			i := slices.Index(steps, spec)
+			results[i] = results[i].add(r)
+			if h != nil {
+				hop = h
+			}
 		}
 	}
+	results = slices.DeleteFunc(results, func(r *stepResult) bool { return r == nil })
 	fmt.Println()
 	harness.PrintLoad("after the runs")
 	fmt.Println()
@@ -253,8 +270,9 @@ func (b *bench) printHeader(maxN int) {
 	fmt.Printf("etcd per node count: %s\n", strings.Join(etcd, "; "))
 	fmt.Printf("client: this harness, Go net/http (%s, GOMAXPROCS %d), kept-alive HTTP/1.1 connections to each node's address from the bridge's namespace\n",
 		runtime.Version(), runtime.GOMAXPROCS(0))
-	fmt.Printf("per step: %d creates and deletes to warm up, then %d POST /sandboxes %s, %d at once, create i sent to node i mod N; then a DELETE of each through the node that took its create\n",
+	fmt.Printf("per step: a fresh cluster; %d creates and deletes to warm up, then %d POST /sandboxes %s, %d at once, create i sent to node i mod N; then a DELETE of each through the node that took its create\n",
 		b.cfg.warmup, b.cfg.creates, createBody, b.cfg.conc)
+	fmt.Printf("rounds: %d, each of every step (odd rounds in reverse order); the tables add up each step's rounds\n", b.cfg.rounds)
 	if b.cfg.hop {
 		fmt.Printf("routing hop: on the %d-node cluster, %d round trips of each kind (after %d to warm up) to one sandbox, to its node and through the next node, alternately\n",
 			maxN, b.cfg.hopN, b.cfg.hopWarmup)

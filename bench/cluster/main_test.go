@@ -84,6 +84,16 @@ func TestScaling(t *testing.T) {
 	if got, want := cpuPerCreate(one), 4*time.Second/99; got != want {
 		t.Errorf("cpuPerCreate = %v, want %v", got, want)
 	}
+	// Rounds add up: calls, wall and CPU.
+	sum := one.add(three)
+	if len(sum.calls) != 200 || sum.wall != 4*time.Second || sum.cpu.machine != 10400*time.Millisecond || sum.cpu.nodes[0] != 4200*time.Millisecond {
+		t.Errorf("phase.add: %d calls, wall %v, machine %v, nodes %v", len(sum.calls), sum.wall, sum.cpu.machine, sum.cpu.nodes)
+	}
+	s1 := &stepResult{creates: one, deletes: one, owner: map[string]int{"a": 0}, running: []int{1}, revCreates: 10, revDeletes: 5}
+	s2 := &stepResult{creates: three, deletes: three, owner: map[string]int{"b": 0}, running: []int{2}, revCreates: 20, revDeletes: -1}
+	if got := (*stepResult)(nil).add(s1).add(s2); len(got.owner) != 2 || got.running[0] != 3 || got.revCreates != 30 || got.revDeletes != -1 {
+		t.Errorf("stepResult.add: owners %v, running %v, revisions %d/%d", got.owner, got.running, got.revCreates, got.revDeletes)
+	}
 	u := cpuUse{nodes: []time.Duration{time.Second, time.Second}, client: time.Second, kernel: time.Second, other: time.Second, machine: 4 * time.Second}
 	if u.unattributed() != 0 || u.work() != 2*time.Second {
 		t.Errorf("unattributed %v (want 0), work %v (want 2s)", u.unattributed(), u.work())

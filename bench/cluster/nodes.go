@@ -16,6 +16,9 @@ import (
 	"syscall"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	hcluster "github.com/hutch-sandbox/hutch/internal/cluster"
 	"github.com/hutch-sandbox/hutch/internal/e2bapi"
 )
 
@@ -163,6 +166,24 @@ type cluster struct {
 	spec  clusterSpec
 	nodes []*node
 	dir   string // the step's directory: the CA and the nodes' data
+	// etcd is a client of the cluster's etcd with a certificate of the
+	// harness's own (nil for the plain server): for the revision, how
+	// many writes a phase made.
+	etcd *clientv3.Client
+}
+
+// revision is etcd's current revision, -1 when it cannot be read.
+func (c *cluster) revision(ctx context.Context) int64 {
+	if c.etcd == nil {
+		return -1
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err := c.etcd.Get(ctx, "/hutch/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return -1
+	}
+	return resp.Header.Revision
 }
 
 // startCluster makes the step's directory under root (fresh), the cluster
@@ -212,6 +233,23 @@ func (b *bench) startCluster(ctx context.Context, spec clusterSpec, hosts []*hos
 			}
 		}
 		c.nodes = append(c.nodes, nd)
+	}
+	if !spec.plain {
+		bundle := filepath.Join(c.dir, "harness")
+		if err := runHutch(b.cfg.hutch, nil, "cluster", "issue", "--ca-dir", ca, "--name", "bench-harness",
+			"--host", switchIP, "--out", bundle); err != nil {
+			return nil, err
+		}
+		var endpoints []string
+		for j := 1; j <= spec.voters; j++ {
+			endpoints = append(endpoints, "https://"+hosts[j-1].addr(etcdClient))
+		}
+		cli, err := hcluster.Dial(hcluster.ClientConfig{Endpoints: endpoints, TLS: hcluster.TLSFiles{
+			CA: filepath.Join(bundle, hcluster.CAFile), Cert: filepath.Join(bundle, hcluster.NodeFile), Key: filepath.Join(bundle, hcluster.NodeKeyFile)}})
+		if err != nil {
+			return nil, fmt.Errorf("etcd client: %w", err)
+		}
+		c.etcd = cli
 	}
 	for i, nd := range c.nodes {
 		args := append(append([]string{"serve", "--listen", nd.host.addr(apiPort)}, b.commonFlags()...), serveArgs(spec, hosts, i+1)...)
@@ -379,6 +417,9 @@ func (b *bench) waitNodes(ctx context.Context, nd *node, n int, d time.Duration)
 // must not wait out the others' going), then removes the sandboxes left
 // in their data dirs and the step's directory.
 func (c *cluster) stop(hutch string) error {
+	if c.etcd != nil {
+		c.etcd.Close()
+	}
 	var wg sync.WaitGroup
 	for _, nd := range c.nodes {
 		if nd.cmd == nil {
@@ -452,7 +493,7 @@ func removeData(hutch, dir string) error {
 	var errs []error
 	for _, e := range ents {
 		data := filepath.Join(dir, e.Name())
-		if !e.IsDir() || e.Name() == "ca" {
+		if !e.IsDir() || e.Name() == "ca" || e.Name() == "harness" {
 			continue
 		}
 		ids, err := sandboxesOf(hutch, data)

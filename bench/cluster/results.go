@@ -109,7 +109,8 @@ func (b *bench) printResults(rs []*stepResult, hop *hopResult) {
 }
 
 func (b *bench) printCreates(rs []*stepResult, base *stepResult) {
-	fmt.Printf("create throughput: %d POST /sandboxes per row, %d at once, create i sent to node i mod N; times in ms\n", b.cfg.creates, b.cfg.conc)
+	fmt.Printf("create throughput: %d POST /sandboxes per row (%d rounds of %d), %d at once, create i sent to node i mod N; times in ms\n",
+		b.cfg.rounds*b.cfg.creates, b.cfg.rounds, b.cfg.creates, b.cfg.conc)
 	rows := [][]string{{"nodes", "etcd voters", "creates/s", "ok", "failed", "wall s", "p50", "p95", "p99", "max", "placed elsewhere", "÷ (N × 1 node)"}}
 	var errs []string
 	for _, r := range rs {
@@ -179,7 +180,7 @@ func (b *bench) printCPU(rs []*stepResult, base *stepResult) {
 
 func (b *bench) printPlacement(rs []*stepResult) {
 	fmt.Println("placement: creates each node took (create i went to node i mod N) and sandboxes each ran after them (hutch ps of its data dir); create latency, ms, by whether placement kept the create on the node that took it or sent it on (the hop)")
-	rows := [][]string{{"nodes", "took", "ran", "kept p50", "p95", "p99", "sent on p50", "p95", "p99"}}
+	rows := [][]string{{"nodes", "took", "ran", "kept p50", "p95", "p99", "sent on p50", "p95", "p99", "etcd writes/create", "/delete"}}
 	for _, r := range rs {
 		if r.spec.plain {
 			continue
@@ -207,9 +208,21 @@ func (b *bench) printPlacement(rs []*stepResult) {
 			}
 			row = append(row, ms(harness.Pct(t, 0.5)), ms(harness.Pct(t, 0.95)), ms(harness.Pct(t, 0.99)))
 		}
+		row = append(row, writesPer(r.revCreates, r.idleRevPerSec, r.creates), writesPer(r.revDeletes, r.idleRevPerSec, r.deletes))
 		rows = append(rows, row)
 	}
 	harness.PrintTable(rows, 1, 2)
+	fmt.Println("etcd writes/create (/delete) = etcd's new revisions over the phase, less the idle rate just before it (the nodes' record refreshes) × its wall time, ÷ its successful calls")
+}
+
+// writesPer is the etcd writes per successful call of phase p: rev
+// revisions over it, less idle per second over its wall time.
+func writesPer(rev int64, idle float64, p *phase) string {
+	n := len(p.ok())
+	if rev < 0 || n == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", (float64(rev)-idle*p.wall.Seconds())/float64(n))
 }
 
 func (b *bench) printDeletes(rs []*stepResult) {
