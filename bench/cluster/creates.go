@@ -343,6 +343,7 @@ func (p *phase) add(q *phase) *phase {
 	out.cpu.client += q.cpu.client
 	out.cpu.kernel += q.cpu.kernel
 	out.cpu.other += q.cpu.other
+	out.cpu.irq += q.cpu.irq
 	out.cpu.machine += q.cpu.machine
 	return out
 }

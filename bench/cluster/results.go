@@ -147,8 +147,8 @@ func (b *bench) printCreates(rs []*stepResult, base *stepResult) {
 }
 
 func (b *bench) printCPU(rs []*stepResult, base *stepResult) {
-	fmt.Println("CPU over the creates, CPU seconds: each node = its hutch serve (embedded etcd member included) and every process below it (sandboxes' inits and envds, helpers)")
-	rows := [][]string{{"nodes", "each node", "nodes", "kernel threads", "unattributed", "harness", "others", "machine", "busy", "ms/create", "nodes ms/create", "calibrated", "by nodes' CPU", "N × 1 node × calibrated"}}
+	fmt.Println("CPU over the creates, CPU seconds: each node = its hutch serve (embedded etcd member included) and every process below it (helpers), its sandboxes by their cgroups' CPU accounting")
+	rows := [][]string{{"nodes", "each node", "nodes", "kernel threads", "irq", "unattributed", "harness", "others", "machine", "busy", "ms/create", "nodes ms/create", "calibrated", "by nodes' CPU", "N × 1 node × calibrated"}}
 	for _, r := range rs {
 		u := r.creates.cpu
 		var each []string
@@ -166,12 +166,13 @@ func (b *bench) printCPU(rs []*stepResult, base *stepResult) {
 			proj = fmt.Sprintf("%.1f/s", float64(r.spec.n)*base.creates.perSecond()*c)
 		}
 		sec := func(d time.Duration) string { return fmt.Sprintf("%.2f", d.Seconds()) }
-		rows = append(rows, []string{r.spec.label(), strings.Join(each, " / "), sec(u.nodesTotal()), sec(u.kernel), sec(u.unattributed()),
+		rows = append(rows, []string{r.spec.label(), strings.Join(each, " / "), sec(u.nodesTotal()), sec(u.kernel), sec(u.irq), sec(u.unattributed()),
 			sec(u.client), sec(u.other), sec(u.machine), fmt.Sprintf("%.0f%%", 100*busy),
 			ms(cpuPerCreate(r.creates)), ms(nodesCPUPerCreate(r.creates)), cal, byNodes, proj})
 	}
 	harness.PrintTable(rows, 1)
-	fmt.Println("kernel threads = kthreadd's (workers tearing down namespaces, cgroups, loop devices; RCU); unattributed = the machine's busy time no process shows (interrupts and softirqs: the packets between namespaces; exited kernel workers)")
+	fmt.Println("kernel threads = kthreadd's (workers tearing down namespaces, cgroups, loop devices; RCU); irq = interrupts and softirqs (the packets between namespaces among them)")
+	fmt.Println("unattributed = the machine's busy time none of these shows: exited kernel workers, processes' times rounded down to whole ticks, a sandbox's init before it moved into its cgroup")
 	fmt.Println("others = every other process on the machine (work not the cluster's); busy = the machine's busy time over the wall time, all CPUs")
 	fmt.Println("ms/create = (machine − harness − others) CPU per create: what a create costs the machine wherever it runs, the client left out")
 	fmt.Println("calibrated = 1 node's ms/create ÷ N nodes' ms/create: N nodes on N machines like this one, each bound by its CPU (as 1 node is here: see busy), would create")
