@@ -91,6 +91,7 @@ type cpuMark struct {
 type procCPU struct {
 	cpu   time.Duration
 	group int
+	node  int // for groupCgroup: the node
 }
 
 // markCPU reads the counters now; roots are the nodes' hutch serve pids.
@@ -98,6 +99,7 @@ func markCPU(roots []int) cpuMark {
 	table := harness.NewProcTable()
 	m := cpuMark{procs: map[int]procCPU{}, cgroups: map[string]procCPU{}, groups: len(roots)}
 	group := map[int]int{}
+	nodeOf := map[int]int{}
 	for k, r := range roots {
 		own := cpuCgroup(r)
 		for _, pid := range table.Tree(r) {
@@ -106,10 +108,10 @@ func markCPU(roots []int) cpuMark {
 				continue
 			}
 			if cg := cpuCgroup(pid); cg != "" && cg != own {
-				group[pid] = groupCgroup
+				group[pid], nodeOf[pid] = groupCgroup, k
 				if _, ok := m.cgroups[cg]; !ok {
 					if d, ok := cgroupUsage(cg); ok {
-						m.cgroups[cg] = procCPU{d, k}
+						m.cgroups[cg] = procCPU{cpu: d, node: k}
 					}
 				}
 			}
@@ -127,11 +129,9 @@ func markCPU(roots []int) cpuMark {
 				g = groupClient
 			case !known:
 				g = groupOther
-			case g == groupCgroup:
-				continue
 			}
 			if d, ok := harness.ProcCPU(pid); ok {
-				m.procs[pid] = procCPU{d, g}
+				m.procs[pid] = procCPU{d, g, nodeOf[pid]}
 			}
 		}
 	}
@@ -141,9 +141,12 @@ func markCPU(roots []int) cpuMark {
 
 // since is the CPU used from m0 to m, each process in its group at m: a
 // process found both times counts the difference, one that started in
-// between all of its CPU; one that ended in between counts where its
-// parent reaped it (a measured parent's children's time grows by it).
-// The sandboxes' cgroups count the same way.
+// between all of its CPU. One that ended in between is counted by the
+// parent that reaped it, whose children's time grows by all the CPU the
+// process ever used: what it had used at m0 is taken off its group again
+// (its parent is of the same group but for orphans). The sandboxes'
+// cgroups count as processes do; their processes only through them, but
+// for those that ended (killed with their sandbox), which count as any.
 func (m cpuMark) since(m0 cpuMark) cpuUse {
 	u := cpuUse{nodes: make([]time.Duration, m.groups)}
 	for cg, c := range m.cgroups {
@@ -151,16 +154,14 @@ func (m cpuMark) since(m0 cpuMark) cpuUse {
 		if c0, ok := m0.cgroups[cg]; ok {
 			d = max(0, d-c0.cpu)
 		}
-		u.nodes[c.group] += d
+		u.nodes[c.node] += d
 	}
-	for pid, p := range m.procs {
-		d := p.cpu
-		if p0, ok := m0.procs[pid]; ok {
-			d = max(0, d-p0.cpu)
-		}
+	add := func(p procCPU, d time.Duration) {
 		switch {
 		case p.group >= 0:
 			u.nodes[p.group] += d
+		case p.group == groupCgroup:
+			u.nodes[p.node] += d
 		case p.group == groupClient:
 			u.client += d
 		case p.group == groupKernel:
@@ -169,6 +170,26 @@ func (m cpuMark) since(m0 cpuMark) cpuUse {
 			u.other += d
 		}
 	}
+	for pid, p := range m.procs {
+		if p.group == groupCgroup {
+			continue
+		}
+		d := p.cpu
+		if p0, ok := m0.procs[pid]; ok {
+			d = max(0, d-p0.cpu)
+		}
+		add(p, d)
+	}
+	for pid, p0 := range m0.procs {
+		// Kernel threads are reaped without their time going anywhere.
+		if _, ok := m.procs[pid]; !ok && p0.group != groupKernel {
+			add(p0, -p0.cpu)
+		}
+	}
+	for k := range u.nodes {
+		u.nodes[k] = max(0, u.nodes[k])
+	}
+	u.client, u.kernel, u.other = max(0, u.client), max(0, u.kernel), max(0, u.other)
 	u.machine = time.Duration(m.busy-m0.busy) * time.Second / 100
 	u.irq = time.Duration(m.irq-m0.irq) * time.Second / 100
 	return u

@@ -86,7 +86,7 @@ func realMain() int {
 	flag.StringVar(&cfg.dir, "dir", "", "work directory: each step's CA, data dirs and logs, removed after the step (required)")
 	flag.StringVar(&cfg.netnsDesc, "netns", "", "the harness's network namespace (for the header)")
 	flag.StringVar(&nodes, "nodes", "1,2,3", "node counts, one fresh cluster each")
-	flag.IntVar(&cfg.creates, "creates", 200, "measured creates per step")
+	flag.IntVar(&cfg.creates, "creates", 300, "measured creates per step")
 	flag.IntVar(&cfg.conc, "c", 8, "creates (and deletes) at once, over all the nodes")
 	flag.IntVar(&cfg.rounds, "rounds", 2, "rounds of every step (odd rounds in reverse order), added up per step")
 	flag.IntVar(&cfg.warmup, "warmup", 16, "creates and deletes per step before the measured ones")

@@ -112,6 +112,25 @@ func TestCPUMark(t *testing.T) {
 	}
 }
 
+// A process that ends between two marks counts, through its parent,
+// only what it used between them; a sandbox's cgroup counts for its node.
+func TestCPUSince(t *testing.T) {
+	s := time.Second
+	m0 := cpuMark{groups: 1, busy: 100, procs: map[int]procCPU{
+		10: {cpu: 5 * s, group: groupOther}, 11: {cpu: 3 * s, group: groupOther},
+		20: {cpu: 2 * s, group: 0}, 21: {cpu: 1 * s, group: groupCgroup, node: 0},
+	}, cgroups: map[string]procCPU{"a": {cpu: 1 * s, node: 0}}}
+	m := cpuMark{groups: 1, busy: 400, procs: map[int]procCPU{
+		// 10 reaped 11 (3.5 s in all); 20 reaped 21 (1.5 s in all), and
+		// a new sandbox's cgroup b came with its processes.
+		10: {cpu: 9 * s, group: groupOther}, 20: {cpu: 4 * s, group: 0}, 22: {cpu: 7 * s, group: groupCgroup, node: 0},
+	}, cgroups: map[string]procCPU{"b": {cpu: 500 * time.Millisecond, node: 0}}}
+	u := m.since(m0)
+	if u.other != 1*s || u.nodes[0] != 1500*time.Millisecond || u.machine != 3*s {
+		t.Errorf("since: other %v (want 1s), node %v (want 1.5s), machine %v (want 3s)", u.other, u.nodes[0], u.machine)
+	}
+}
+
 // A LAN of two hosts, its switch in a namespace of the test's own: a
 // host reaches the other, and the bridge's address, across it. Needs
 // root; it makes network namespaces only.
