@@ -12,7 +12,7 @@
 # a bridge in the harness's namespace (10.98.0.x/24), its own data dir,
 # cluster certificate (hutch cluster ca / issue) and, on 1 and 3 nodes,
 # an embedded etcd voter each (at 2 nodes the second node is an etcd
-# client of the first; -all-voters makes it a voter too). Uses
+# client of the first; -voters all makes it a voter too). Uses
 # /usr/local/bin/hutch when it is this checkout's or builds hutch and
 # hutch-sandbox into /var/cache/hutch/bench/cluster-bin, needs the base
 # template (scripts/setup.sh), builds the harness (bench/cluster), then

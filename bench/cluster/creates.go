@@ -173,6 +173,10 @@ type stepResult struct {
 	startup time.Duration
 	// busyBefore is how busy the machine was just before the creates.
 	busyBefore float64
+	// idle is the nodes' CPU with no call in flight, over a few seconds
+	// before the creates: what the cluster costs by itself (leases,
+	// record refreshes, watches, key and template syncs).
+	idle *phase
 	// revCreates and revDeletes are how many revisions etcd gained (its
 	// writes) over the creates and over the deletes; -1 when unknown.
 	revCreates, revDeletes int64
@@ -218,9 +222,10 @@ func (b *bench) runStep(ctx context.Context, spec clusterSpec, hosts []*host, ho
 	// Let the nodes' records show the warm-up's sandboxes gone (they
 	// refresh every 2 s), so that placement starts from empty nodes, and
 	// the kernel finish tearing them down.
-	revIdle, tIdle := c.revision(ctx), time.Now()
+	revIdle, tIdle, idle0 := c.revision(ctx), time.Now(), markCPU(c.pids())
 	sleepCtx(ctx, 2*time.Second)
 	r.busyBefore = settle(ctx, 0.1, 10*time.Second)
+	r.idle = &phase{wall: time.Since(tIdle), cpu: markCPU(c.pids()).since(idle0)}
 	b.logf("%d creates, %d at once (machine %.0f%% busy just before)", b.cfg.creates, b.cfg.conc, 100*r.busyBefore)
 	rev0 := c.revision(ctx)
 	if d := revDelta(revIdle, rev0); d >= 0 {
@@ -308,7 +313,7 @@ func (s *stepResult) add(r *stepResult) *stepResult {
 		return s
 	}
 	if s.creates == nil {
-		s.creates, s.deletes, s.owner, s.running = r.creates, r.deletes, r.owner, r.running
+		s.creates, s.deletes, s.owner, s.running, s.idle = r.creates, r.deletes, r.owner, r.running, r.idle
 		s.revCreates, s.revDeletes, s.idleRevPerSec = r.revCreates, r.revDeletes, r.idleRevPerSec
 		s.startup, s.busyBefore = r.startup, r.busyBefore
 		return s
@@ -320,6 +325,9 @@ func (s *stepResult) add(r *stepResult) *stepResult {
 	}
 	s.creates = s.creates.add(r.creates)
 	s.deletes = s.deletes.add(r.deletes)
+	if s.idle != nil && r.idle != nil {
+		s.idle = s.idle.add(r.idle)
+	}
 	for id, o := range r.owner {
 		s.owner[id] = o
 	}

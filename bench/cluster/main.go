@@ -6,7 +6,7 @@
 // --net), with its own data dir, certificate (hutch cluster ca / issue)
 // and, on 1 and 3 nodes, its own embedded etcd voter; at 2 nodes the
 // second is an etcd client of the first (docs/cluster.md: 1, 3 or 5
-// voters), or a second voter with -all-voters.
+// voters), or a second voter with -voters all.
 //
 // Per step (a plain `hutch serve` without --cluster as the reference,
 // then 1, 2 and 3 nodes, each a fresh cluster):
@@ -58,7 +58,7 @@ type config struct {
 	creates, conc, warmup int
 	warm                  int
 	network, plain        bool
-	allVoters             bool
+	voters                string
 	rounds                int
 	hop                   bool
 	hopN, hopWarmup       int
@@ -93,7 +93,7 @@ func realMain() int {
 	flag.IntVar(&cfg.warm, "warm", 0, "each node's --warm (warm pool of base)")
 	flag.BoolVar(&cfg.network, "network", true, "sandboxes with networking (hutch serve --network); each node has a namespace of its own")
 	flag.BoolVar(&cfg.plain, "plain", true, "also measure one hutch serve without --cluster, the reference row")
-	flag.BoolVar(&cfg.allVoters, "all-voters", false, "every node runs an etcd voter (2 voters at 2 nodes); default: 1, 1, 3 voters")
+	flag.StringVar(&cfg.voters, "voters", "odd", "which nodes run an etcd voter: odd (the largest odd number of them: 1, 1, 3 at 1, 2, 3 nodes), all, or a number (the first ones; the rest are etcd clients)")
 	flag.BoolVar(&cfg.hop, "hop", true, "measure the routing hop on the largest cluster")
 	flag.IntVar(&cfg.hopN, "hop-n", 300, "measured round trips of each kind, each way")
 	flag.IntVar(&cfg.hopWarmup, "hop-warmup", 20, "round trips of each kind, each way, before the measured ones")
@@ -111,6 +111,8 @@ func realMain() int {
 	case bad != "":
 	case cfg.dir == "":
 		bad = "-dir is required"
+	case votersFor(1, cfg.voters) == 0:
+		bad = "-voters: odd, all or a number >= 1"
 	case cfg.creates < 1 || cfg.conc < 1 || cfg.rounds < 1 || cfg.warmup < 0 || cfg.warm < 0 || cfg.hopN < 1 || cfg.hopWarmup < 0:
 		bad = "-creates, -c, -rounds and -hop-n must be >= 1, -warmup, -warm and -hop-warmup >= 0"
 	}
@@ -157,7 +159,7 @@ func realMain() int {
 		steps = append(steps, clusterSpec{plain: true})
 	}
 	for _, n := range cfg.nodes {
-		steps = append(steps, clusterSpec{n: n, voters: votersFor(n, cfg.allVoters)})
+		steps = append(steps, clusterSpec{n: n, voters: votersFor(n, cfg.voters)})
 	}
 	// Each round runs every step, odd rounds in reverse order, so that
 	// whatever drifts over a run (the page cache, other work) weighs on
@@ -265,7 +267,7 @@ func (b *bench) printHeader(maxN int) {
 		apiPort, strings.Join(b.commonFlags(), " "), clusterPort, clusterPort, b.cfg.dir, runtime.NumCPU())
 	var etcd []string
 	for _, n := range b.cfg.nodes {
-		etcd = append(etcd, fmt.Sprintf("%d: %s", n, clusterSpec{n: n, voters: votersFor(n, b.cfg.allVoters)}.etcdDesc()))
+		etcd = append(etcd, fmt.Sprintf("%d: %s", n, clusterSpec{n: n, voters: votersFor(n, b.cfg.voters)}.etcdDesc()))
 	}
 	fmt.Printf("etcd per node count: %s\n", strings.Join(etcd, "; "))
 	fmt.Printf("client: this harness, Go net/http (%s, GOMAXPROCS %d), kept-alive HTTP/1.1 connections to each node's address from the bridge's namespace\n",

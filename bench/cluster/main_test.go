@@ -20,11 +20,11 @@ import (
 func TestServeArgs(t *testing.T) {
 	for _, c := range []struct {
 		n         int
-		all       bool
+		rule      string
 		wantVoter int
-	}{{1, false, 1}, {2, false, 1}, {2, true, 2}, {3, false, 3}, {4, false, 3}, {5, false, 5}} {
-		if got := votersFor(c.n, c.all); got != c.wantVoter {
-			t.Errorf("votersFor(%d, %v) = %d, want %d", c.n, c.all, got, c.wantVoter)
+	}{{1, "odd", 1}, {2, "odd", 1}, {2, "all", 2}, {3, "odd", 3}, {4, "odd", 3}, {5, "odd", 5}, {3, "1", 1}, {2, "3", 2}, {3, "x", 0}, {3, "0", 0}} {
+		if got := votersFor(c.n, c.rule); got != c.wantVoter {
+			t.Errorf("votersFor(%d, %q) = %d, want %d", c.n, c.rule, got, c.wantVoter)
 		}
 	}
 	hosts := []*host{{idx: 1, ip: lanPrefix + "1"}, {idx: 2, ip: lanPrefix + "2"}, {idx: 3, ip: lanPrefix + "3"}}

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -125,14 +126,25 @@ func nodeRange(from, to int) string {
 	return strings.Join(s, ", ")
 }
 
-// votersFor is how many of n nodes run an etcd member: every node with
-// all, else the largest odd number up to n, as docs/cluster.md advises
-// (1, 3 or 5 voters; further nodes are etcd clients).
-func votersFor(n int, all bool) int {
-	if all || n%2 == 1 {
+// votersFor is how many of n nodes run an etcd member under the -voters
+// rule: "odd" (the largest odd number up to n, as docs/cluster.md
+// advises: 1, 3 or 5 voters, further nodes etcd clients), "all", or a
+// number (at most n); 0 for a rule it does not know.
+func votersFor(n int, rule string) int {
+	switch rule {
+	case "odd":
+		if n%2 == 1 {
+			return n
+		}
+		return n - 1
+	case "all":
 		return n
 	}
-	return n - 1
+	v, err := strconv.Atoi(rule)
+	if err != nil || v < 1 {
+		return 0
+	}
+	return min(v, n)
 }
 
 // serveArgs are the `hutch serve` flags of node i (from 1) of spec on

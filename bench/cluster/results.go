@@ -58,6 +58,14 @@ func scaling(base, r *phase, n int) (raw, calibrated, byNodes float64) {
 	return raw, calibrated, byNodes
 }
 
+// idleShare is the nodes' CPU over phase p in % of one CPU, or "-".
+func idleShare(p *phase) string {
+	if p == nil || p.wall <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f%%", 100*p.cpu.nodesTotal().Seconds()/p.wall.Seconds())
+}
+
 // hops counts the phase's successful creates that run on another node
 // than the one that took them, and those whose node is unknown.
 func hops(r *stepResult) (elsewhere, unknown int) {
@@ -148,7 +156,7 @@ func (b *bench) printCreates(rs []*stepResult, base *stepResult) {
 
 func (b *bench) printCPU(rs []*stepResult, base *stepResult) {
 	fmt.Println("CPU over the creates, CPU seconds: each node = its hutch serve (embedded etcd member included) and every process below it (helpers), its sandboxes by their cgroups' CPU accounting")
-	rows := [][]string{{"nodes", "each node", "nodes", "kernel threads", "irq", "unattributed", "harness", "others", "machine", "busy", "ms/create", "nodes ms/create", "calibrated", "by nodes' CPU", "N × 1 node × calibrated"}}
+	rows := [][]string{{"nodes", "each node", "nodes", "kernel threads", "irq", "unattributed", "harness", "others", "machine", "busy", "ms/create", "nodes ms/create", "idle nodes", "calibrated", "by nodes' CPU", "N × 1 node × calibrated"}}
 	for _, r := range rs {
 		u := r.creates.cpu
 		var each []string
@@ -168,13 +176,14 @@ func (b *bench) printCPU(rs []*stepResult, base *stepResult) {
 		sec := func(d time.Duration) string { return fmt.Sprintf("%.2f", d.Seconds()) }
 		rows = append(rows, []string{r.spec.label(), strings.Join(each, " / "), sec(u.nodesTotal()), sec(u.kernel), sec(u.irq), sec(u.unattributed()),
 			sec(u.client), sec(u.other), sec(u.machine), fmt.Sprintf("%.0f%%", 100*busy),
-			ms(cpuPerCreate(r.creates)), ms(nodesCPUPerCreate(r.creates)), cal, byNodes, proj})
+			ms(cpuPerCreate(r.creates)), ms(nodesCPUPerCreate(r.creates)), idleShare(r.idle), cal, byNodes, proj})
 	}
 	harness.PrintTable(rows, 1)
 	fmt.Println("kernel threads = kthreadd's (workers tearing down namespaces, cgroups, loop devices; RCU); irq = interrupts and softirqs (the packets between namespaces among them)")
 	fmt.Println("unattributed = the machine's busy time none of these shows: exited kernel workers, processes' times rounded down to whole ticks, a sandbox's init before it moved into its cgroup")
 	fmt.Println("others = every other process on the machine (work not the cluster's); busy = the machine's busy time over the wall time, all CPUs")
 	fmt.Println("ms/create = (machine − harness − others) CPU per create: what a create costs the machine wherever it runs, the client left out")
+	fmt.Println("idle nodes = the nodes' CPU with no call in flight (a few seconds before the creates), in % of one CPU: what the cluster costs by itself")
 	fmt.Println("calibrated = 1 node's ms/create ÷ N nodes' ms/create: N nodes on N machines like this one, each bound by its CPU (as 1 node is here: see busy), would create")
 	fmt.Println("  calibrated × N × the 1-node cluster's creates/s (last column); \"by nodes' CPU\" is the same ratio from the nodes' process trees alone")
 }
