@@ -117,8 +117,8 @@ func (b *bench) printResults(rs []*stepResult, hop *hopResult) {
 }
 
 func (b *bench) printCreates(rs []*stepResult, base *stepResult) {
-	fmt.Printf("create throughput: %d POST /sandboxes per row (%d rounds of %d), %d at once, create i sent to node i mod N; times in ms\n",
-		b.cfg.rounds*b.cfg.creates, b.cfg.rounds, b.cfg.creates, b.cfg.conc)
+	fmt.Printf("create throughput: %d POST /sandboxes per row (%s of %d), %d at once, create i sent to node i mod N; times in ms\n",
+		b.cfg.rounds*b.cfg.creates, plural(b.cfg.rounds, "round"), b.cfg.creates, b.cfg.conc)
 	rows := [][]string{{"nodes", "etcd voters", "creates/s", "ok", "failed", "wall s", "p50", "p95", "p99", "max", "placed elsewhere", "÷ (N × 1 node)"}}
 	var errs []string
 	for _, r := range rs {
@@ -189,7 +189,7 @@ func (b *bench) printCPU(rs []*stepResult, base *stepResult) {
 }
 
 func (b *bench) printPlacement(rs []*stepResult) {
-	fmt.Println("placement: creates each node took (create i went to node i mod N) and sandboxes each ran after them (hutch ps of its data dir); create latency, ms, by whether placement kept the create on the node that took it or sent it on (the hop)")
+	fmt.Println("placement: creates each node took (create i went to node i mod N) and sandboxes each ran after them (hutch ps of its data dir, a warm pool's included); create latency, ms, by whether placement kept the create on the node that took it or sent it on (the hop)")
 	rows := [][]string{{"nodes", "took", "ran", "kept p50", "p95", "p99", "sent on p50", "p95", "p99", "etcd writes/create", "/delete"}}
 	for _, r := range rs {
 		if r.spec.plain {
