@@ -235,6 +235,9 @@ func (m *Metrics) Register(cs ...prometheus.Collector) error {
 	return nil
 }
 
+// MaxScrapes is how many scrapes are served at once.
+const MaxScrapes = 4
+
 // Handler serves the metrics in Prometheus' text (or protobuf, as the
 // scraper asks) exposition format. A collector that fails is logged and
 // left out of that scrape; the rest are served.
@@ -243,9 +246,9 @@ func (m *Metrics) Handler() http.Handler {
 		ErrorLog:      slogPrinter{m.logger},
 		ErrorHandling: promhttp.ContinueOnError,
 		// Scrapes are cheap; more than a few at once is a misconfigured
-		// scraper, answered 503 rather than queued.
-		MaxRequestsInFlight: 4,
-		Timeout:             10 * time.Second,
+		// scraper, answered 503 rather than queued (MaxScrapes; the API
+		// listener counts its own first, to answer in its own shape).
+		MaxRequestsInFlight: MaxScrapes,
 	})
 }
 

@@ -16,5 +16,14 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
 		e2bapi.Write(w, s.logger, e2bapi.NotFound("metrics are not served on this listener: see hutch serve --metrics-api and --metrics-listen (docs/metrics.md)"))
 		return
 	}
+	// The scrape limit is enforced here, not by promhttp, so that a
+	// refusal is E2B's JSON error as every other answer of this listener.
+	select {
+	case s.promSlots <- struct{}{}:
+		defer func() { <-s.promSlots }()
+	default:
+		e2bapi.WriteError(w, http.StatusServiceUnavailable, "too many scrapes at once", "")
+		return
+	}
 	s.promAPI.ServeHTTP(w, r)
 }

@@ -80,7 +80,8 @@ type Server struct {
 	prom        *metrics.Metrics // Options.Metrics
 	// promAPI serves the metrics at GET /metrics (Options.MetricsOnAPI);
 	// nil when they are not served there.
-	promAPI http.Handler
+	promAPI   http.Handler
+	promSlots chan struct{} // scrapes in flight on the API listener
 }
 
 // New returns a server.
@@ -96,6 +97,7 @@ func New(opts Options) *Server {
 		prom: opts.Metrics}
 	if opts.MetricsOnAPI && opts.Metrics != nil {
 		s.promAPI = opts.Metrics.Handler()
+		s.promSlots = make(chan struct{}, metrics.MaxScrapes)
 	}
 	rand.Read(s.uploadKey[:])
 	if s.cluster != nil {
