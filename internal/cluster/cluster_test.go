@@ -332,7 +332,8 @@ func TestPlace(t *testing.T) {
 		{"nobody holds it: every node", []NodeRecord{rec("a", 3, "base"), rec("b", 1, "base")}, "nope", "b", 2},
 		{"least loaded of three", []NodeRecord{rec("a", 5, "base"), rec("b", 1, "base"), rec("c", 9, "base")}, "base", "b", 3},
 		{"this node, one sandbox busier than the best", []NodeRecord{rec("a", 0, "base"), rec("self", 1, "base"), rec("c", 0, "base")}, "base", "self", 3},
-		{"this node, two busier than the best", []NodeRecord{rec("a", 5, "base"), rec("self", 3, "base"), rec("c", 1, "base")}, "base", "c", 3},
+		{"this node, two busier than the best (an eighth of 16 slots)", []NodeRecord{rec("a", 5, "base"), rec("self", 3, "base"), rec("c", 1, "base")}, "base", "self", 3},
+		{"this node, three busier than the best", []NodeRecord{rec("a", 5, "base"), rec("self", 4, "base"), rec("c", 1, "base")}, "base", "c", 3},
 		{"this node, without the template", []NodeRecord{rec("a", 5, "custom"), rec("self", 0, "base")}, "custom", "a", 1},
 	}
 	for _, tt := range tests {

@@ -89,7 +89,7 @@ const placeK = 3
 // least loaded first, for the retries. Sampling, rather than sorting all,
 // keeps nodes reading slightly stale loads from all picking the same node.
 // This node leads when it is not in the mirror yet, and when it is within
-// one sandbox slot of the best.
+// keepLocal of the best.
 func (n *Node) Place(ref string) []Peer {
 	nodes := n.copyNodes()
 	n.mu.Lock()
@@ -120,6 +120,15 @@ func (n *Node) Place(ref string) []Peer {
 	recent := n.recentPlacements()
 	scores := map[string]float64{}
 	for _, r := range eligible {
+		if r.Name == n.cfg.Name && n.mgr != nil {
+			// This node's own load as of now, not as of its last record
+			// (up to refreshEvery old) plus what it placed since: the two
+			// overlap, and counted it busier than it was.
+			l := n.mgr.Load()
+			r.Load.Running, r.Load.Creating, r.Load.WarmBy = l.Running, l.Creating, l.WarmByTemplate
+			scores[r.Name] = score(r, ref, 0)
+			continue
+		}
 		scores[r.Name] = score(r, ref, recent[r.Name])
 	}
 	byScore := func(a, b NodeRecord) int {
@@ -137,11 +146,13 @@ func (n *Node) Place(ref string) []Peer {
 	if len(eligible) > 1 {
 		slices.SortStableFunc(eligible[1:], byScore)
 	}
-	// This node goes first when it is no more than one sandbox slot busier
-	// than the best: a create kept here saves the hop to another node
-	// (measured with three nodes: two creates in three hopped).
+	// This node goes first when it is within keepLocal of the best: a
+	// create kept here saves the hop to another node (measured with three
+	// nodes: two creates in three hopped, 8 ms more at p50). The margin
+	// allows for the others' loads, read from records up to refreshEvery
+	// old, lagging this node's own.
 	if i := slices.IndexFunc(eligible, func(r NodeRecord) bool { return r.Name == n.cfg.Name }); i > 0 &&
-		scores[n.cfg.Name] <= scores[eligible[0].Name]+1/float64(slotsOf(eligible[i])) {
+		scores[n.cfg.Name] <= scores[eligible[0].Name]+keepLocal(slotsOf(eligible[i])) {
 		self := eligible[i]
 		copy(eligible[1:i+1], eligible[:i])
 		eligible[0] = self
@@ -226,4 +237,11 @@ func slotsOf(r NodeRecord) int {
 		slots = r.Capacity.MemoryMB / r.Capacity.SandboxMemoryMB
 	}
 	return max(slots, 1)
+}
+
+// keepLocal is how much busier than the best node (in score: a share of
+// its slots) the node that took a create may be and keep it: an eighth of
+// its slots, one slot at least.
+func keepLocal(slots int) float64 {
+	return float64(max(1, slots/8)) / float64(slots)
 }
