@@ -11,12 +11,6 @@ import (
 	"strconv"
 	"time"
 
-	"connectrpc.com/connect"
-
-	fspb "github.com/hutch-sandbox/hutch/api/gen/filesystem"
-	"github.com/hutch-sandbox/hutch/api/gen/filesystem/filesystemconnect"
-	pb "github.com/hutch-sandbox/hutch/api/gen/process"
-	"github.com/hutch-sandbox/hutch/api/gen/process/processconnect"
 	"github.com/hutch-sandbox/hutch/bench/internal/harness"
 	"github.com/hutch-sandbox/hutch/internal/envdapi"
 	"github.com/hutch-sandbox/hutch/sdk"
@@ -50,12 +44,6 @@ type hopResult struct {
 // envdClient reaches one sandbox's envd through one node, in E2B_API_URL
 // mode (the E2b-Sandbox-Id and E2b-Sandbox-Port headers route it), on
 // one kept-alive connection.
-type envdClient struct {
-	hc   *http.Client
-	base string
-	proc processconnect.ProcessClient
-	fs   filesystemconnect.FilesystemClient
-}
 
 // headerRT adds the routing headers and envd's access token.
 type headerRT struct {
@@ -73,12 +61,9 @@ func (h *headerRT) RoundTrip(req *http.Request) (*http.Response, error) {
 	return h.rt.RoundTrip(r)
 }
 
-func newEnvdClient(nd *node, id, token string) *envdClient {
+func newEnvdClient(nd *node, id, token string) *harness.EnvdTimer {
 	hc := &http.Client{Transport: &headerRT{rt: newTransport(), id: id, token: token}, Timeout: time.Minute}
-	base := nd.url()
-	return &envdClient{hc: hc, base: base,
-		proc: processconnect.NewProcessClient(hc, base),
-		fs:   filesystemconnect.NewFilesystemClient(hc, base)}
+	return harness.NewEnvdTimer(hc, nd.url())
 }
 
 // measureHop makes one sandbox and times each hopOp on it, sent to the
@@ -111,7 +96,7 @@ func (b *bench) measureHop(ctx context.Context, c *cluster) *hopResult {
 	}
 	a, v := c.nodes[owner], c.nodes[(owner+1)%len(c.nodes)]
 	h.owner, h.via = a.name, v.name
-	clients := [2]*envdClient{newEnvdClient(a, id, token), newEnvdClient(v, id, token)}
+	clients := [2]*harness.EnvdTimer{newEnvdClient(a, id, token), newEnvdClient(v, id, token)}
 	apiGet := func(nd *node) func(ctx context.Context) (time.Duration, error) {
 		return func(ctx context.Context) (time.Duration, error) { return b.getSandbox(ctx, nd, id) }
 	}
@@ -121,11 +106,11 @@ func (b *bench) measureHop(ctx context.Context, c *cluster) *hopResult {
 		for k, e := range clients {
 			switch op.key {
 			case "health":
-				do[k] = e.health
+				do[k] = e.Health
 			case "stat":
-				do[k] = e.stat
+				do[k] = e.Stat
 			case "run":
-				do[k] = e.run
+				do[k] = e.Run
 			case "api":
 				do[k] = apis[k]
 			}
@@ -209,40 +194,4 @@ func (b *bench) getSandbox(ctx context.Context, nd *node, id string) (time.Durat
 		return 0, fmt.Errorf("GET /sandboxes/%s: %s", id, resp.Status)
 	}
 	return d, nil
-}
-
-// health is envd's GET /health (204, no body), timed.
-func (e *envdClient) health(ctx context.Context) (time.Duration, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.base+"/health", nil)
-	if err != nil {
-		return 0, err
-	}
-	t0 := time.Now()
-	resp, err := e.hc.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	_, err = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	d := time.Since(t0)
-	if err != nil {
-		return 0, err
-	}
-	if resp.StatusCode != http.StatusNoContent {
-		return 0, fmt.Errorf("GET /health: %s", resp.Status)
-	}
-	return d, nil
-}
-
-// stat is filesystem.Filesystem/Stat of /tmp, timed.
-func (e *envdClient) stat(ctx context.Context) (time.Duration, error) {
-	t0 := time.Now()
-	_, err := e.fs.Stat(ctx, connect.NewRequest(&fspb.StatRequest{Path: "/tmp"}))
-	return time.Since(t0), err
-}
-
-// run is process.Process/Start of /bin/true to its end event, timed.
-func (e *envdClient) run(ctx context.Context) (time.Duration, error) {
-	d, _, err := harness.StartProcess(ctx, e.proc, &pb.ProcessConfig{Cmd: "/bin/true"})
-	return d, err
 }

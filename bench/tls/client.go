@@ -5,19 +5,12 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"strconv"
 	"sync/atomic"
 	"time"
 
-	"connectrpc.com/connect"
-
-	fspb "github.com/hutch-sandbox/hutch/api/gen/filesystem"
-	"github.com/hutch-sandbox/hutch/api/gen/filesystem/filesystemconnect"
-	pb "github.com/hutch-sandbox/hutch/api/gen/process"
-	"github.com/hutch-sandbox/hutch/api/gen/process/processconnect"
 	"github.com/hutch-sandbox/hutch/bench/internal/harness"
 	"github.com/hutch-sandbox/hutch/internal/envdapi"
 	"github.com/hutch-sandbox/hutch/sdk"
@@ -107,12 +100,9 @@ func (r *routedRT) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // envd is a client of the sandbox's envd over one transport.
 type envd struct {
-	t    *target
-	tr   *http.Transport
-	hc   *http.Client
-	base string
-	proc processconnect.ProcessClient
-	fs   filesystemconnect.FilesystemClient
+	t  *target
+	tr *http.Transport
+	*harness.EnvdTimer
 }
 
 // client is a new client of the row's kind for sandbox s, on a new
@@ -121,49 +111,11 @@ func (t *target) client(s *sdk.Sandbox, domain string) *envd {
 	tr := t.transport()
 	hc := &http.Client{Transport: &routedRT{rt: tr, id: s.ID, token: s.EnvdAccessToken, routed: t.routed, wantHTTP2: t.h2}}
 	base := t.base(s.ID, domain)
-	return &envd{t: t, tr: tr, hc: hc, base: base,
-		proc: processconnect.NewProcessClient(hc, base),
-		fs:   filesystemconnect.NewFilesystemClient(hc, base)}
+	return &envd{t: t, tr: tr, EnvdTimer: harness.NewEnvdTimer(hc, base)}
 }
 
 // close closes the client's idle connections.
 func (e *envd) close() { e.tr.CloseIdleConnections() }
-
-// health is GET /health of envd (204, no body).
-func (e *envd) health(ctx context.Context) (time.Duration, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.base+"/health", nil)
-	if err != nil {
-		return 0, err
-	}
-	t0 := time.Now()
-	resp, err := e.hc.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	_, err = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	d := time.Since(t0)
-	if err != nil {
-		return 0, err
-	}
-	if resp.StatusCode != http.StatusNoContent {
-		return 0, fmt.Errorf("GET /health: %s", resp.Status)
-	}
-	return d, nil
-}
-
-// stat is the Connect call filesystem.Filesystem/Stat of /tmp.
-func (e *envd) stat(ctx context.Context) (time.Duration, error) {
-	t0 := time.Now()
-	_, err := e.fs.Stat(ctx, connect.NewRequest(&fspb.StatRequest{Path: "/tmp"}))
-	return time.Since(t0), err
-}
-
-// run is process.Process/Start of /bin/true, to its end event.
-func (e *envd) run(ctx context.Context) (time.Duration, error) {
-	d, _, err := harness.StartProcess(ctx, e.proc, &pb.ProcessConfig{Cmd: "/bin/true"})
-	return d, err
-}
 
 // newConn is a new connection (TCP, and TLS with a full handshake: the
 // client keeps no session tickets) and one GET /health on it, timed from
@@ -177,7 +129,7 @@ func (t *target) newConn(ctx context.Context, s *sdk.Sandbox, domain string) (ti
 			return nil
 		}
 	}
-	return e.health(ctx)
+	return e.Health(ctx)
 }
 
 // describeTLS names what a TLS connection negotiated.

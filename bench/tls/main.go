@@ -315,24 +315,24 @@ func (b *bench) measureRow(t *target, servePID, nginxPID int) {
 	defer e.close()
 	// The download reads what the upload wrote; write it once in any case.
 	ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
-	_, err := harness.UploadFile(ctx, e.hc, harness.FilesURL(e.base, filePath), b.payload)
+	_, err := harness.UploadFile(ctx, e.Client, harness.FilesURL(e.Base, filePath), b.payload)
 	cancel()
 	if err != nil {
 		fmt.Printf("  unavailable: upload before the runs: %v\n", err)
 		return
 	}
-	fileURL := harness.FilesURL(e.base, filePath)
+	fileURL := harness.FilesURL(e.Base, filePath)
 	calls := map[string]func(context.Context) (time.Duration, error){
-		"health": e.health,
-		"stat":   e.stat,
+		"health": e.Health,
+		"stat":   e.Stat,
 		"conn":   func(ctx context.Context) (time.Duration, error) { return t.newConn(ctx, b.sbx, b.cfg.domain) },
 		"upload": func(ctx context.Context) (time.Duration, error) {
-			return harness.UploadFile(ctx, e.hc, fileURL, b.payload)
+			return harness.UploadFile(ctx, e.Client, fileURL, b.payload)
 		},
 		"download": func(ctx context.Context) (time.Duration, error) {
-			return harness.DownloadFile(ctx, e.hc, fileURL, fileSize, false)
+			return harness.DownloadFile(ctx, e.Client, fileURL, fileSize, false)
 		},
-		"run": e.run,
+		"run": e.Run,
 	}
 	for _, o := range ops {
 		if b.ctx.Err() != nil {
@@ -397,7 +397,7 @@ func (b *bench) throughput(t *target, servePID, nginxPID int) *tputResult {
 	e.tr.MaxConnsPerHost = b.cfg.conc
 	// One call first, so that an HTTP/2 connection and its settings are
 	// there before the callers start.
-	e.health(b.ctx)
+	e.Health(b.ctx)
 	var mu sync.Mutex
 	burst := func(d time.Duration, keep bool) {
 		end := time.Now().Add(d)
@@ -409,7 +409,7 @@ func (b *bench) throughput(t *target, servePID, nginxPID int) *tputResult {
 				var lat []time.Duration
 				fails, firstErr := 0, ""
 				for time.Now().Before(end) && b.ctx.Err() == nil {
-					d, err := e.health(b.ctx)
+					d, err := e.Health(b.ctx)
 					if err != nil {
 						fails++
 						if firstErr == "" {

@@ -14,6 +14,8 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
+	fspb "github.com/hutch-sandbox/hutch/api/gen/filesystem"
+	"github.com/hutch-sandbox/hutch/api/gen/filesystem/filesystemconnect"
 	pb "github.com/hutch-sandbox/hutch/api/gen/process"
 	"github.com/hutch-sandbox/hutch/api/gen/process/processconnect"
 )
@@ -129,4 +131,55 @@ func DownloadFile(ctx context.Context, c *http.Client, fileURL string, size int6
 		return 0, fmt.Errorf("download: got %d bytes, want %d", n, size)
 	}
 	return d, nil
+}
+
+// EnvdTimer times envd's round trips on one sandbox through Client, whose
+// transport adds whatever the route needs (headers, token).
+type EnvdTimer struct {
+	Client *http.Client
+	Base   string // envd's URL, or the server's that routes to it
+	proc   processconnect.ProcessClient
+	fs     filesystemconnect.FilesystemClient
+}
+
+// NewEnvdTimer is an EnvdTimer of envd at base through hc.
+func NewEnvdTimer(hc *http.Client, base string) *EnvdTimer {
+	return &EnvdTimer{Client: hc, Base: base, proc: processconnect.NewProcessClient(hc, base),
+		fs: filesystemconnect.NewFilesystemClient(hc, base)}
+}
+
+// Health is envd's GET /health (204, no body), timed.
+func (e *EnvdTimer) Health(ctx context.Context) (time.Duration, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.Base+"/health", nil)
+	if err != nil {
+		return 0, err
+	}
+	t0 := time.Now()
+	resp, err := e.Client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	d := time.Since(t0)
+	if err != nil {
+		return 0, err
+	}
+	if resp.StatusCode != http.StatusNoContent {
+		return 0, fmt.Errorf("GET /health: %s", resp.Status)
+	}
+	return d, nil
+}
+
+// Stat is the Connect call filesystem.Filesystem/Stat of /tmp, timed.
+func (e *EnvdTimer) Stat(ctx context.Context) (time.Duration, error) {
+	t0 := time.Now()
+	_, err := e.fs.Stat(ctx, connect.NewRequest(&fspb.StatRequest{Path: "/tmp"}))
+	return time.Since(t0), err
+}
+
+// Run is process.Process/Start of /bin/true to its end event, timed.
+func (e *EnvdTimer) Run(ctx context.Context) (time.Duration, error) {
+	d, _, err := StartProcess(ctx, e.proc, &pb.ProcessConfig{Cmd: "/bin/true"})
+	return d, err
 }
