@@ -33,14 +33,25 @@ func (g *globals) openStore(cmd *cobra.Command) (*store.Store, error) {
 
 func newKeysCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "keys", Short: "Manage API keys (e2b_… keys for the E2B SDKs and hutch serve)"}
-	var name string
+	var name, role string
 	create := &cobra.Command{
 		Use:   "create",
 		Short: "Create an API key and print it (it is shown only once; only its hash is stored)",
-		Args:  cobra.NoArgs,
+		Long: `Create makes an API key and prints it. It is shown only once: only its
+hash is stored.
+
+Every key runs sandboxes and sees only its own. A user key (the default)
+also sees its own audit trail; an admin key (--role admin) also makes and
+revokes keys through the API (/api-keys, the console) and reads every
+key's audit trail.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			r, err := store.ParseRole(role)
+			if err != nil {
+				return fmt.Errorf("--role %q: want user or admin", role)
+			}
 			return g.withStore(cmd, func(st *store.Store) error {
-				key, k, err := st.CreateKey(cmd.Context(), name)
+				key, k, err := st.NewKey(cmd.Context(), name, r)
 				if err != nil {
 					return err
 				}
@@ -51,6 +62,7 @@ func newKeysCmd(g *globals) *cobra.Command {
 		},
 	}
 	create.Flags().StringVar(&name, "name", "", "a name to recognise the key by")
+	create.Flags().StringVar(&role, "role", string(store.RoleUser), "user, or admin: may also manage keys and read every key's audit trail")
 	var asJSON bool
 	ls := &cobra.Command{
 		Use:   "ls",
@@ -72,23 +84,24 @@ func newKeysCmd(g *globals) *cobra.Command {
 					Prefix  string     `json:"prefix"`
 					Created time.Time  `json:"created"`
 					Revoked *time.Time `json:"revoked"`
+					Role    string     `json:"role"`
 				}
 				out := []jsonKey{}
 				for _, k := range keys {
-					out = append(out, jsonKey{k.ID, k.Name, store.KeyPrefix + k.Prefix, k.Created, k.Revoked})
+					out = append(out, jsonKey{k.ID, k.Name, store.KeyPrefix + k.Prefix, k.Created, k.Revoked, string(k.Role)})
 				}
 				enc := json.NewEncoder(os.Stdout)
 				enc.SetIndent("", "  ")
 				return enc.Encode(out)
 			}
 			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "ID\tPREFIX\tNAME\tCREATED\tREVOKED")
+			fmt.Fprintln(w, "ID\tPREFIX\tNAME\tROLE\tCREATED\tREVOKED")
 			for _, k := range keys {
 				revoked := "-"
 				if k.Revoked != nil {
 					revoked = k.Revoked.Format("2006-01-02 15:04")
 				}
-				fmt.Fprintf(w, "%s\t%s%s…\t%s\t%s\t%s\n", k.ID, store.KeyPrefix, k.Prefix, k.Name, k.Created.Format("2006-01-02 15:04"), revoked)
+				fmt.Fprintf(w, "%s\t%s%s…\t%s\t%s\t%s\t%s\n", k.ID, store.KeyPrefix, k.Prefix, k.Name, k.Role, k.Created.Format("2006-01-02 15:04"), revoked)
 			}
 			return w.Flush()
 		},

@@ -82,7 +82,7 @@ func newRootCmd(getenv func(string) string) *cobra.Command {
 	root.PersistentFlags().StringVar(&g.templates, "templates", g.envOr("HUTCH_TEMPLATES", template.DefaultDir), "template store (env HUTCH_TEMPLATES)")
 	g.addRemoteFlags(root.PersistentFlags())
 	root.AddCommand(newRunCmd(g), newPsCmd(g), newRmCmd(g), newTemplateCmd(g), newKeysCmd(g), newServeCmd(g), newEnvdCmd())
-	root.AddCommand(newSandboxCmd(g), newSnapshotCmd(g), newExecCmd(g), newShellCmd(g), newCpCmd(g), newLogsCmd(g), newMCPCmd(g), newVolumeCmd(g), newClusterCmd(g), newVersionCmd(), newGenDocsCmd())
+	root.AddCommand(newSandboxCmd(g), newSnapshotCmd(g), newExecCmd(g), newShellCmd(g), newCpCmd(g), newLogsCmd(g), newEventsCmd(g), newMCPCmd(g), newVolumeCmd(g), newClusterCmd(g), newVersionCmd(), newGenDocsCmd())
 	return root
 }
 

@@ -45,7 +45,7 @@ func (n *Node) SyncKeys(ctx context.Context) error {
 	}
 	for _, k := range local {
 		key := keysPrefix + hex.EncodeToString(k.Hash)
-		rec := keyRecord{ID: k.ID, Name: k.Name, Prefix: k.Prefix, Hash: k.Hash, Created: k.Created, Revoked: k.Revoked}
+		rec := keyRecord{ID: k.ID, Name: k.Name, Prefix: k.Prefix, Hash: k.Hash, Created: k.Created, Revoked: k.Revoked, Role: string(k.Role)}
 		octx, cancel := n.op(ctx)
 		resp, err := n.cli.Txn(octx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
@@ -82,7 +82,7 @@ func (n *Node) SyncKeys(ctx context.Context) error {
 
 // importKey makes this node hold key r as the cluster does.
 func (n *Node) importKey(ctx context.Context, r keyRecord) {
-	err := n.store.ImportKey(ctx, store.KeyRecord{Key: store.Key{ID: r.ID, Name: r.Name, Prefix: r.Prefix, Created: r.Created, Revoked: r.Revoked}, Hash: r.Hash})
+	err := n.store.ImportKey(ctx, store.KeyRecord{Key: store.Key{ID: r.ID, Name: r.Name, Prefix: r.Prefix, Created: r.Created, Revoked: r.Revoked, Role: store.Role(r.Role)}, Hash: r.Hash})
 	if err != nil {
 		n.log.Warn("cluster: import an API key", "id", r.ID, "err", err)
 	}

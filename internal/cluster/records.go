@@ -143,6 +143,9 @@ type keyRecord struct {
 	Hash    []byte     `json:"hash"`
 	Created time.Time  `json:"created"`
 	Revoked *time.Time `json:"revoked,omitempty"`
+	// Role is the key's (store.Role); absent, from a node older than
+	// roles, it imports as a user key.
+	Role string `json:"role,omitempty"`
 }
 
 // mustJSON encodes one of this package's records, which always encode.

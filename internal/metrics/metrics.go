@@ -19,6 +19,8 @@
 package metrics
 
 import (
+	"github.com/hutch-sandbox/hutch/internal/respstatus"
+
 	"context"
 	"errors"
 	"log/slog"
@@ -347,7 +349,7 @@ func (m *Metrics) Edge(w http.ResponseWriter, r *http.Request, target string) (h
 	if m == nil {
 		return w, func() {}
 	}
-	sw := &statusWriter{ResponseWriter: w}
+	sw := &statusWriter{respstatus.Writer{ResponseWriter: w}}
 	return sw, func() { m.edgeRequests.WithLabelValues(target, sw.class(r)).Inc() }
 }
 

@@ -1,6 +1,8 @@
 package metrics
 
 import (
+	"github.com/hutch-sandbox/hutch/internal/respstatus"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -279,7 +281,7 @@ func TestEdgeStatusClass(t *testing.T) {
 				r.Header.Set("Connection", "keep-alive, Upgrade")
 				r.Header.Set("Upgrade", "websocket")
 			}
-			sw := &statusWriter{ResponseWriter: httptest.NewRecorder()}
+			sw := &statusWriter{respstatus.Writer{ResponseWriter: httptest.NewRecorder()}}
 			c.answer(sw)
 			if got := sw.class(r); got != c.want {
 				t.Errorf("class = %q, want %q", got, c.want)

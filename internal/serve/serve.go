@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hutch-sandbox/hutch/internal/audit"
 	"github.com/hutch-sandbox/hutch/internal/builder"
 	"github.com/hutch-sandbox/hutch/internal/cabundle"
 	"github.com/hutch-sandbox/hutch/internal/cluster"
@@ -91,6 +92,9 @@ type Config struct {
 	// Handler, to requests with an API key. Whether or not it does,
 	// Server.MetricsHandler serves them for a listener of their own.
 	MetricsOnAPI bool
+	// AuditRetention is how long the audit trail keeps events (package
+	// audit); 0 keeps them for ever.
+	AuditRetention time.Duration
 }
 
 // NetworkConfig configures the sandboxes' networks.
@@ -120,6 +124,9 @@ type Server struct {
 	// Metrics are the server's Prometheus metrics (docs/metrics.md): its
 	// own, each node's in a cluster.
 	Metrics *metrics.Metrics
+	// Audit is the server's audit trail (docs/audit.md): each node's
+	// own, in a cluster.
+	Audit *audit.Log
 
 	nets      *sandboxNets
 	builder   *builder.Builder
@@ -158,6 +165,7 @@ func Open(ctx context.Context, cfg Config) (_ *Server, retErr error) {
 	if s.Store, err = store.Open(ctx, filepath.Join(cfg.DataDir, "hutch.db")); err != nil {
 		return nil, err
 	}
+	s.Audit = audit.New(audit.Options{Store: s.Store, Logger: logger, Retention: cfg.AuditRetention})
 	templates := template.Open(cfg.Templates)
 	s.templates = templates
 	rt, nrt, err := backends.Open(backends.Options{DataDir: cfg.DataDir, Templates: templates, SandboxBinary: cfg.SandboxBinary, Default: cfg.Runtime, Logger: logger})
@@ -224,7 +232,7 @@ func Open(ctx context.Context, cfg Config) (_ *Server, retErr error) {
 	}
 	s.builder = builder.New(builder.Options{Store: templates, Manager: s.Manager, CABundle: cfg.CABundle, RegistryAllow: cfg.RegistryAllow, Metrics: s.Metrics, Logger: logger})
 	srv := server.New(server.Options{Manager: s.Manager, Domain: cfg.Domain, Logger: logger, Templates: templates, Builder: s.builder, Volumes: vols, Cluster: s.Cluster,
-		Metrics: s.Metrics, MetricsOnAPI: cfg.MetricsOnAPI})
+		Metrics: s.Metrics, MetricsOnAPI: cfg.MetricsOnAPI, Audit: s.Audit})
 	s.Handler = srv
 	if s.cluster != nil {
 		s.cluster.serve(s, s.Cluster.PeerHandler(srv.Forwarded()), logger)
@@ -247,6 +255,8 @@ func (s *Server) Close() error {
 	if s.nets != nil {
 		s.nets.close()
 	}
+	// Its last events go before the store does.
+	s.Audit.Close()
 	if s.Store != nil {
 		errs = append(errs, s.Store.Close())
 	}

@@ -13,7 +13,7 @@ import (
 // document without a second list of them to forget to update.
 func (s *Server) handle(pattern string, h http.HandlerFunc) {
 	// Counted by pattern: a bounded set, where the path has ids.
-	s.api.Handle(pattern, s.prom.InstrumentAPI(pattern, h))
+	s.api.Handle(pattern, s.prom.InstrumentAPI(pattern, s.audited(pattern, h)))
 	s.patterns = append(s.patterns, pattern)
 }
 

@@ -106,6 +106,8 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id string, port i
 			host = strings.ReplaceAll(in.MaskHost, "${PORT}", strconv.Itoa(port))
 		}
 	}
+	// What the request does, for the audit trail, read before it goes.
+	ea := s.auditEdge(r, id, port)
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(&url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))})
@@ -120,6 +122,9 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id string, port i
 		// the client's.
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
 			s.logger.Debug("sandbox unreachable", "sandbox", id, "port", port, "err", err)
+			if ea != nil {
+				ea.failed()
+			}
 			if tooSlow(r) {
 				// The client's doing, not the sandbox's: its status says
 				// so in the requests' count.
@@ -134,6 +139,9 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id string, port i
 			s.prom.EdgeError(target, metrics.EdgeUnreachable)
 			e2bapi.WriteSandboxNotFound502(w, id)
 		},
+	}
+	if ea != nil {
+		rp.ModifyResponse = ea.modify
 	}
 	// A proxy reads the request while it writes the response. Without full
 	// duplex, net/http's HTTP/1 server drains the unread request body when

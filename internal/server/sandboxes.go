@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hutch-sandbox/hutch/internal/audit"
 	"github.com/hutch-sandbox/hutch/internal/e2bapi"
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
@@ -56,6 +57,7 @@ func (s *Server) routes() {
 		s.handle(pattern, s.authed(answer))
 	}
 	s.volumeRoutes()
+	s.eventRoutes()
 	s.handle("/", func(w http.ResponseWriter, r *http.Request) {
 		e2bapi.Write(w, s.logger, e2bapi.NotFound("no such endpoint: "+r.Method+" "+r.URL.Path))
 	})
@@ -169,7 +171,25 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, req e2bapi.NewSa
 			cr.Network.MaskRequestHost = *n.MaskRequestHost
 		}
 	}
+	auditNote(r, "template", req.TemplateID)
+	if env := audit.Env(req.EnvVars, nil); len(env) > 0 {
+		auditNote(r, "envVars", env)
+	}
+	if len(req.Metadata) > 0 {
+		auditNote(r, "metadata", req.Metadata)
+	}
+	auditNote(r, "timeoutSeconds", *req.Timeout)
+	policy := networkDetail(cr.Network.Internet, cr.Network.AllowOut, cr.Network.DenyOut)
+	if policy != nil {
+		auditNote(r, "network", policy)
+	}
 	sb, err := s.mgr.Create(r.Context(), cr)
+	if err == nil {
+		auditSandbox(r, sb.ID)
+		if policy != nil {
+			s.audit.Record(audit.Event{KeyID: keyID(r), SandboxID: sb.ID, Kind: audit.KindNetwork, Action: "network.set", Detail: policy})
+		}
+	}
 	if err != nil {
 		switch {
 		case errors.Is(err, sandbox.ErrPrivateInsecure):
@@ -532,9 +552,31 @@ func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	upd := sandbox.EgressUpdate{Internet: req.AllowInternetAccess, AllowOut: req.AllowOut, DenyOut: req.DenyOut}
+	for k, v := range networkDetail(req.AllowInternetAccess, req.AllowOut, req.DenyOut) {
+		auditNote(r, k, v)
+	}
 	if err := s.mgr.UpdateEgress(r.Context(), keyID(r), id, upd); err != nil {
 		s.notFound(w, id, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// networkDetail is a network policy as the audit trail records it; nil
+// when the request set none.
+func networkDetail(internet *bool, allowOut, denyOut []string) map[string]any {
+	if internet == nil && allowOut == nil && denyOut == nil {
+		return nil
+	}
+	d := map[string]any{}
+	if internet != nil {
+		d["allowInternetAccess"] = *internet
+	}
+	if allowOut != nil {
+		d["allowOut"] = allowOut
+	}
+	if denyOut != nil {
+		d["denyOut"] = denyOut
+	}
+	return d
 }

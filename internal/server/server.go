@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hutch-sandbox/hutch/internal/audit"
 	"github.com/hutch-sandbox/hutch/internal/builder"
 	"github.com/hutch-sandbox/hutch/internal/cluster"
 	"github.com/hutch-sandbox/hutch/internal/e2bapi"
@@ -57,6 +58,10 @@ type Options struct {
 	// Metrics counts the API's and the edge's requests; nil counts
 	// nothing.
 	Metrics *metrics.Metrics
+	// Audit records the audit trail of what keys do through the API and
+	// the edge, and serves it at /events; nil records nothing and answers
+	// /events 501.
+	Audit *audit.Log
 	// MetricsOnAPI serves Metrics at GET /metrics to requests with an
 	// API key; false answers that route 404 (the operator may serve them
 	// on a listener of their own instead, see internal/serve).
@@ -82,6 +87,10 @@ type Server struct {
 	// nil when they are not served there.
 	promAPI   http.Handler
 	promSlots chan struct{} // scrapes in flight on the API listener
+	audit     *audit.Log      // Options.Audit
+	// gatewaySecrets are the values of each sandbox's MCP gateway
+	// configuration, seen when the gateway started (auditedge.go).
+	gatewaySecrets *secretBook
 }
 
 // New returns a server.
@@ -94,7 +103,7 @@ func New(opts Options) *Server {
 	domain := strings.ToLower(strings.TrimSuffix(opts.Domain, "."))
 	s := &Server{mgr: opts.Manager, domain: domain, logger: logger, api: http.NewServeMux(),
 		bodyGrace: opts.BodyGrace, bodyMinRate: int64(opts.BodyMinRate), templates: opts.Templates, builder: opts.Builder, volumes: opts.Volumes, cluster: opts.Cluster,
-		prom: opts.Metrics}
+		prom: opts.Metrics, audit: opts.Audit, gatewaySecrets: newSecretBook()}
 	if opts.MetricsOnAPI && opts.Metrics != nil {
 		s.promAPI = opts.Metrics.Handler()
 		s.promSlots = make(chan struct{}, metrics.MaxScrapes)
@@ -321,6 +330,7 @@ func (s *Server) authed(h http.HandlerFunc) http.HandlerFunc {
 			e2bapi.Write(w, s.logger, err)
 			return
 		}
+		auditKey(r, keyID)
 		h(w, r.WithContext(context.WithValue(r.Context(), keyCtx{}, keyID)))
 	}
 }

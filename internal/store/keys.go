@@ -41,6 +41,29 @@ type Key struct {
 	Created time.Time
 	// Revoked is when the key was revoked (UTC), nil while it is valid.
 	Revoked *time.Time
+	// Role is what the key may do beyond its own sandboxes.
+	Role Role
+}
+
+// Role is what an API key may do besides running sandboxes, which every
+// key may (each sees only its own).
+type Role string
+
+const (
+	// RoleAdmin keys also manage API keys and read every key's audit
+	// trail: the operator's.
+	RoleAdmin Role = "admin"
+	// RoleUser keys see their own sandboxes, key and audit trail only.
+	RoleUser Role = "user"
+)
+
+// ParseRole returns the role named s.
+func ParseRole(s string) (Role, error) {
+	switch r := Role(s); r {
+	case RoleAdmin, RoleUser:
+		return r, nil
+	}
+	return "", fmt.Errorf("store: role %q: want %q or %q: %w", s, RoleAdmin, RoleUser, errdefs.ErrInvalidArgument)
 }
 
 // validKey reports whether plaintext is KeyPrefix followed by exactly 40
@@ -72,13 +95,21 @@ func randomHex(nbytes int) string {
 	return hex.EncodeToString(b)
 }
 
-// CreateKey makes a new random API key ("e2b_" + 40 lowercase hex digits from
-// crypto/rand), stores its hash under name and returns the plaintext together
-// with the stored Key. The plaintext is not kept anywhere: show it to the
-// operator once.
+// CreateKey makes a new random admin API key ("e2b_" + 40 lowercase hex
+// digits from crypto/rand), stores its hash under name and returns the
+// plaintext together with the stored Key. The plaintext is not kept
+// anywhere: show it to the operator once.
 func (s *Store) CreateKey(ctx context.Context, name string) (string, Key, error) {
+	return s.NewKey(ctx, name, RoleAdmin)
+}
+
+// NewKey is CreateKey for a key of the given role.
+func (s *Store) NewKey(ctx context.Context, name string, role Role) (string, Key, error) {
+	if _, err := ParseRole(string(role)); err != nil {
+		return "", Key{}, err
+	}
 	plaintext := KeyPrefix + randomHex(keyHexLen/2)
-	k, err := s.insertKey(ctx, name, plaintext)
+	k, err := s.insertKey(ctx, name, plaintext, role)
 	if err != nil {
 		return "", Key{}, err
 	}
@@ -96,12 +127,12 @@ func (s *Store) AddKey(ctx context.Context, name, plaintext string) (Key, error)
 		return Key{}, fmt.Errorf("store: add key %q: key must be %q followed by %d lowercase hex digits: %w",
 			name, KeyPrefix, keyHexLen, errdefs.ErrInvalidArgument)
 	}
-	return s.insertKey(ctx, name, plaintext)
+	return s.insertKey(ctx, name, plaintext, RoleAdmin)
 }
 
 // insertKey stores plaintext's hash unless it is there already, and returns
 // the stored row either way.
-func (s *Store) insertKey(ctx context.Context, name, plaintext string) (Key, error) {
+func (s *Store) insertKey(ctx context.Context, name, plaintext string, role Role) (Key, error) {
 	h := hashKey(plaintext)
 	prefix := plaintext[len(KeyPrefix) : len(KeyPrefix)+prefixLen]
 	tx, err := s.db.BeginTx(ctx, nil)
@@ -110,9 +141,9 @@ func (s *Store) insertKey(ctx context.Context, name, plaintext string) (Key, err
 	}
 	defer tx.Rollback()
 	if _, err := tx.ExecContext(ctx,
-		`INSERT INTO api_keys (id, name, prefix, hash, created) VALUES (?, ?, ?, ?, ?)
+		`INSERT INTO api_keys (id, name, prefix, hash, created, role) VALUES (?, ?, ?, ?, ?, ?)
 		 ON CONFLICT (hash) DO NOTHING`,
-		"key_"+randomHex(8), name, prefix, h, toNanos(time.Now())); err != nil {
+		"key_"+randomHex(8), name, prefix, h, toNanos(time.Now()), string(role)); err != nil {
 		return Key{}, fmt.Errorf("store: add key: %w", err)
 	}
 	k, err := scanKey(tx.QueryRowContext(ctx, `SELECT `+keyColumns+` FROM api_keys WHERE hash = ?`, h))
@@ -125,7 +156,7 @@ func (s *Store) insertKey(ctx context.Context, name, plaintext string) (Key, err
 	return k, nil
 }
 
-const keyColumns = `id, name, prefix, created, revoked`
+const keyColumns = `id, name, prefix, created, revoked, role`
 
 type rowScanner interface {
 	Scan(dest ...any) error
@@ -136,11 +167,13 @@ func scanKey(r rowScanner) (Key, error) {
 		k       Key
 		created int64
 		revoked sql.NullInt64
+		role    string
 	)
-	if err := r.Scan(&k.ID, &k.Name, &k.Prefix, &created, &revoked); err != nil {
+	if err := r.Scan(&k.ID, &k.Name, &k.Prefix, &created, &revoked, &role); err != nil {
 		return Key{}, err
 	}
 	k.Created = fromNanos(created)
+	k.Role = Role(role)
 	if revoked.Valid {
 		t := fromNanos(revoked.Int64)
 		k.Revoked = &t
@@ -163,6 +196,19 @@ func (s *Store) VerifyKey(ctx context.Context, plaintext string) (Key, error) {
 	}
 	if err != nil {
 		return Key{}, fmt.Errorf("store: verify key: %w", err)
+	}
+	return k, nil
+}
+
+// GetKey returns the key whose ID is id, revoked or not; errdefs.ErrNotFound
+// if there is none.
+func (s *Store) GetKey(ctx context.Context, id string) (Key, error) {
+	k, err := scanKey(s.db.QueryRowContext(ctx, `SELECT `+keyColumns+` FROM api_keys WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Key{}, fmt.Errorf("store: key %q: %w", id, errdefs.ErrNotFound)
+	}
+	if err != nil {
+		return Key{}, fmt.Errorf("store: key %q: %w", id, err)
 	}
 	return k, nil
 }
@@ -280,11 +326,13 @@ func (s *Store) ExportKeys(ctx context.Context) ([]KeyRecord, error) {
 			r       KeyRecord
 			created int64
 			revoked sql.NullInt64
+			role    string
 		)
-		if err := rows.Scan(&r.ID, &r.Name, &r.Prefix, &created, &revoked, &r.Hash); err != nil {
+		if err := rows.Scan(&r.ID, &r.Name, &r.Prefix, &created, &revoked, &role, &r.Hash); err != nil {
 			return nil, fmt.Errorf("store: export keys: %w", err)
 		}
 		r.Created = fromNanos(created)
+		r.Role = Role(role)
 		if revoked.Valid {
 			t := fromNanos(revoked.Int64)
 			r.Revoked = &t
@@ -316,8 +364,14 @@ func (s *Store) ImportKey(ctx context.Context, r KeyRecord) error {
 	err = tx.QueryRowContext(ctx, `SELECT id FROM api_keys WHERE hash = ?`, r.Hash).Scan(&id)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		if _, err := tx.ExecContext(ctx, `INSERT INTO api_keys (id, name, prefix, hash, created) VALUES (?, ?, ?, ?, ?)`,
-			r.ID, r.Name, r.Prefix, r.Hash, toNanos(r.Created)); err != nil {
+		// A key from a node older than roles, or with a role this one
+		// does not know, may do the least.
+		role := r.Role
+		if _, err := ParseRole(string(role)); err != nil {
+			role = RoleUser
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO api_keys (id, name, prefix, hash, created, role) VALUES (?, ?, ?, ?, ?, ?)`,
+			r.ID, r.Name, r.Prefix, r.Hash, toNanos(r.Created), string(role)); err != nil {
 			return fmt.Errorf("store: import key %s: %w", r.ID, err)
 		}
 	case err != nil:

@@ -231,6 +231,24 @@ CREATE TABLE volumes (
 CREATE UNIQUE INDEX volumes_key_name ON volumes (coalesce(key_id, ''), name);
 ALTER TABLE sandboxes ADD COLUMN volume_mounts TEXT NOT NULL DEFAULT '[]' CHECK (json_valid(volume_mounts));
 `,
+	// 6: the audit trail (events.go), and API keys' roles: keys made
+	// before roles existed were all the operator's, and stay admin.
+	`
+CREATE TABLE events (
+	seq        INTEGER PRIMARY KEY AUTOINCREMENT,
+	time       INTEGER NOT NULL,
+	key_id     TEXT NOT NULL DEFAULT '',
+	sandbox_id TEXT NOT NULL DEFAULT '',
+	kind       TEXT NOT NULL,
+	action     TEXT NOT NULL,
+	outcome    TEXT NOT NULL,
+	detail     TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(detail))
+) STRICT;
+CREATE INDEX events_time ON events (time);
+CREATE INDEX events_key ON events (key_id, seq);
+CREATE INDEX events_sandbox ON events (sandbox_id, seq);
+ALTER TABLE api_keys ADD COLUMN role TEXT NOT NULL DEFAULT 'admin' CHECK (role IN ('admin', 'user'));
+`,
 }
 
 // migrateRetrying runs migrate, retrying while it fails with SQLITE_BUSY for

@@ -7,6 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -129,8 +130,10 @@ func TestMigrateFromOlderSchema(t *testing.T) {
 	if v := userVersion(t, old); v != 1 {
 		t.Fatalf("old user_version = %d", v)
 	}
-	_, k, err := old.CreateKey(ctx, "old")
-	if err != nil {
+	// A key as Hutch wrote it before roles (migration 6).
+	k := Key{ID: "key_00000000000000aa"}
+	if _, err := old.db.ExecContext(ctx, `INSERT INTO api_keys (id, name, prefix, hash, created) VALUES (?, 'old', '0000aaaa', ?, ?)`,
+		k.ID, hashKey(KeyPrefix+strings.Repeat("a", keyHexLen)), toNanos(time.Now())); err != nil {
 		t.Fatal(err)
 	}
 	// A row as Hutch wrote it before migration 3: the E2B network object
@@ -155,6 +158,10 @@ func TestMigrateFromOlderSchema(t *testing.T) {
 	defer s.Close()
 	if v := userVersion(t, s); v != len(migrations) {
 		t.Errorf("user_version = %d, want %d", v, len(migrations))
+	}
+	// Keys made before roles were the operator's: admin.
+	if got, err := s.GetKey(ctx, k.ID); err != nil || got.Role != RoleAdmin {
+		t.Errorf("old key after migration: role %q, %v; want admin", got.Role, err)
 	}
 	var n int
 	if err := s.db.QueryRow(`SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = 'sandboxes_key_started'`).Scan(&n); err != nil || n != 1 {

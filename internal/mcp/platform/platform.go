@@ -67,6 +67,7 @@ func NewServer(opts Options) *mcp.Server {
 	s.addLifecycleTools(srv)
 	s.addCommandTools(srv)
 	s.addFileTools(srv)
+	srv.AddReceivingMiddleware(s.reportCalls)
 	return srv
 }
 

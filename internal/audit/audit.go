@@ -1,0 +1,240 @@
+// Package audit is Hutch's trail of what agents did: API calls that change
+// something, commands started in sandboxes, files written or deleted,
+// network policy changes and MCP tool calls, each with the API key (by id)
+// and sandbox behind it. Events are redacted (redact.go) before they are
+// kept, written to the control plane's SQLite database in batches, and
+// pruned after a retention period.
+//
+// Durability: Record queues an event and returns; a writer commits the
+// queue every FlushInterval (or each BatchSize events) in one transaction
+// fsynced like every other write of the store, and Close commits what is
+// left. A crash of the process loses at most the last FlushInterval of
+// events; that bound is the price of not adding an fsync to every command
+// an agent starts.
+package audit
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/hutch-sandbox/hutch/internal/store"
+)
+
+// Kinds of event.
+const (
+	KindAPI     = "api"     // a REST call that changes something
+	KindCommand = "command" // a process started in a sandbox, and its end
+	KindFile    = "file"    // a file written, moved or deleted
+	KindNetwork = "network" // a sandbox's network policy set or changed
+	KindMCP     = "mcp"     // an MCP tool call
+)
+
+// Outcomes.
+const (
+	OK    = "ok"
+	Error = "error"
+)
+
+// Event is one action to record. Detail is redacted by its producer with
+// this package's rules before it is recorded.
+type Event struct {
+	KeyID, SandboxID string
+	Kind, Action     string
+	Outcome          string
+	Detail           map[string]any
+}
+
+const (
+	// FlushInterval is the longest an event waits in memory.
+	FlushInterval = 50 * time.Millisecond
+	// BatchSize is the most events committed in one transaction.
+	BatchSize = 256
+	// queueSize is how many events may wait; Record blocks beyond it
+	// rather than drop one.
+	queueSize = 8192
+)
+
+// Log records events in the store. Safe for concurrent use; a nil *Log
+// records nothing.
+type Log struct {
+	st        *store.Store
+	logger    *slog.Logger
+	retention time.Duration
+	q         chan store.Event
+	flushes   chan chan struct{}
+	stop      chan struct{}
+	done      sync.WaitGroup
+	closeOnce sync.Once
+	now       func() time.Time
+	// mu is held shared by Record while it queues, and exclusively by
+	// Close to mark the Log closed: no event is queued after the writer
+	// has drained the queue for the last time.
+	mu     sync.RWMutex
+	closed bool
+}
+
+// Options configure a Log.
+type Options struct {
+	Store  *store.Store
+	Logger *slog.Logger
+	// Retention is how long events are kept; 0 keeps them for ever.
+	Retention time.Duration
+}
+
+// New starts a Log writing to opts.Store; Close stops it.
+func New(opts Options) *Log {
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	l := &Log{st: opts.Store, logger: logger, retention: opts.Retention,
+		q: make(chan store.Event, queueSize), flushes: make(chan chan struct{}), stop: make(chan struct{}), now: time.Now}
+	l.done.Add(1)
+	go l.write()
+	if l.retention > 0 {
+		l.done.Add(1)
+		go l.prune()
+	}
+	return l
+}
+
+// Record queues e. It blocks only while the queue is full.
+func (l *Log) Record(e Event) {
+	if l == nil {
+		return
+	}
+	if e.Outcome == "" {
+		e.Outcome = OK
+	}
+	detail := []byte("{}")
+	if len(e.Detail) > 0 {
+		b, err := json.Marshal(e.Detail)
+		if err != nil {
+			b, _ = json.Marshal(map[string]string{"unencodable": err.Error()})
+		}
+		detail = b
+	}
+	se := store.Event{Time: l.now().UTC(), KeyID: e.KeyID, SandboxID: e.SandboxID, Kind: e.Kind,
+		Action: e.Action, Outcome: e.Outcome, Detail: detail}
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed {
+		// Late (a request still answered while the server stops):
+		// written directly.
+		if err := l.st.AppendEvents(context.Background(), []store.Event{se}); err != nil {
+			l.logger.Error("audit: event lost", "action", e.Action, "err", err)
+		}
+		return
+	}
+	l.q <- se
+}
+
+// write commits the queue in batches until Close.
+func (l *Log) write() {
+	defer l.done.Done()
+	batch := make([]store.Event, 0, BatchSize)
+	tick := time.NewTicker(FlushInterval)
+	defer tick.Stop()
+	flush := func() {
+		if len(batch) == 0 {
+			return
+		}
+		if err := l.st.AppendEvents(context.Background(), batch); err != nil {
+			l.logger.Error("audit: events lost", "count", len(batch), "err", err)
+		}
+		batch = batch[:0]
+	}
+	// drain commits everything queued so far.
+	drain := func() {
+		for {
+			select {
+			case e := <-l.q:
+				batch = append(batch, e)
+				if len(batch) == BatchSize {
+					flush()
+				}
+			default:
+				flush()
+				return
+			}
+		}
+	}
+	for {
+		select {
+		case e := <-l.q:
+			batch = append(batch, e)
+			if len(batch) == BatchSize {
+				flush()
+			}
+		case <-tick.C:
+			flush()
+		case done := <-l.flushes:
+			drain()
+			close(done)
+		case <-l.stop:
+			drain()
+			return
+		}
+	}
+}
+
+// pruneEvery is how often events past the retention are deleted.
+const pruneEvery = time.Hour
+
+// prune deletes events older than the retention, now and then every
+// pruneEvery.
+func (l *Log) prune() {
+	defer l.done.Done()
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-t.C:
+			n, err := l.st.PruneEvents(context.Background(), l.now().Add(-l.retention))
+			if err != nil {
+				l.logger.Warn("audit: prune", "err", err)
+			} else if n > 0 {
+				l.logger.Info("audit: pruned events past the retention", "count", n, "retention", l.retention)
+			}
+			t.Reset(pruneEvery)
+		}
+	}
+}
+
+// Flush waits until every event recorded before it is committed: a
+// reader that flushes first sees its own actions.
+func (l *Log) Flush() {
+	if l == nil {
+		return
+	}
+	done := make(chan struct{})
+	select {
+	case l.flushes <- done:
+		<-done
+	case <-l.stop:
+	}
+}
+
+// Close commits the events queued and stops the Log.
+func (l *Log) Close() {
+	if l == nil {
+		return
+	}
+	l.closeOnce.Do(func() {
+		l.mu.Lock()
+		l.closed = true
+		l.mu.Unlock()
+		close(l.stop)
+		l.done.Wait()
+	})
+}
+
+// List returns the events f selects, oldest first.
+func (l *Log) List(ctx context.Context, f store.EventFilter) ([]store.Event, error) {
+	return l.st.ListEvents(ctx, f)
+}

@@ -1,0 +1,95 @@
+package audit
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/hutch-sandbox/hutch/internal/store"
+)
+
+func openStore(t *testing.T) *store.Store {
+	t.Helper()
+	st, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "hutch.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+func TestRecordFlushList(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	l := New(Options{Store: st})
+	defer l.Close()
+	for i := range 300 {
+		l.Record(Event{KeyID: "key_a", SandboxID: "sb1", Kind: KindCommand, Action: "command.start", Detail: map[string]any{"i": i}})
+	}
+	l.Record(Event{KeyID: "key_b", Kind: KindAPI, Action: "sandbox.kill", Outcome: Error})
+	l.Flush()
+	all, err := l.List(ctx, store.EventFilter{Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 301 {
+		t.Fatalf("%d events after Flush, want 301", len(all))
+	}
+	for i, e := range all[:300] {
+		var d struct{ I int }
+		if err := json.Unmarshal(e.Detail, &d); err != nil || d.I != i || e.Outcome != OK {
+			t.Fatalf("event %d: %+v (%s), want i=%d outcome ok, in order", i, e, e.Detail, i)
+		}
+	}
+	b, err := l.List(ctx, store.EventFilter{KeyID: "key_b"})
+	if err != nil || len(b) != 1 || b[0].Action != "sandbox.kill" || b[0].Outcome != Error {
+		t.Fatalf("key_b's events: %+v, %v", b, err)
+	}
+	after, err := l.List(ctx, store.EventFilter{After: all[299].Seq})
+	if err != nil || len(after) != 1 || after[0].Seq != b[0].Seq {
+		t.Fatalf("after the 300th: %+v, %v", after, err)
+	}
+}
+
+func TestCloseKeepsEverything(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	l := New(Options{Store: st})
+	for range 1000 {
+		l.Record(Event{Kind: KindAPI, Action: "x"})
+	}
+	l.Close()
+	// Late events, after Close, are written too.
+	l.Record(Event{Kind: KindAPI, Action: "late"})
+	all, err := st.ListEvents(ctx, store.EventFilter{Limit: 5000})
+	if err != nil || len(all) != 1001 || all[1000].Action != "late" {
+		t.Fatalf("%d events after Close (err %v), want 1001 ending with the late one", len(all), err)
+	}
+}
+
+func TestRetention(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	old := time.Now().Add(-48 * time.Hour)
+	if err := st.AppendEvents(ctx, []store.Event{{Time: old, Kind: KindAPI, Action: "old"}, {Time: time.Now(), Kind: KindAPI, Action: "new"}}); err != nil {
+		t.Fatal(err)
+	}
+	l := New(Options{Store: st, Retention: 24 * time.Hour})
+	defer l.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		all, err := st.ListEvents(ctx, store.EventFilter{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(all) == 1 && all[0].Action == "new" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("events past the retention not pruned: %+v", all)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

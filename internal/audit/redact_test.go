@@ -1,0 +1,62 @@
+package audit
+
+import (
+	"reflect"
+	"testing"
+)
+
+func TestEnv(t *testing.T) {
+	got := Env(map[string]string{
+		"GITHUB_TOKEN": "ghp_abcdef", "api_key": "k1", "DB_PASSWORD": "pw", "MY_SECRET_X": "s",
+		"HOME": "/home/user", "GREETING": "hello sekrit-value",
+	}, []string{"sekrit-value"})
+	want := map[string]string{
+		"GITHUB_TOKEN": Redacted, "api_key": Redacted, "DB_PASSWORD": Redacted, "MY_SECRET_X": Redacted,
+		"HOME": "/home/user", "GREETING": "hello " + Redacted,
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Env = %v\nwant %v", got, want)
+	}
+}
+
+func TestCommandLine(t *testing.T) {
+	for _, tc := range []struct {
+		name, line, want string
+		secrets, found   []string
+	}{
+		{name: "plain", line: "echo hello", want: "echo hello"},
+		{name: "assignment", line: "GITHUB_TOKEN=ghp_123 gh repo list", want: "GITHUB_TOKEN=" + Redacted + " gh repo list"},
+		{name: "quoted assignment", line: `export API_KEY="a b c"; run`, want: "export API_KEY=" + Redacted + "; run"},
+		{name: "flag with space", line: "tool --api-key abc123 --verbose", want: "tool --api-key " + Redacted + " --verbose"},
+		{name: "flag with equals", line: "tool --password=hunter22", want: "tool --password=" + Redacted},
+		{name: "flag then flag", line: "tool --token --x", want: "tool --token --x"},
+		{name: "known secret", line: "curl -H 'Authorization: x-secretvalue'", secrets: []string{"x-secretvalue"},
+			want: "curl -H 'Authorization: " + Redacted + "'"},
+		{name: "gateway config", line: `mcp-gateway --config '{"githubOfficial":{"githubPersonalAccessToken":"ghp_zzzz"},"exa":{"apiKey":"exa-1234"}}'`,
+			want:  `mcp-gateway --config '{"exa":{"apiKey":"[redacted]"},"githubOfficial":{"githubPersonalAccessToken":"[redacted]"}}'`,
+			found: []string{"exa-1234", "ghp_zzzz"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, found := CommandLine(tc.line, tc.secrets)
+			if got != tc.want {
+				t.Errorf("CommandLine(%q)\n = %q\nwant %q", tc.line, got, tc.want)
+			}
+			if len(found) != len(tc.found) {
+				t.Errorf("found %q, want %q", found, tc.found)
+			}
+		})
+	}
+}
+
+func TestJSON(t *testing.T) {
+	in := map[string]any{
+		"path": "/tmp/x", "token": "t0ps3cret", "nested": map[string]any{"Password": "p", "list": []any{"has gw-secret-1 in it", 3.0}},
+	}
+	got := JSON(in, []string{"gw-secret-1"})
+	want := map[string]any{
+		"path": "/tmp/x", "token": Redacted, "nested": map[string]any{"Password": Redacted, "list": []any{"has " + Redacted + " in it", 3.0}},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("JSON = %v\nwant %v", got, want)
+	}
+}

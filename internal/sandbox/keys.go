@@ -1,0 +1,44 @@
+package sandbox
+
+import (
+	"context"
+
+	"github.com/hutch-sandbox/hutch/internal/store"
+)
+
+// Key returns the API key whose id is id, revoked or not;
+// errdefs.ErrNotFound if there is none.
+func (m *Manager) Key(ctx context.Context, id string) (store.Key, error) {
+	return m.store.GetKey(ctx, id)
+}
+
+// Keys returns every API key, revoked ones included, oldest first.
+func (m *Manager) Keys(ctx context.Context) ([]store.Key, error) {
+	return m.store.ListKeys(ctx)
+}
+
+// NewKey makes an API key of role and returns its plaintext, which is kept
+// nowhere, with the stored key.
+func (m *Manager) NewKey(ctx context.Context, name string, role store.Role) (string, store.Key, error) {
+	return m.store.NewKey(ctx, name, role)
+}
+
+// RevokeKey revokes the API key whose id is id. Its sandboxes run on; it
+// stops authenticating.
+func (m *Manager) RevokeKey(ctx context.Context, id string) error {
+	if _, err := m.store.GetKey(ctx, id); err != nil {
+		return err
+	}
+	return m.store.RevokeKey(ctx, id)
+}
+
+// Owner returns the id of the API key that made running sandbox id.
+func (m *Manager) Owner(id string) (keyID string, ok bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l := m.live[id]
+	if l == nil {
+		return "", false
+	}
+	return l.keyID, true
+}
