@@ -144,4 +144,3 @@ func auditNote(r *http.Request, name string, value any) {
 		p.detail[name] = value
 	}
 }
-

@@ -87,7 +87,7 @@ type Server struct {
 	// nil when they are not served there.
 	promAPI   http.Handler
 	promSlots chan struct{} // scrapes in flight on the API listener
-	audit     *audit.Log      // Options.Audit
+	audit     *audit.Log    // Options.Audit
 	// gatewaySecrets are the values of each sandbox's MCP gateway
 	// configuration, seen when the gateway started (auditedge.go).
 	gatewaySecrets *secretBook
