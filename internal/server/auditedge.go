@@ -40,54 +40,92 @@ const mcpGatewayPort = 50005
 
 // maxAuditBody is the most of a request body the edge reads before
 // forwarding it; a larger one is forwarded and recorded unread.
-const maxAuditBody = 1 << 20
+const maxAuditBody = 256 << 10
+
+// auditBodyBudget bounds the bytes of request bodies held for the audit
+// trail at once, across all requests: without it, anyone could make the
+// host hold maxAuditBody for each of thousands of connections (the edge
+// reads before envd checks its token). A request that finds the budget
+// spent is forwarded unread and recorded as such.
+const auditBodyBudget = 64 << 20
 
 // maxAuditMessage is the largest message of a stream the edge decodes;
 // larger ones (a command's output) are skipped unread.
 const maxAuditMessage = 1 << 20
 
 // edgeAudit is what the edge records of one request: modify sees the
-// answer's head, failed is called when no answer came.
+// answer's head, failed is called when no answer came, release gives back
+// what the request holds of the body budget once it is answered.
 type edgeAudit struct {
-	modify func(*http.Response) error
-	failed func()
+	modify  func(*http.Response) error
+	failed  func()
+	release func()
+}
+
+// done gives back the body budget the request held.
+func (ea *edgeAudit) done() {
+	if ea != nil && ea.release != nil {
+		ea.release()
+	}
 }
 
 // auditEdge returns what to record of r, sent to port of sandbox id; nil
-// when nothing is recorded.
+// when nothing is recorded. The caller calls done once r is answered.
 func (s *Server) auditEdge(r *http.Request, id string, port int) *edgeAudit {
 	if s.audit == nil || r.Method != http.MethodPost {
 		return nil
 	}
+	var held int64
+	ea := s.auditFor(r, id, port, &held)
+	if held > 0 {
+		if ea == nil {
+			ea = &edgeAudit{}
+		}
+		ea.release = func() { s.auditBodies.Release(held) }
+	}
+	return ea
+}
+
+func (s *Server) auditFor(r *http.Request, id string, port int, held *int64) *edgeAudit {
 	owner, _ := s.mgr.Owner(id)
 	switch {
 	case port == envdapi.Port:
 		switch p := path.Clean("/" + r.URL.Path); p {
 		case "/process.Process/Start":
-			return s.auditStart(r, owner, id)
+			return s.auditStart(r, owner, id, held)
 		case "/filesystem.Filesystem/Remove", "/filesystem.Filesystem/Move", "/filesystem.Filesystem/MakeDir":
-			return s.auditFS(r, owner, id, p)
+			return s.auditFS(r, owner, id, p, held)
 		case "/files":
 			return s.auditUpload(r, owner, id)
 		}
 	case port == mcpGatewayPort:
-		return s.auditTools(r, owner, id)
+		return s.auditTools(r, owner, id, held)
 	}
 	return nil
 }
 
 // peekBody reads r's body, up to maxAuditBody, and puts it back whole for
-// the proxy; ok is false when it is larger (or unreadable).
-func peekBody(r *http.Request) (body []byte, ok bool) {
+// the proxy; ok is false when it is larger, unreadable, or the budget is
+// spent. What it takes of the budget is added to *held, for release once
+// the request is answered.
+func (s *Server) peekBody(r *http.Request, held *int64) (body []byte, ok bool) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, true
 	}
-	b, err := io.ReadAll(io.LimitReader(r.Body, maxAuditBody+1))
+	want := int64(maxAuditBody + 1)
+	if r.ContentLength >= 0 && r.ContentLength < want {
+		want = r.ContentLength
+	}
+	if r.ContentLength > maxAuditBody || !s.auditBodies.TryAcquire(want) {
+		return nil, false
+	}
+	*held += want
+	b, err := io.ReadAll(io.LimitReader(r.Body, want))
 	r.Body = struct {
 		io.Reader
 		io.Closer
 	}{io.MultiReader(bytes.NewReader(b), r.Body), r.Body}
-	if err != nil || len(b) > maxAuditBody {
+	if err != nil || int64(len(b)) > maxAuditBody || (r.ContentLength < 0 && int64(len(b)) == want) {
 		return nil, false
 	}
 	return b, true
@@ -182,8 +220,8 @@ func decodeRequest(h http.Header, body []byte, m proto.Message) bool {
 
 // auditStart records a command: command.start once envd says it started
 // (or failed to), command.end with its exit when the stream carries it.
-func (s *Server) auditStart(r *http.Request, owner, id string) *edgeAudit {
-	body, ok := peekBody(r)
+func (s *Server) auditStart(r *http.Request, owner, id string, held *int64) *edgeAudit {
+	body, ok := s.peekBody(r, held)
 	var req process.StartRequest
 	detail := map[string]any{"user": envdUser(r)}
 	secrets := s.gatewaySecrets.get(id)
@@ -312,8 +350,8 @@ func shellQuote(a string) string {
 
 // auditFS records a file removed, moved or made through envd's filesystem
 // service.
-func (s *Server) auditFS(r *http.Request, owner, id, rpc string) *edgeAudit {
-	body, ok := peekBody(r)
+func (s *Server) auditFS(r *http.Request, owner, id, rpc string, held *int64) *edgeAudit {
+	body, ok := s.peekBody(r, held)
 	detail := map[string]any{"user": envdUser(r)}
 	var action string
 	switch rpc {
@@ -376,8 +414,8 @@ func (s *Server) auditUpload(r *http.Request, owner, id string) *edgeAudit {
 
 // auditTools records the MCP tool calls a request to a sandbox's gateway
 // carries (one JSON-RPC message or a batch).
-func (s *Server) auditTools(r *http.Request, owner, id string) *edgeAudit {
-	body, ok := peekBody(r)
+func (s *Server) auditTools(r *http.Request, owner, id string, held *int64) *edgeAudit {
+	body, ok := s.peekBody(r, held)
 	if !ok || len(body) == 0 {
 		return nil
 	}

@@ -108,6 +108,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id string, port i
 	}
 	// What the request does, for the audit trail, read before it goes.
 	ea := s.auditEdge(r, id, port)
+	defer ea.done()
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(&url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))})
@@ -122,7 +123,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id string, port i
 		// the client's.
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
 			s.logger.Debug("sandbox unreachable", "sandbox", id, "port", port, "err", err)
-			if ea != nil {
+			if ea != nil && ea.failed != nil {
 				ea.failed()
 			}
 			if tooSlow(r) {
@@ -140,7 +141,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id string, port i
 			e2bapi.WriteSandboxNotFound502(w, id)
 		},
 	}
-	if ea != nil {
+	if ea != nil && ea.modify != nil {
 		rp.ModifyResponse = ea.modify
 	}
 	// A proxy reads the request while it writes the response. Without full

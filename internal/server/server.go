@@ -16,6 +16,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sync/semaphore"
+
 	"github.com/hutch-sandbox/hutch/internal/audit"
 	"github.com/hutch-sandbox/hutch/internal/builder"
 	"github.com/hutch-sandbox/hutch/internal/cluster"
@@ -91,6 +93,9 @@ type Server struct {
 	// gatewaySecrets are the values of each sandbox's MCP gateway
 	// configuration, seen when the gateway started (auditedge.go).
 	gatewaySecrets *secretBook
+	// auditBodies bounds the request bodies the edge holds at once to
+	// read them for the audit trail (auditBodyBudget).
+	auditBodies *semaphore.Weighted
 }
 
 // New returns a server.
@@ -103,7 +108,7 @@ func New(opts Options) *Server {
 	domain := strings.ToLower(strings.TrimSuffix(opts.Domain, "."))
 	s := &Server{mgr: opts.Manager, domain: domain, logger: logger, api: http.NewServeMux(),
 		bodyGrace: opts.BodyGrace, bodyMinRate: int64(opts.BodyMinRate), templates: opts.Templates, builder: opts.Builder, volumes: opts.Volumes, cluster: opts.Cluster,
-		prom: opts.Metrics, audit: opts.Audit, gatewaySecrets: newSecretBook()}
+		prom: opts.Metrics, audit: opts.Audit, gatewaySecrets: newSecretBook(), auditBodies: semaphore.NewWeighted(auditBodyBudget)}
 	if opts.MetricsOnAPI && opts.Metrics != nil {
 		s.promAPI = opts.Metrics.Handler()
 		s.promSlots = make(chan struct{}, metrics.MaxScrapes)

@@ -220,3 +220,48 @@ func TestImportKeyTakesTheClustersID(t *testing.T) {
 		}
 	}
 }
+
+// TestKeyRoles: keys carry their role through the store and through a
+// cluster's import; an imported key whose role is unknown may do the
+// least.
+func TestKeyRoles(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openTest(t)
+	_, admin, err := s.CreateKey(ctx, "op")
+	if err != nil || admin.Role != RoleAdmin {
+		t.Fatalf("CreateKey: %+v, %v; want an admin key", admin, err)
+	}
+	_, user, err := s.NewKey(ctx, "agent", RoleUser)
+	if err != nil || user.Role != RoleUser {
+		t.Fatalf("NewKey user: %+v, %v", user, err)
+	}
+	if _, _, err := s.NewKey(ctx, "x", Role("root")); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("NewKey of role root: %v, want invalid argument", err)
+	}
+	if got, err := s.GetKey(ctx, user.ID); err != nil || got.Role != RoleUser {
+		t.Errorf("GetKey: %+v, %v", got, err)
+	}
+	exported, err := s.ExportKeys(ctx)
+	if err != nil || len(exported) != 2 || exported[0].Role != RoleAdmin || exported[1].Role != RoleUser {
+		t.Fatalf("ExportKeys: %+v, %v", exported, err)
+	}
+	other, _ := openTest(t)
+	for _, tc := range []struct {
+		rec  KeyRecord
+		want Role
+	}{
+		{exported[0], RoleAdmin},
+		{exported[1], RoleUser},
+		{KeyRecord{Key: Key{ID: "key_00000000000000ff", Name: "old", Prefix: "ffffffff", Created: time.Now()}, Hash: hashKey(KeyPrefix + strings.Repeat("f", keyHexLen))}, RoleUser},
+	} {
+		if err := other.ImportKey(ctx, tc.rec); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := other.GetKey(ctx, tc.rec.ID); err != nil || got.Role != tc.want {
+			t.Errorf("imported %s (role %q): role %q, %v; want %q", tc.rec.ID, tc.rec.Role, got.Role, err, tc.want)
+		}
+	}
+	if _, err := s.GetKey(ctx, "key_nope"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("GetKey of no key: %v, want not found", err)
+	}
+}

@@ -29,6 +29,7 @@ func TestNetworkPolicy(t *testing.T) {
 		t.Run("opens-internet", func(t *testing.T) { t.Parallel(); testUpdateOpens(t, w) })
 		t.Run("closes-internet", func(t *testing.T) { t.Parallel(); testUpdateCloses(t, w) })
 		t.Run("omitted-fields-are-cleared", func(t *testing.T) { t.Parallel(); testUpdateReplaces(t, w) })
+		t.Run("audited", func(t *testing.T) { t.Parallel(); testUpdateAudited(t, w) })
 	})
 }
 

@@ -1,7 +1,9 @@
 package netpolicy
 
 import (
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"regexp"
 	"slices"
 	"strconv"
@@ -10,6 +12,8 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+
+	"github.com/hutch-sandbox/hutch/test/internal/hutchtest"
 )
 
 // streamPy connects to HOST:PORT, introduces itself as ID and logs what it
@@ -273,4 +277,45 @@ func (w *world) proxiedFlows(t *testing.T, addr string) int {
 		}
 	}
 	return n
+}
+
+// testUpdateAudited: the policy a sandbox was created with and each change
+// of it are in the audit trail (GET /events, kind network), with the key
+// and sandbox behind them.
+func testUpdateAudited(t *testing.T, w *world) {
+	id := w.create(t, opts{"network": map[string]any{"allowOut": []string{"allowed.test"}, "denyOut": []string{"0.0.0.0/0"}}})
+	w.update(t, id, map[string]any{"allowInternetAccess": false})
+	req, err := http.NewRequest(http.MethodGet, w.srv.URL()+"/events?kind=network&sandboxID="+id, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-API-Key", hutchtest.TestKey)
+	resp, err := w.hostClient().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var events []struct {
+		KeyID, SandboxID, Kind, Action, Outcome string
+		Detail                                  map[string]any
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&events); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /events: %s, %v", resp.Status, err)
+	}
+	var actions []string
+	for _, e := range events {
+		actions = append(actions, e.Action+"/"+e.Outcome)
+		if e.SandboxID != id || e.KeyID == "" || e.Kind != "network" {
+			t.Errorf("event %+v: want kind network, sandbox %s and the test key's id", e, id)
+		}
+	}
+	if !slices.Equal(actions, []string{"network.set/ok", "network.update/ok"}) {
+		t.Fatalf("network events of %s: %v, want the policy set at create, then the update", id, actions)
+	}
+	if got := fmt.Sprint(events[0].Detail["allowOut"], events[0].Detail["denyOut"]); got != "[allowed.test] [0.0.0.0/0]" {
+		t.Errorf("network.set detail %v: want the create's allowOut and denyOut", events[0].Detail)
+	}
+	if v, ok := events[1].Detail["allowInternetAccess"].(bool); !ok || v {
+		t.Errorf("network.update detail %v: want allowInternetAccess false", events[1].Detail)
+	}
 }

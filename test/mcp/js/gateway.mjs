@@ -74,7 +74,27 @@ try {
 
   await a.close()
   await b.close()
-  console.log(`gateway ok: ${names.length} tools`)
+
+  // The audit trail (GET /events): the gateway's start with its
+  // configuration's values redacted, and each tool call through it.
+  const res = await fetch(`${process.env.E2B_API_URL}/events?limit=1000&sandboxID=${sbx.sandboxId}`, { headers: { 'X-API-Key': process.env.E2B_API_KEY } })
+  assert.equal(res.status, 200, `GET /events: ${res.status}`)
+  const body = await res.text()
+  const events = JSON.parse(body)
+  assert.ok(!body.includes('only-for-leaky'), 'the trail holds a gateway server\'s secret')
+  assert.ok(!body.includes(token), 'the trail holds the gateway token')
+  const launch = events.find((e) => e.action === 'command.start' && String(e.detail.cmd).includes('mcp-gateway'))
+  assert.ok(launch, `no command.start of the gateway in ${body}`)
+  assert.ok(String(launch.detail.cmd).includes('[redacted]') && String(launch.detail.cmd).includes('leaky'), `the gateway's command line: ${launch.detail.cmd}`)
+  const calls = events.filter((e) => e.kind === 'mcp' && e.action === 'tool.call' && e.detail.via === 'gateway')
+  const called = calls.map((e) => e.detail.tool)
+  for (const want of ['memory__create_entities', 'memory__add_observations', 'memory__read_graph', 'everything__echo', 'filesystem__read_text_file', 'leaky__get-env']) {
+    assert.ok(called.includes(want), `no tool.call of ${want} in the trail: ${called.join(', ')}`)
+  }
+  assert.equal(called.filter((n) => n === 'everything__echo').length, 4, 'four echoes, four tool.call events')
+  const echo = calls.find((e) => e.detail.tool === 'everything__echo')
+  assert.ok(/^m[0-3]$/.test(echo.detail.arguments.message) && echo.keyID && echo.outcome === 'ok', `an echo's event: ${JSON.stringify(echo)}`)
+  console.log(`gateway ok: ${names.length} tools, ${calls.length} tool calls in the trail`)
 } finally {
   await sbx.kill()
 }
