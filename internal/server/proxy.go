@@ -110,8 +110,10 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id string, port i
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(&url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))})
 			pr.Out.Host = host
+			stripConsoleCookie(pr.Out.Header)
 		},
-		Transport: transport,
+		ModifyResponse: dropConsoleSetCookie,
+		Transport:      transport,
 		// Stream responses as they come (Connect server streams, SSE).
 		FlushInterval: -1,
 		// Streams cut by a sandbox's end are routine, not warnings.

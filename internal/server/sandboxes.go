@@ -56,6 +56,7 @@ func (s *Server) routes() {
 		s.handle(pattern, s.authed(answer))
 	}
 	s.volumeRoutes()
+	s.consoleRoutes()
 	s.handle("/", func(w http.ResponseWriter, r *http.Request) {
 		e2bapi.Write(w, s.logger, e2bapi.NotFound("no such endpoint: "+r.Method+" "+r.URL.Path))
 	})

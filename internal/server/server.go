@@ -6,6 +6,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/hutch-sandbox/hutch/internal/builder"
 	"github.com/hutch-sandbox/hutch/internal/cluster"
+	"github.com/hutch-sandbox/hutch/internal/console"
 	"github.com/hutch-sandbox/hutch/internal/e2bapi"
 	"github.com/hutch-sandbox/hutch/internal/envdapi"
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
@@ -82,6 +84,8 @@ type Server struct {
 	// nil when they are not served there.
 	promAPI   http.Handler
 	promSlots chan struct{} // scrapes in flight on the API listener
+	// console serves the web console's files; nil when they did not load.
+	console *console.Console
 }
 
 // New returns a server.
@@ -108,6 +112,11 @@ func New(opts Options) *Server {
 	}
 	if s.bodyMinRate <= 0 {
 		s.bodyMinRate = defaultBodyMinRate
+	}
+	if c, err := console.New(); err != nil {
+		logger.Error("web console disabled", "err", err)
+	} else {
+		s.console = c
 	}
 	s.routes()
 	return s
@@ -307,7 +316,7 @@ type keyCtx struct{}
 // live key; the handler sees its id in the context.
 func (s *Server) authed(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		key := e2bapi.APIKeyFromRequest(r)
+		key := cmp.Or(e2bapi.APIKeyFromRequest(r), consoleKey(r))
 		if key == "" {
 			e2bapi.Write(w, s.logger, e2bapi.Unauthorized("missing API key: send it in the X-API-KEY header"))
 			return
