@@ -312,8 +312,9 @@ func parsePort(v string) int {
 
 type keyCtx struct{}
 
-// authed wraps an API handler: the X-API-KEY (or Bearer e2b_…) must be a
-// live key; the handler sees its id in the context.
+// authed wraps an API handler: the X-API-KEY (or Bearer e2b_…, or the web
+// console's cookie: consoleKey) must be a live key; the handler sees its id
+// in the context.
 func (s *Server) authed(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		key := cmp.Or(e2bapi.APIKeyFromRequest(r), consoleKey(r))
