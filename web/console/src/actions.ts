@@ -34,8 +34,12 @@ export function confirmButton(label: string, confirmLabel: string, act: () => Pr
   return b;
 }
 
-/** sandboxActions are kill, pause or resume, and set timeout. */
-export function sandboxActions(sb: ListedSandbox, done: () => void, report: (err: unknown) => void): HTMLElement {
+/**
+ * sandboxActions are kill, pause or resume, and set timeout. drafts keeps
+ * what was typed in the timeout field across the list's refreshes, which
+ * make the row anew.
+ */
+export function sandboxActions(sb: ListedSandbox, done: () => void, report: (err: unknown) => void, drafts?: Map<string, string>): HTMLElement {
   const id = seg(sb.sandboxID);
   const run = async (f: () => Promise<unknown>) => {
     try {
@@ -45,7 +49,8 @@ export function sandboxActions(sb: ListedSandbox, done: () => void, report: (err
     }
     done();
   };
-  const timeout = h("input", { type: "number", min: 1, max: 86400, value: 300, class: "timeout", "aria-label": "timeout in seconds" });
+  const timeout = h("input", { type: "number", min: 1, max: 86400, value: drafts?.get(sb.sandboxID) ?? "300", class: "timeout", "aria-label": "timeout in seconds" });
+  timeout.addEventListener("input", () => drafts?.set(sb.sandboxID, timeout.value));
   return h(
     "span",
     { class: "actions" },

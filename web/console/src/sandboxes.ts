@@ -15,6 +15,7 @@ export function sandboxesView(root: HTMLElement): () => void {
   const table = h("div", { class: "table-wrap" });
   const note = h("div", {});
   const metrics = new Map<string, SandboxMetric[]>();
+  const drafts = new Map<string, string>();
   let stopped = false;
   let timer = 0;
 
@@ -58,6 +59,9 @@ export function sandboxesView(root: HTMLElement): () => void {
   }
 
   function render(list: ListedSandbox[]): void {
+    // Not while the user types in a row: the next refresh shows it.
+    const active = document.activeElement;
+    if (active instanceof HTMLInputElement && table.contains(active)) return;
     const now = Date.now();
     if (list.length === 0) {
       clear(table, h("p", { class: "muted empty" }, "No sandboxes match."));
@@ -79,7 +83,7 @@ export function sandboxesView(root: HTMLElement): () => void {
         h("td", {}, sparkline(m.map((x) => x.memUsed), last?.memTotal || sb.memoryMB * 1048576, 80, 22, "memory"), h("div", { class: "muted small" }, last ? `${bytes(last.memUsed)} / ${bytes(last.memTotal)}` : `${sb.memoryMB} MiB`)),
         h("td", {}, sparkline(m.map((x) => x.diskUsed), last?.diskTotal || sb.diskSizeMB * 1048576, 80, 22, "disk"), h("div", { class: "muted small" }, last ? `${bytes(last.diskUsed)} / ${bytes(last.diskTotal)}` : `${sb.diskSizeMB} MiB`)),
         h("td", { class: "muted small" }, Object.entries(sb.metadata ?? {}).map(([k, v]) => `${k}=${v}`).join(", ")),
-        h("td", {}, sandboxActions(sb, () => void refresh(), (err) => clear(note, errorBox(err)))),
+        h("td", {}, sandboxActions(sb, () => void refresh(), (err) => clear(note, errorBox(err)), drafts)),
       );
     });
     clear(
