@@ -25,6 +25,16 @@ if ! git diff --quiet -- api internal/runtime/native; then
 	exit 1
 fi
 
+echo "==> the web console's built files are up to date"
+# internal/console/dist is committed (go build needs no Node.js); it must
+# be what scripts/console.sh builds from web/console, byte for byte.
+./scripts/console.sh
+if [ -n "$(git status --porcelain -- internal/console/dist web/console/src/gen)" ]; then
+	git status --short -- internal/console/dist web/console/src/gen >&2
+	echo "the console's built files are stale: run ./scripts/console.sh and commit" >&2
+	exit 1
+fi
+
 echo "==> go test"
 # One package at a time: the sandbox-heavy suites share two cores. The
 # cluster suite has a stage of its own, below.

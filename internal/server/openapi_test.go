@@ -49,12 +49,17 @@ func documentedAt(pattern string) (path string, methods []string, subtree, ok bo
 	if !found {
 		method, path = "", pattern
 	}
-	if !strings.HasPrefix(path, "/") || strings.Contains(path, "...}") || strings.Contains(path, "{$}") {
-		return "", nil, false, false
-	}
 	methods = openAPIMethods
 	if method != "" {
 		methods = []string{strings.ToLower(method)}
+	}
+	if path == "/{$}" {
+		// The root exactly (the console's page): "/" to OpenAPI, which
+		// has no subtrees.
+		return "/", methods, false, true
+	}
+	if !strings.HasPrefix(path, "/") || strings.Contains(path, "...}") || strings.Contains(path, "{$}") {
+		return "", nil, false, false
 	}
 	if strings.HasSuffix(path, "/") {
 		return path + "{path}", methods, true, true
@@ -109,6 +114,7 @@ func subtreePrefix(path string) (prefix string, ok bool) {
 //     the subtree shares their path item, under their wildcard's name:
 //     paths["/templates/{templateID}"] has the template's GET and DELETE,
 //     its other six operations are the subtree's, and it is marked;
+//   - "/{$}", the root exactly, is paths["/"];
 //   - "/", the catch-all, is not a route: it is the 404 of every path
 //     nothing else serves, which the document's description states.
 //
@@ -244,7 +250,8 @@ func TestRouteRules(t *testing.T) {
 		{"/secrets/", "/secrets/{path}", openAPIMethods, true, true},
 		{"POST /secrets/", "/secrets/{path}", []string{"post"}, true, true},
 		{"GET /files/{path...}", "", nil, false, false},
-		{"GET /{$}", "", nil, false, false},
+		{"GET /{$}", "/", []string{"get"}, false, true},
+		{"GET /a/{$}", "", nil, false, false},
 		{"example.com/", "", nil, false, false},
 	}
 	for _, tc := range tests {

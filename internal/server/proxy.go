@@ -113,8 +113,10 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id string, port i
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(&url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))})
 			pr.Out.Host = host
+			stripConsoleCookie(pr.Out.Header)
 		},
-		Transport: transport,
+		ModifyResponse: dropConsoleSetCookie,
+		Transport:      transport,
 		// Stream responses as they come (Connect server streams, SSE).
 		FlushInterval: -1,
 		// Streams cut by a sandbox's end are routine, not warnings.
@@ -142,7 +144,12 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id string, port i
 		},
 	}
 	if ea != nil && ea.modify != nil {
-		rp.ModifyResponse = ea.modify
+		rp.ModifyResponse = func(resp *http.Response) error {
+			if err := dropConsoleSetCookie(resp); err != nil {
+				return err
+			}
+			return ea.modify(resp)
+		}
 	}
 	// A proxy reads the request while it writes the response. Without full
 	// duplex, net/http's HTTP/1 server drains the unread request body when

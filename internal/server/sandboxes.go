@@ -58,6 +58,7 @@ func (s *Server) routes() {
 	}
 	s.volumeRoutes()
 	s.eventRoutes()
+	s.consoleRoutes()
 	s.handle("/", func(w http.ResponseWriter, r *http.Request) {
 		e2bapi.Write(w, s.logger, e2bapi.NotFound("no such endpoint: "+r.Method+" "+r.URL.Path))
 	})

@@ -6,6 +6,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
@@ -21,6 +22,7 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/audit"
 	"github.com/hutch-sandbox/hutch/internal/builder"
 	"github.com/hutch-sandbox/hutch/internal/cluster"
+	"github.com/hutch-sandbox/hutch/internal/console"
 	"github.com/hutch-sandbox/hutch/internal/e2bapi"
 	"github.com/hutch-sandbox/hutch/internal/envdapi"
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
@@ -96,6 +98,8 @@ type Server struct {
 	// auditBodies bounds the request bodies the edge holds at once to
 	// read them for the audit trail (auditBodyBudget).
 	auditBodies *semaphore.Weighted
+	// console serves the web console's files; nil when they did not load.
+	console *console.Console
 }
 
 // New returns a server.
@@ -122,6 +126,11 @@ func New(opts Options) *Server {
 	}
 	if s.bodyMinRate <= 0 {
 		s.bodyMinRate = defaultBodyMinRate
+	}
+	if c, err := console.New(); err != nil {
+		logger.Error("web console disabled", "err", err)
+	} else {
+		s.console = c
 	}
 	s.routes()
 	return s
@@ -317,11 +326,12 @@ func parsePort(v string) int {
 
 type keyCtx struct{}
 
-// authed wraps an API handler: the X-API-KEY (or Bearer e2b_…) must be a
-// live key; the handler sees its id in the context.
+// authed wraps an API handler: the X-API-KEY (or Bearer e2b_…, or the web
+// console's cookie: consoleKey) must be a live key; the handler sees its id
+// in the context.
 func (s *Server) authed(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		key := e2bapi.APIKeyFromRequest(r)
+		key := cmp.Or(e2bapi.APIKeyFromRequest(r), consoleKey(r))
 		if key == "" {
 			e2bapi.Write(w, s.logger, e2bapi.Unauthorized("missing API key: send it in the X-API-KEY header"))
 			return

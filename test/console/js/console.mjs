@@ -1,0 +1,276 @@
+// Drives Hutch's web console in Debian's chromium through playwright-core:
+// the steps of test/console (console_test.go), which runs this script and
+// answers its requests on stdin ("@@go <verb> [arg]" lines on stdout: the
+// Go test creates sandboxes through the Go SDK and checks through it).
+//
+// Environment: HUTCH_URL, KEY_A, KEY_B, SANDBOX_B (key B's sandbox),
+// ARTIFACTS (screenshots), CHROMIUM (the browser binary).
+import { chromium } from 'playwright-core'
+import assert from 'node:assert/strict'
+import { createInterface } from 'node:readline'
+import { randomBytes } from 'node:crypto'
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { tmpdir } from 'node:os'
+
+const url = process.env.HUTCH_URL
+const keyA = process.env.KEY_A
+const keyB = process.env.KEY_B
+const sandboxB = process.env.SANDBOX_B
+const artifacts = process.env.ARTIFACTS
+mkdirSync(artifacts, { recursive: true })
+
+// The Go test's answers, one line per request.
+const lines = createInterface({ input: process.stdin })[Symbol.asyncIterator]()
+async function ask (verb, arg = '') {
+  console.log(`@@go ${verb} ${arg}`.trim())
+  const { value, done } = await lines.next()
+  if (done) throw new Error(`no answer to ${verb}`)
+  if (value.startsWith('error ')) throw new Error(`${verb}: ${value}`)
+  return value
+}
+
+let shot = 0
+async function screenshot (page, name) {
+  shot++
+  const file = join(artifacts, `${String(shot).padStart(2, '0')}-${name}.png`)
+  await page.screenshot({ path: file, fullPage: true })
+  console.log(`screenshot ${file}`)
+}
+
+function step (what) { console.log(`== ${what}`) }
+
+// Chromium's flags here (docs/console.md): as root it needs --no-sandbox;
+// no GPU and a small /dev/shm in containers.
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+  headless: true,
+  args: ['--no-sandbox', '--headless=new', '--disable-gpu', '--disable-dev-shm-usage', '--no-first-run', '--no-default-browser-check'],
+})
+
+// Every console message of type error and every uncaught error fails the
+// test, but for the browser's own note of an answer the test expects: a
+// 401 (not signed in yet, a wrong key) or a 404 (a sandbox just killed,
+// the key API before the server has it).
+const problems = []
+const expectedNetwork = []
+function watch (page, who) {
+  page.on('console', (msg) => {
+    if (msg.type() !== 'error' && msg.type() !== 'warning') return
+    const text = msg.text()
+    if (msg.type() === 'error' && /^Failed to load resource: the server responded with a status of (401|404)\b/.test(text)) {
+      expectedNetwork.push(`${who}: ${text} (${msg.location().url})`)
+      return
+    }
+    problems.push(`${who} console.${msg.type()}: ${text} at ${msg.location().url}`)
+  })
+  page.on('pageerror', (err) => problems.push(`${who} page error: ${err.stack || err}`))
+}
+
+async function signIn (page, key) {
+  await page.goto(url + '/')
+  await page.waitForSelector('form.signin input[name=apiKey]')
+  await page.fill('form.signin input[name=apiKey]', key)
+  await page.click('form.signin button[type=submit]')
+}
+
+const ctxA = await browser.newContext({ viewport: { width: 1280, height: 900 }, acceptDownloads: true })
+const page = await ctxA.newPage()
+watch(page, 'A')
+
+step('a wrong key is refused: an error, no cookie')
+await signIn(page, 'e2b_00000000000000000000000000000000deadbeef')
+await page.waitForSelector('.signin-error .error')
+assert.match(await page.textContent('.signin-error'), /invalid API key/)
+assert.deepEqual(await ctxA.cookies(), [], 'a refused sign-in left a cookie')
+await screenshot(page, 'wrong-key-refused')
+
+step('sign in with key A: the cookie is HttpOnly, Secure, SameSite=Strict')
+await page.fill('form.signin input[name=apiKey]', keyA)
+await page.click('form.signin button[type=submit]')
+await page.waitForSelector('nav >> text=Sandboxes')
+const cookies = await ctxA.cookies()
+assert.equal(cookies.length, 1, JSON.stringify(cookies))
+assert.equal(cookies[0].name, 'hutch_console')
+assert.ok(cookies[0].httpOnly && cookies[0].secure && cookies[0].sameSite === 'Strict', JSON.stringify(cookies[0]))
+assert.equal(await page.evaluate(() => document.cookie), '', 'the page can read the cookie')
+assert.ok(!page.url().includes(keyA), 'the key is in the URL')
+await page.waitForSelector('table.sandboxes, .empty')
+await screenshot(page, 'signed-in')
+
+step('a sandbox created through the Go SDK appears')
+const sandboxA = await ask('create')
+const rowA = `tr[data-sandbox="${sandboxA}"]`
+await page.waitForSelector(rowA, { timeout: 30_000 })
+assert.equal(await page.locator(`tr[data-sandbox="${sandboxB}"]`).count(), 0, "key B's sandbox is listed for key A")
+assert.match(await page.textContent(rowA), /running/)
+// The metadata filter finds it, and a filter that matches nothing hides it.
+await page.fill('input[name=metadata]', 'suite=nothing')
+await page.click('form.filters button[type=submit]')
+await page.waitForSelector('.empty')
+await page.fill('input[name=metadata]', 'suite=console')
+await page.click('form.filters button[type=submit]')
+await page.waitForSelector(rowA)
+await screenshot(page, 'sandbox-appears')
+
+step("another key's sandboxes are not visible")
+const ctxB = await browser.newContext({ viewport: { width: 1280, height: 900 } })
+const pageB = await ctxB.newPage()
+watch(pageB, 'B')
+await signIn(pageB, keyB)
+await pageB.waitForSelector(`tr[data-sandbox="${sandboxB}"]`, { timeout: 30_000 })
+assert.equal(await pageB.locator(`tr[data-sandbox="${sandboxA}"]`).count(), 0, "key A's sandbox is listed for key B")
+await screenshot(pageB, 'other-key')
+// Key B cannot open A's sandbox either: the API answers 404.
+await pageB.goto(url + `/#/sandboxes/${sandboxA}`)
+await pageB.waitForSelector('.gone')
+await ctxB.close()
+
+step('open its terminal, echo, see the output')
+await page.click(`${rowA} a.sandbox-link`)
+await page.waitForSelector('.info .badge')
+await page.click('button.tab-terminal')
+await page.waitForFunction(() => /connected/.test(document.querySelector('.term-status')?.textContent ?? ''), null, { timeout: 30_000 })
+const termText = () => page.evaluate(() => [...document.querySelectorAll('.xterm-rows > div')].map((d) => d.textContent.replace(/\u00a0/g, ' ').trimEnd()))
+async function waitLine (re, what) {
+  const deadline = Date.now() + 20_000
+  for (;;) {
+    const rows = await termText()
+    const hit = rows.find((r) => re.test(r))
+    if (hit) return hit
+    if (Date.now() > deadline) throw new Error(`terminal: no ${what}:\n${rows.join('\n')}`)
+    await page.waitForTimeout(100)
+  }
+}
+await page.click('.terminal')
+await page.keyboard.type('echo hello-console\n')
+await waitLine(/^hello-console$/, 'output hello-console')
+await screenshot(page, 'terminal-echo')
+
+step('resize: the PTY follows the window')
+const rowsBefore = await page.locator('.xterm-rows > div').count()
+await page.keyboard.type('stty size | sed "s/^/SIZE1 /"\n')
+const size1 = (await waitLine(/^SIZE1 \d+ \d+$/, 'stty size')).split(' ').slice(1).map(Number)
+assert.equal(size1[0], rowsBefore, `stty rows ${size1[0]}, terminal rows ${rowsBefore}`)
+await page.setViewportSize({ width: 900, height: 900 })
+await page.waitForFunction((cols) => {
+  const m = document.querySelector('.xterm-helper-textarea')
+  return m && document.querySelector('.xterm-rows') && cols > 0
+}, size1[1])
+await page.waitForTimeout(500)
+await page.keyboard.type('stty size | sed "s/^/SIZE2 /"\n')
+const size2 = (await waitLine(/^SIZE2 \d+ \d+$/, 'stty size after the resize')).split(' ').slice(1).map(Number)
+assert.ok(size2[1] < size1[1], `columns ${size1[1]} -> ${size2[1]}: the PTY did not follow a narrower window`)
+await screenshot(page, 'terminal-resized')
+await page.setViewportSize({ width: 1280, height: 900 })
+
+step('upload a file with progress, see it listed, download it, same bytes')
+await page.click('button.tab-files')
+await page.waitForSelector('table.files')
+const name = `upload-${randomBytes(4).toString('hex')}.bin`
+const local = join(tmpdir(), name)
+const content = randomBytes(3 << 20)
+writeFileSync(local, content)
+// Record each progress value the page shows.
+await page.evaluate(() => {
+  window.__progress = []
+  const p = document.querySelector('.upload-progress')
+  new MutationObserver(() => window.__progress.push(p.value)).observe(p, { attributes: true })
+  const orig = Object.getOwnPropertyDescriptor(HTMLProgressElement.prototype, 'value')
+  Object.defineProperty(p, 'value', { get () { return orig.get.call(this) }, set (v) { window.__progress.push(v); orig.set.call(this, v) } })
+})
+await page.setInputFiles('input[type=file]', local)
+await page.waitForFunction((n) => (document.querySelector('.upload-status')?.textContent ?? '').includes(`uploaded /home/user/${n}`), name, { timeout: 30_000 })
+await page.waitForSelector(`tr[data-name="${name}"]`)
+const progress = await page.evaluate(() => window.__progress)
+assert.equal(progress[progress.length - 1], 100, `progress ${progress}`)
+assert.ok(progress.some((v) => v > 0 && v < 100) || progress.length >= 2, `no progress shown: ${progress}`)
+await screenshot(page, 'file-uploaded')
+const [download] = await Promise.all([
+  page.waitForEvent('download'),
+  page.click(`a.file[data-path="/home/user/${name}"]`),
+])
+const got = readFileSync(await download.path())
+assert.ok(got.equals(content), `downloaded ${got.length} bytes, uploaded ${content.length}: not the same`)
+assert.equal(download.suggestedFilename(), name)
+
+step('logs: what envd ran')
+await page.click('button.tab-logs')
+await page.waitForSelector('.logs .log', { timeout: 30_000 })
+await screenshot(page, 'sandbox-logs')
+
+step('a template build: its log lines appear as they stream')
+const api = async (method, path, body) => {
+  const r = await fetch(url + path, { method, headers: { 'X-API-KEY': keyA, 'Content-Type': 'application/json' }, body: body && JSON.stringify(body) })
+  const text = await r.text()
+  if (!r.ok) throw new Error(`${method} ${path}: ${r.status} ${text}`)
+  return text ? JSON.parse(text) : null
+}
+const tname = `console-build-${randomBytes(3).toString('hex')}`
+await ask('template', tname) // removed when the test ends
+const { templateID, buildID } = await api('POST', '/v3/templates', { name: tname })
+await api('POST', `/v2/templates/${templateID}/builds/${buildID}`, {
+  fromTemplate: 'base',
+  // A step of its own each run (the name in it): never one from the
+  // build cache, whose log would come at once.
+  steps: [{ type: 'RUN', args: [`: ${tname}; for i in 1 2 3 4 5 6 7 8; do echo console-build-line-$i; sleep 1; done`] }],
+})
+await page.goto(url + '/#/templates')
+await page.fill('input[name=templateID]', templateID)
+await page.fill('input[name=buildID]', buildID)
+await page.click('form.watch-build button[type=submit]')
+await page.waitForFunction(() => /console-build-line-1\b/.test(document.querySelector('.build-log')?.textContent ?? ''), null, { timeout: 90_000 })
+const early = await page.textContent('.build-log')
+assert.ok(!early.includes('console-build-line-8'), 'the whole log came at once: it did not stream')
+assert.equal(await page.textContent('.build-status'), 'building')
+await screenshot(page, 'build-streaming')
+await page.waitForFunction(() => document.querySelector('.build-status')?.textContent === 'ready', null, { timeout: 120_000 })
+assert.match(await page.textContent('.build-log'), /console-build-line-8/)
+await screenshot(page, 'build-ready')
+await page.goto(url + '/#/templates')
+await page.waitForSelector(`tr[data-template="${templateID}"]`)
+await screenshot(page, 'templates')
+
+step('set its timeout, pause and resume it from the console')
+await page.goto(url + '/#/sandboxes')
+await page.waitForSelector(rowA)
+await page.fill(`${rowA} input.timeout`, '1800')
+await page.click(`${rowA} button.set-timeout`)
+// The fifth cell is the time left.
+await page.waitForFunction((sel) => /^(29|30)m$/.test(document.querySelector(`${sel} td:nth-child(5)`)?.textContent ?? ''), rowA, { timeout: 15_000 }).catch(async (err) => {
+  await screenshot(page, 'set-timeout-failed')
+  throw new Error(`${err.message}\nrow: ${await page.textContent(rowA)}\npage: ${await page.textContent('main')}`)
+})
+await page.click(`${rowA} button.pause`)
+await page.waitForSelector(`${rowA}.state-paused`, { timeout: 60_000 })
+await screenshot(page, 'sandbox-paused')
+await page.click(`${rowA} button.resume`)
+await page.waitForSelector(`${rowA}.state-running`, { timeout: 60_000 })
+
+step('kill the sandbox from the console: it leaves the list, the SDK sees 404')
+await page.click(`${rowA} button.kill`)
+await page.click(`${rowA} button.kill`)
+await page.waitForSelector(rowA, { state: 'detached', timeout: 30_000 })
+assert.equal(await ask('gone', sandboxA), 'gone')
+await screenshot(page, 'sandbox-killed')
+
+step('keys and audit pages answer (the key API comes from main)')
+await page.goto(url + '/#/keys')
+await page.waitForSelector('table.keys, main .error')
+await screenshot(page, 'keys')
+await page.goto(url + '/#/audit')
+await page.waitForSelector('table.events')
+await page.waitForTimeout(500)
+await screenshot(page, 'audit')
+
+step('sign out: the cookie goes')
+await page.click('button.signout')
+await page.waitForSelector('form.signin')
+assert.deepEqual((await ctxA.cookies()).filter((c) => c.name === 'hutch_console'), [])
+await screenshot(page, 'signed-out')
+
+await browser.close()
+console.log(`expected network notes:\n  ${expectedNetwork.join('\n  ') || '(none)'}`)
+assert.deepEqual(problems, [], 'console errors or page errors')
+console.log('console: all steps passed')
+process.exit(0)
