@@ -55,6 +55,7 @@ key's audit trail.`,
 				if err != nil {
 					return err
 				}
+				cliAudit(cmd, st, "key.create", map[string]any{"apiKeyID": k.ID, "role": string(r)})
 				fmt.Println(key)
 				fmt.Fprintf(os.Stderr, "created key %s (%s…)\n", k.ID, k.Prefix)
 				return nil
@@ -112,9 +113,27 @@ key's audit trail.`,
 		Short: "Revoke an API key: requests with it are refused from then on",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return g.withStore(cmd, func(st *store.Store) error { return st.RevokeKey(cmd.Context(), args[0]) })
+			return g.withStore(cmd, func(st *store.Store) error {
+				if err := st.RevokeKey(cmd.Context(), args[0]); err != nil {
+					return err
+				}
+				cliAudit(cmd, st, "key.revoke", map[string]any{"apiKey": args[0]})
+				return nil
+			})
 		},
 	}
 	cmd.AddCommand(create, ls, revoke)
 	return cmd
+}
+
+// cliAudit records in the audit trail what a local command did to the
+// store directly (no API call, so no key): the operator's acts on the
+// host. A failure to record is said, not fatal: the act is done.
+func cliAudit(cmd *cobra.Command, st *store.Store, action string, detail map[string]any) {
+	detail["via"] = "hutch " + cmd.Parent().Name() + " " + cmd.Name()
+	b, _ := json.Marshal(detail)
+	ev := store.Event{Time: time.Now(), Kind: "api", Action: action, Outcome: "ok", Detail: b}
+	if err := st.AppendEvents(cmd.Context(), []store.Event{ev}); err != nil {
+		fmt.Fprintf(os.Stderr, "warning: not recorded in the audit trail: %v\n", err)
+	}
 }

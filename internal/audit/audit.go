@@ -38,6 +38,12 @@ const (
 	Error = "error"
 )
 
+// Stored is an event as the trail keeps it, with its Seq and Time.
+type Stored = store.Event
+
+// Filter selects stored events (store.EventFilter).
+type Filter = store.EventFilter
+
 // Event is one action to record. Detail is redacted by its producer with
 // this package's rules before it is recorded.
 type Event struct {
@@ -235,6 +241,6 @@ func (l *Log) Close() {
 }
 
 // List returns the events f selects, oldest first.
-func (l *Log) List(ctx context.Context, f store.EventFilter) ([]store.Event, error) {
+func (l *Log) List(ctx context.Context, f Filter) ([]Stored, error) {
 	return l.st.ListEvents(ctx, f)
 }

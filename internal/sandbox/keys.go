@@ -6,20 +6,36 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/store"
 )
 
+// Key is an API key as the manager knows it: never its secret.
+type Key = store.Key
+
+// Role is what an API key may do besides running sandboxes.
+type Role = store.Role
+
+// The roles.
+const (
+	RoleAdmin = store.RoleAdmin
+	RoleUser  = store.RoleUser
+)
+
+// ParseRole returns the role named s; errdefs.ErrInvalidArgument if there
+// is none.
+func ParseRole(s string) (Role, error) { return store.ParseRole(s) }
+
 // Key returns the API key whose id is id, revoked or not;
 // errdefs.ErrNotFound if there is none.
-func (m *Manager) Key(ctx context.Context, id string) (store.Key, error) {
+func (m *Manager) Key(ctx context.Context, id string) (Key, error) {
 	return m.store.GetKey(ctx, id)
 }
 
 // Keys returns every API key, revoked ones included, oldest first.
-func (m *Manager) Keys(ctx context.Context) ([]store.Key, error) {
+func (m *Manager) Keys(ctx context.Context) ([]Key, error) {
 	return m.store.ListKeys(ctx)
 }
 
 // NewKey makes an API key of role and returns its plaintext, which is kept
 // nowhere, with the stored key.
-func (m *Manager) NewKey(ctx context.Context, name string, role store.Role) (string, store.Key, error) {
+func (m *Manager) NewKey(ctx context.Context, name string, role Role) (string, Key, error) {
 	return m.store.NewKey(ctx, name, role)
 }
 

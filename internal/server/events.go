@@ -11,7 +11,7 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/audit"
 	"github.com/hutch-sandbox/hutch/internal/e2bapi"
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
-	"github.com/hutch-sandbox/hutch/internal/store"
+	"github.com/hutch-sandbox/hutch/internal/sandbox"
 )
 
 // Hutch's own routes, beside E2B's: the audit trail (/events) and API
@@ -54,7 +54,7 @@ func (s *Server) isAdmin(r *http.Request) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	return k.Role == store.RoleAdmin, nil
+	return k.Role == sandbox.RoleAdmin, nil
 }
 
 func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
@@ -64,7 +64,7 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	q := r.URL.Query()
 	lines := q.Get("format") == "jsonl" || strings.Contains(r.Header.Get("Accept"), jsonLines)
-	f := store.EventFilter{KeyID: q.Get("keyID"), SandboxID: q.Get("sandboxID"), Kind: q.Get("kind")}
+	f := audit.Filter{KeyID: q.Get("keyID"), SandboxID: q.Get("sandboxID"), Kind: q.Get("kind")}
 	if v := q.Get("since"); v != "" {
 		t, err := time.Parse(time.RFC3339Nano, v)
 		if err != nil {
@@ -191,7 +191,7 @@ type keyJSON struct {
 	Key       string     `json:"key,omitempty"`
 }
 
-func toKeyJSON(k store.Key, current string) keyJSON {
+func toKeyJSON(k sandbox.Key, current string) keyJSON {
 	return keyJSON{ID: k.ID, Name: k.Name, Prefix: k.Prefix, Role: string(k.Role), CreatedAt: k.Created, RevokedAt: k.Revoked, Current: k.ID == current}
 }
 
@@ -201,7 +201,7 @@ func (s *Server) listKeys(w http.ResponseWriter, r *http.Request) {
 		e2bapi.Write(w, s.logger, err)
 		return
 	}
-	var keys []store.Key
+	var keys []sandbox.Key
 	if admin {
 		if keys, err = s.mgr.Keys(r.Context()); err != nil {
 			e2bapi.Write(w, s.logger, err)
@@ -213,7 +213,7 @@ func (s *Server) listKeys(w http.ResponseWriter, r *http.Request) {
 			e2bapi.Write(w, s.logger, err)
 			return
 		}
-		keys = []store.Key{k}
+		keys = []sandbox.Key{k}
 	}
 	out := make([]keyJSON, len(keys))
 	for i, k := range keys {
@@ -233,10 +233,10 @@ func (k *newKey) Validate() error {
 		return e2bapi.BadRequest("name: at most 128 bytes")
 	}
 	if k.Role == "" {
-		k.Role = string(store.RoleUser)
+		k.Role = string(sandbox.RoleUser)
 	}
-	if _, err := store.ParseRole(k.Role); err != nil {
-		return e2bapi.BadRequestf("role %q: want %q or %q", k.Role, store.RoleUser, store.RoleAdmin)
+	if _, err := sandbox.ParseRole(k.Role); err != nil {
+		return e2bapi.BadRequestf("role %q: want %q or %q", k.Role, sandbox.RoleUser, sandbox.RoleAdmin)
 	}
 	return nil
 }
@@ -255,7 +255,7 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request) {
 	if !s.decode(w, r, &req, false) {
 		return
 	}
-	plain, k, err := s.mgr.NewKey(r.Context(), req.Name, store.Role(req.Role))
+	plain, k, err := s.mgr.NewKey(r.Context(), req.Name, sandbox.Role(req.Role))
 	if err != nil {
 		e2bapi.Write(w, s.logger, err)
 		return

@@ -413,13 +413,18 @@ func TestKeysAndBadInput(t *testing.T) {
 		t.Errorf("the revoked key: %d, want 401", status)
 	}
 	evs := f.events(t, hutchtest.TestKey, "--kind", "api")
-	if len(find(evs, "key.create", "")) != 2 || len(find(evs, "key.revoke", "")) != 2 {
-		t.Errorf("key events: %s\nwant two key.create (one refused) and two key.revoke (one refused)", dump(evs))
+	creates := find(evs, "key.create", "")
+	if len(creates) != 3 || len(find(evs, "key.revoke", "")) != 2 {
+		t.Fatalf("key events: %s\nwant three key.create (the CLI's, then the API's refused and done) and two key.revoke (one refused)", dump(evs))
 	}
-	for _, e := range find(evs, "key.create", "") {
-		if e.Outcome == "ok" && e.Detail["apiKeyID"] != made.ID {
-			t.Errorf("key.create %+v: want the new key's id", e)
-		}
+	if cli := creates[0]; cli.Detail["via"] != "hutch keys create" || cli.Detail["apiKeyID"] != f.userID || cli.KeyID != "" {
+		t.Errorf("the CLI's key.create %+v: want via hutch keys create, the user key's id, no key behind it", cli)
+	}
+	if refused := creates[1]; refused.Outcome != "error" || refused.KeyID != f.userID || refused.Detail["status"] != 403.0 {
+		t.Errorf("the user key's key.create %+v: want an error (403) by the user key", refused)
+	}
+	if done := creates[2]; done.Outcome != "ok" || done.Detail["apiKeyID"] != made.ID || done.Detail["role"] != "user" {
+		t.Errorf("the admin's key.create %+v: want ok, the new key's id and role", done)
 	}
 
 	for _, tc := range []struct{ query, want string }{
