@@ -20,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hutch-sandbox/hutch/internal/metrics"
 	"github.com/hutch-sandbox/hutch/internal/store"
 )
 
@@ -68,6 +69,7 @@ const (
 type Log struct {
 	st        *store.Store
 	logger    *slog.Logger
+	prom      *metrics.Metrics
 	retention time.Duration
 	q         chan store.Event
 	flushes   chan chan struct{}
@@ -86,6 +88,8 @@ type Log struct {
 type Options struct {
 	Store  *store.Store
 	Logger *slog.Logger
+	// Metrics counts the events written and lost; nil counts nothing.
+	Metrics *metrics.Metrics
 	// Retention is how long events are kept; 0 keeps them for ever.
 	Retention time.Duration
 }
@@ -96,7 +100,7 @@ func New(opts Options) *Log {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	l := &Log{st: opts.Store, logger: logger, retention: opts.Retention,
+	l := &Log{st: opts.Store, logger: logger, prom: opts.Metrics, retention: opts.Retention,
 		q: make(chan store.Event, queueSize), flushes: make(chan chan struct{}), stop: make(chan struct{}), now: time.Now}
 	l.done.Add(1)
 	go l.write()
@@ -130,9 +134,7 @@ func (l *Log) Record(e Event) {
 	if l.closed {
 		// Late (a request still answered while the server stops):
 		// written directly.
-		if err := l.st.AppendEvents(context.Background(), []store.Event{se}); err != nil {
-			l.logger.Error("audit: event lost", "action", e.Action, "err", err)
-		}
+		l.append([]store.Event{se})
 		return
 	}
 	l.q <- se
@@ -148,9 +150,7 @@ func (l *Log) write() {
 		if len(batch) == 0 {
 			return
 		}
-		if err := l.st.AppendEvents(context.Background(), batch); err != nil {
-			l.logger.Error("audit: events lost", "count", len(batch), "err", err)
-		}
+		l.append(batch)
 		batch = batch[:0]
 	}
 	// drain commits everything queued so far.
@@ -184,6 +184,22 @@ func (l *Log) write() {
 			drain()
 			return
 		}
+	}
+}
+
+// append writes events to the store and counts them.
+func (l *Log) append(events []store.Event) {
+	if err := l.st.AppendEvents(context.Background(), events); err != nil {
+		l.logger.Error("audit: events lost", "count", len(events), "err", err)
+		l.prom.AuditLost(len(events))
+		return
+	}
+	kinds := map[string]int{}
+	for _, e := range events {
+		kinds[e.Kind]++
+	}
+	for k, n := range kinds {
+		l.prom.AuditEvents(k, n)
 	}
 }
 

@@ -154,6 +154,8 @@ type Metrics struct {
 	apiSeconds    *prometheus.HistogramVec
 	edgeRequests  *prometheus.CounterVec
 	edgeErrors    *prometheus.CounterVec
+	auditEvents   *prometheus.CounterVec
+	auditLost     prometheus.Counter
 }
 
 // New returns a server's metrics in a registry of their own (never
@@ -198,8 +200,13 @@ func New(logger *slog.Logger) *Metrics {
 		"Requests the edge router forwarded to sandboxes, or answered for them, by target (envd, port) and status class (2xx, 4xx, ...; 1xx for upgrades such as WebSockets).", "target", "code")
 	m.edgeErrors = counter("edge_errors_total",
 		"Requests for a sandbox the edge router answered itself, by target and reason (sandbox_not_found, port_closed, forbidden, unreachable).", "target", "reason")
+	m.auditEvents = counter("audit_events_total",
+		"Events recorded in the audit trail (docs/audit.md), by kind (api, command, file, network, mcp).", "kind")
+	m.auditLost = prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "audit_events_lost_total",
+		Help: "Audit events that could not be written to the store (each is also logged as an error)."})
 	m.reg.MustRegister(m.creates, m.createSeconds, m.kills, m.pauses, m.resumes, m.poolTakes,
 		m.builds, m.buildSeconds, m.buildsRunning, m.apiRequests, m.apiSeconds, m.edgeRequests, m.edgeErrors,
+		m.auditEvents, m.auditLost,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		collectors.NewBuildInfoCollector(),
@@ -217,6 +224,9 @@ func New(logger *slog.Logger) *Metrics {
 		m.pauses.WithLabelValues(mem, OutcomeSuccess)
 	}
 	m.resumes.WithLabelValues(OutcomeSuccess)
+	for _, k := range []string{"api", "command", "file", "network", "mcp"} {
+		m.auditEvents.WithLabelValues(k)
+	}
 	m.builds.WithLabelValues(OutcomeSuccess)
 	m.builds.WithLabelValues(OutcomeError)
 	for _, p := range []string{PathCold, PathPool, PathSnapshot} {
@@ -311,6 +321,22 @@ func (m *Metrics) PoolTake(template string, hit bool) {
 		result = PoolHit
 	}
 	m.poolTakes.WithLabelValues(template, result).Inc()
+}
+
+// AuditEvents counts n events of kind written to the audit trail.
+func (m *Metrics) AuditEvents(kind string, n int) {
+	if m == nil {
+		return
+	}
+	m.auditEvents.WithLabelValues(kind).Add(float64(n))
+}
+
+// AuditLost counts n audit events the store refused.
+func (m *Metrics) AuditLost(n int) {
+	if m == nil {
+		return
+	}
+	m.auditLost.Add(float64(n))
 }
 
 // BuildStarted counts a template build as running; call the function it

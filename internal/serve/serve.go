@@ -165,7 +165,6 @@ func Open(ctx context.Context, cfg Config) (_ *Server, retErr error) {
 	if s.Store, err = store.Open(ctx, filepath.Join(cfg.DataDir, "hutch.db")); err != nil {
 		return nil, err
 	}
-	s.Audit = audit.New(audit.Options{Store: s.Store, Logger: logger, Retention: cfg.AuditRetention})
 	templates := template.Open(cfg.Templates)
 	s.templates = templates
 	rt, nrt, err := backends.Open(backends.Options{DataDir: cfg.DataDir, Templates: templates, SandboxBinary: cfg.SandboxBinary, Default: cfg.Runtime, Logger: logger})
@@ -194,6 +193,7 @@ func Open(ctx context.Context, cfg Config) (_ *Server, retErr error) {
 		}
 	}
 	s.Metrics = metrics.New(logger)
+	s.Audit = audit.New(audit.Options{Store: s.Store, Logger: logger, Metrics: s.Metrics, Retention: cfg.AuditRetention})
 	vols, err := volume.NewWithCap(s.Store, cfg.DataDir, cfg.VolumeSize, cfg.MaxVolumesPerKey, logger)
 	if err != nil {
 		return nil, err

@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/hutch-sandbox/hutch/internal/testenv"
 	"github.com/hutch-sandbox/hutch/sdk"
@@ -136,7 +138,7 @@ func find(evs []event, action, id string) []event {
 
 func newFixture(t *testing.T) *fixture {
 	f := &fixture{bin: hutchBin.Path(t)}
-	f.srv = hutchtest.StartServe(t, f.bin)
+	f.srv = hutchtest.StartServe(t, f.bin, "--metrics-api")
 	stdout, err := f.hutch(t, "", "keys", "create", "--name", "agent")
 	if err != nil {
 		t.Fatal(err)
@@ -348,6 +350,25 @@ func TestTrailOfAnAgent(t *testing.T) {
 	}
 	if future := f.events(t, f.user, "--since", time.Now().Add(time.Hour).UTC().Format(time.RFC3339)); len(future) != 0 {
 		t.Errorf("--since an hour ahead: %d events", len(future))
+	}
+	// What was written is counted, by kind.
+	status, body := f.api(t, hutchtest.TestKey, http.MethodGet, "/metrics", nil)
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(bytes.NewReader(body))
+	if status != http.StatusOK || err != nil {
+		t.Fatalf("GET /metrics: %d, %v", status, err)
+	}
+	counted := map[string]float64{}
+	for _, m := range fams["hutch_audit_events_total"].GetMetric() {
+		for _, l := range m.GetLabel() {
+			counted[l.GetValue()] = m.GetCounter().GetValue()
+		}
+	}
+	if counted["command"] < 8 || counted["file"] < 4 || counted["mcp"] < 1 || counted["api"] < 4 {
+		t.Errorf("hutch_audit_events_total by kind: %v; want at least the test's 8 command, 4 file, 1 mcp and 4 api events", counted)
+	}
+	if lost := fams["hutch_audit_events_lost_total"].GetMetric(); len(lost) != 1 || lost[0].GetCounter().GetValue() != 0 {
+		t.Errorf("hutch_audit_events_lost_total: %v, want 0", lost)
 	}
 	// The table, as a person reads it.
 	table, err := f.hutch(t, f.user, "events", "--sandbox", sbx.ID)
