@@ -52,6 +52,7 @@ func newServeCmd(g *globals) *cobra.Command {
 		metricsListen  string
 		metricsAPI     bool
 		auditKeep      time.Duration
+		noAudit        bool
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -124,7 +125,7 @@ Stopping the server leaves sandboxes running; a restart adopts them.`,
 				ReadyTimeout: readyTimeout, RegistryAllow: registryAllow,
 				SnapshotTTL: snapshotTTL, PausedRetention: pausedKeep, VolumeSize: volumeBytes, MaxVolumesPerKey: maxVolumes,
 				Runtime: runtimeName, Runtimes: runtimes, Cluster: clusterCfg,
-				MetricsOnAPI: metricsAPI, AuditRetention: auditKeep,
+				MetricsOnAPI: metricsAPI, AuditRetention: auditKeep, NoAudit: noAudit,
 			}
 			if withNet {
 				cfg.Network = &serve.NetworkConfig{CIDR: netCIDR, DNSUpstream: dnsUpstream, MaxConns: maxConns}
@@ -199,6 +200,7 @@ Stopping the server leaves sandboxes running; a restart adopts them.`,
 	tlsf.register(cmd.Flags())
 	clf.register(cmd.Flags())
 	cmd.Flags().StringVar(&metricsListen, "metrics-listen", "", "serve Prometheus metrics at GET /metrics on this address too (plain HTTP, no key: keep it where only the scraper reaches it, e.g. 127.0.0.1:9464); see docs/metrics.md")
+	cmd.Flags().BoolVar(&noAudit, "no-audit", false, "record no audit trail (GET /events and hutch events then answer 501); docs/audit.md")
 	cmd.Flags().DurationVar(&auditKeep, "audit-retention", 30*24*time.Hour, "how long the audit trail keeps events (hutch events, GET /events; docs/audit.md); 0 keeps them for ever")
 	cmd.Flags().BoolVar(&metricsAPI, "metrics-api", false, "serve Prometheus metrics at GET /metrics on --listen as well, to requests with an API key (X-API-Key, or Authorization: Bearer); see docs/metrics.md")
 	cmd.Flags().StringVar(&runtimeName, "runtime", g.envOr("HUTCH_RUNTIME", "native"), "the runtime backend sandboxes run on unless their template names one: native (namespaces, cgroups, seccomp) or gvisor (gVisor's user-space kernel: a stronger boundary, memory checkpoints for pause, snapshots and fork; needs runsc); see docs/runtime.md (env HUTCH_RUNTIME)")

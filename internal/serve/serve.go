@@ -95,6 +95,8 @@ type Config struct {
 	// AuditRetention is how long the audit trail keeps events (package
 	// audit); 0 keeps them for ever.
 	AuditRetention time.Duration
+	// NoAudit records no audit trail (GET /events answers 501).
+	NoAudit bool
 }
 
 // NetworkConfig configures the sandboxes' networks.
@@ -193,7 +195,9 @@ func Open(ctx context.Context, cfg Config) (_ *Server, retErr error) {
 		}
 	}
 	s.Metrics = metrics.New(logger)
-	s.Audit = audit.New(audit.Options{Store: s.Store, Logger: logger, Metrics: s.Metrics, Retention: cfg.AuditRetention})
+	if !cfg.NoAudit {
+		s.Audit = audit.New(audit.Options{Store: s.Store, Logger: logger, Metrics: s.Metrics, Retention: cfg.AuditRetention})
+	}
 	vols, err := volume.NewWithCap(s.Store, cfg.DataDir, cfg.VolumeSize, cfg.MaxVolumesPerKey, logger)
 	if err != nil {
 		return nil, err
