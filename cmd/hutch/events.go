@@ -142,11 +142,13 @@ func (p *eventPrinter) print(e sdk.Event) error {
 	if sb == "" {
 		sb = "-"
 	}
-	// What a sandbox's processes chose (a command line, a path) is
-	// printed through printable.String: no escape sequence reaches the
-	// terminal.
+	// Every field but the time is some client's choice (a command line,
+	// a path, an id in a URL, a reported action): each is printed
+	// through printable.String, so no escape sequence, tab or line break
+	// reaches the terminal or moves a column.
+	q := printable.String
 	_, err := fmt.Fprintf(p.tab, "%s\t%s\t%s\t%s\t%s\t%s\n", e.Time.Local().Format("2006-01-02T15:04:05.000"),
-		orDash(e.KeyID), sb, e.Action, e.Outcome, printable.String(summary(e)))
+		q(orDash(e.KeyID)), q(sb), q(e.Action), q(e.Outcome), q(summary(e)))
 	return err
 }
 

@@ -16,6 +16,7 @@ package audit
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -125,7 +126,7 @@ func (l *Log) Record(e Event) {
 		if err != nil {
 			b, _ = json.Marshal(map[string]string{"unencodable": err.Error()})
 		}
-		detail = b
+		detail = bound(b)
 	}
 	se := store.Event{Time: l.now().UTC(), KeyID: e.KeyID, SandboxID: e.SandboxID, Kind: e.Kind,
 		Action: e.Action, Outcome: e.Outcome, Detail: detail}
@@ -259,4 +260,53 @@ func (l *Log) Close() {
 // List returns the events f selects, oldest first.
 func (l *Log) List(ctx context.Context, f Filter) ([]Stored, error) {
 	return l.st.ListEvents(ctx, f)
+}
+
+// Each calls fn with each event f selects, oldest first, as they are
+// read (an export is never held whole); an error of fn stops it.
+func (l *Log) Each(ctx context.Context, f Filter, fn func(Stored) error) error {
+	return l.st.EachEvent(ctx, f, fn)
+}
+
+// maxDetail bounds an event's detail, encoded; longer strings in a larger
+// one are clipped to maxDetailString (a 1 MiB script keeps its first
+// 4 KiB), and a detail still too large is replaced by its size. The
+// trail's size follows what was done, not what a client chose to send.
+const (
+	maxDetail       = 64 << 10
+	maxDetailString = 4 << 10
+)
+
+func bound(b []byte) []byte {
+	if len(b) <= maxDetail {
+		return b
+	}
+	var v any
+	if json.Unmarshal(b, &v) == nil {
+		if c, err := json.Marshal(clipStrings(v)); err == nil && len(c) <= maxDetail {
+			return c
+		}
+	}
+	c, _ := json.Marshal(map[string]any{"truncated": true, "bytes": len(b)})
+	return c
+}
+
+// clipStrings returns v (decoded JSON) with every string longer than
+// maxDetailString clipped.
+func clipStrings(v any) any {
+	switch t := v.(type) {
+	case map[string]any:
+		for k, x := range t {
+			t[k] = clipStrings(x)
+		}
+	case []any:
+		for i, x := range t {
+			t[i] = clipStrings(x)
+		}
+	case string:
+		if len(t) > maxDetailString {
+			return fmt.Sprintf("%s…[%d bytes]", t[:maxDetailString], len(t))
+		}
+	}
+	return v
 }

@@ -13,7 +13,7 @@ const Redacted = "[redacted]"
 // secretWords are the parts of a name whose value is a secret: an env
 // variable, a JSON field or a command-line flag named like TOKEN, KEY,
 // SECRET or PASSWORD (in any case, anywhere in the name).
-var secretWords = []string{"TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "PRIVATE"}
+var secretWords = []string{"TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "PRIVATE", "AUTH", "SESSION", "COOKIE"}
 
 // SecretName reports whether a value named name is a secret by rule.
 func SecretName(name string) bool {
@@ -23,7 +23,23 @@ func SecretName(name string) bool {
 			return true
 		}
 	}
-	return false
+	// A personal access token (GH_PAT), not a PATH.
+	return up == "PAT" || strings.HasSuffix(up, "_PAT")
+}
+
+// secretShapes are values that are secrets whatever they are named:
+// credentials in a URL, an Authorization header's, tokens whose prefix
+// says what they are, a private key (review of issue 22: these survived
+// the rules by name). Each match is replaced whole, but for the part a
+// reader needs (a URL's user, the scheme of an Authorization).
+var secretShapes = []struct {
+	re   *regexp.Regexp
+	with string
+}{
+	{regexp.MustCompile(`([A-Za-z][A-Za-z0-9+.-]*://[^/\s:@'"]+):[^/\s@'"]+@`), "${1}:" + Redacted + "@"},
+	{regexp.MustCompile(`(?i)\b(bearer|basic|token)(\s+)[A-Za-z0-9._~+/=-]{8,}`), "${1}${2}" + Redacted},
+	{regexp.MustCompile(`\b(gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|glpat-[A-Za-z0-9_-]{20,}|sk-[A-Za-z0-9_-]{16,}|xox[abposr]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16})\b`), Redacted},
+	{regexp.MustCompile(`-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(-----END [A-Z ]*PRIVATE KEY-----|$)`), Redacted},
 }
 
 // Env returns env with the values of secret names replaced (SecretName),
@@ -43,12 +59,16 @@ func Env(env map[string]string, secrets []string) map[string]string {
 	return out
 }
 
-// String returns s with each of secrets replaced.
+// String returns s with each of secrets replaced, and every value of a
+// secret's shape (secretShapes).
 func String(s string, secrets []string) string {
 	for _, sec := range secrets {
 		if len(sec) >= minSecret && strings.Contains(s, sec) {
 			s = strings.ReplaceAll(s, sec, Redacted)
 		}
+	}
+	for _, sh := range secretShapes {
+		s = sh.re.ReplaceAllString(s, sh.with)
 	}
 	return s
 }

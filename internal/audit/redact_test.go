@@ -60,3 +60,31 @@ func TestJSON(t *testing.T) {
 		t.Errorf("JSON = %v\nwant %v", got, want)
 	}
 }
+
+// TestShapes: secrets recognised by their shape, whatever they are named
+// (the review of issue 22 found these kept in clear).
+func TestShapes(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"curl -H 'Authorization: Bearer sk-live-abcdefgh12345678' x", "curl -H 'Authorization: Bearer [redacted]' x"},
+		{"psql postgresql://app:PgPass1234@db/x", "psql postgresql://app:[redacted]@db/x"},
+		{"git clone https://me:ghp_abcdefghijklmnopqrstuvwxyz0123@github.com/a/b", "git clone https://me:[redacted]@github.com/a/b"},
+		{"echo ghp_abcdefghijklmnopqrstuvwxyz0123", "echo [redacted]"},
+		{"aws AKIAABCDEFGHIJKLMNOP", "aws [redacted]"},
+		{"-----BEGIN OPENSSH PRIVATE KEY-----\nabc\n-----END OPENSSH PRIVATE KEY-----", "[redacted]"},
+		{"https://example.com/path?q=1", "https://example.com/path?q=1"},
+		{"echo token", "echo token"},
+		{"ls /home/user", "ls /home/user"},
+	} {
+		if got := String(tc.in, nil); got != tc.want {
+			t.Errorf("String(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+	for name, secret := range map[string]bool{"GH_PAT": true, "PAT": true, "PATH": false, "AWS_SESSION_TOKEN": true, "DATABASE_URL": false, "MY_AUTH": true, "HOME": false} {
+		if SecretName(name) != secret {
+			t.Errorf("SecretName(%q) = %v, want %v", name, !secret, secret)
+		}
+	}
+	if got := Env(map[string]string{"DATABASE_URL": "mysql://root:hunter22@db:3306/app"}, nil); got["DATABASE_URL"] != "mysql://root:[redacted]@db:3306/app" {
+		t.Errorf("DATABASE_URL = %q, want its password redacted", got["DATABASE_URL"])
+	}
+}

@@ -48,13 +48,15 @@ func (m *Manager) RevokeKey(ctx context.Context, id string) error {
 	return m.store.RevokeKey(ctx, id)
 }
 
-// Owner returns the id of the API key that made running sandbox id.
-func (m *Manager) Owner(id string) (keyID string, ok bool) {
+// Principal returns, for running sandbox id, the id of the API key that
+// made it and envd's access token ("" when it has none): who an accepted
+// request to it acts for, and what proves it.
+func (m *Manager) Principal(id string) (keyID, envdToken string, ok bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	l := m.live[id]
-	if l == nil {
-		return "", false
+	if l == nil || l.route == nil {
+		return "", "", false
 	}
-	return l.keyID, true
+	return l.keyID, l.route.accessToken(), true
 }

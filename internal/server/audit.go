@@ -82,6 +82,23 @@ func auditAction(pattern string) (kind, action string, ok bool) {
 type auditPending struct {
 	keyID, sandboxID string
 	detail           map[string]any
+	// authenticated is set once the call proved who makes it (a key, a
+	// volume's token, an upload link's signature). Calls that did not
+	// are not recorded: anyone could fill the trail with them (review
+	// of issue 22).
+	authenticated bool
+}
+
+// maxAuditID is the most of an id from a path the trail keeps: ids are
+// short, and a path is whatever a client sent.
+const maxAuditID = 128
+
+// clip bounds a client's string for the trail.
+func clip(s string) string {
+	if len(s) > maxAuditID {
+		return s[:maxAuditID] + "…"
+	}
+	return s
 }
 
 type auditCtx struct{}
@@ -95,19 +112,22 @@ func (s *Server) audited(pattern string, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		p := &auditPending{detail: map[string]any{}}
 		if id := r.PathValue("id"); id != "" {
-			p.sandboxID = id
+			p.sandboxID = clip(id)
 		}
 		for _, name := range []string{"templateID", "volumeID", "apiKeyID", "buildID"} {
 			if v := r.PathValue(name); v != "" {
-				p.detail[name] = v
+				p.detail[name] = clip(v)
 			}
 		}
 		if kind == audit.KindFile {
-			p.detail["path"] = r.URL.Query().Get("path")
+			p.detail["path"] = clip(r.URL.Query().Get("path"))
 		}
 		start := time.Now()
 		sw := &respstatus.Writer{ResponseWriter: w}
 		h(sw, r.WithContext(context.WithValue(r.Context(), auditCtx{}, p)))
+		if !p.authenticated {
+			return
+		}
 		status := sw.Status
 		if status == 0 {
 			status = http.StatusOK
@@ -122,10 +142,11 @@ func (s *Server) audited(pattern string, h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-// auditKey sets the key of r's pending event.
+// auditKey sets the key of r's pending event: the call is authenticated.
 func auditKey(r *http.Request, keyID string) {
 	if p, _ := r.Context().Value(auditCtx{}).(*auditPending); p != nil {
 		p.keyID = keyID
+		p.authenticated = true
 	}
 }
 

@@ -3,9 +3,11 @@ package server
 import (
 	"bytes"
 	"compress/gzip"
+	"crypto/subtle"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"io"
 	"mime"
 	"net/http"
@@ -14,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/semaphore"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
@@ -39,27 +42,53 @@ import (
 const mcpGatewayPort = 50005
 
 // maxAuditBody is the most of a request body the edge reads before
-// forwarding it; a larger one is forwarded and recorded unread.
-const maxAuditBody = 256 << 10
+// forwarding it. A larger call to envd's process or filesystem service is
+// refused (413): it would run unrecorded. A larger MCP call is forwarded
+// and recorded unread.
+const maxAuditBody = 1 << 20
 
-// auditBodyBudget bounds the bytes of request bodies held for the audit
-// trail at once, across all requests: without it, anyone could make the
-// host hold maxAuditBody for each of thousands of connections (the edge
-// reads before envd checks its token). A request that finds the budget
-// spent is forwarded unread and recorded as such.
-const auditBodyBudget = 64 << 20
+// The bytes of request bodies held at once to read them for the trail:
+// in all, and for the sandboxes of one key. Bodies are read only from
+// requests that carry the sandbox's envd token (or, for a gateway, its
+// bearer token when known), so only a sandbox's owner spends its key's
+// share; when a key's share or the whole is spent, envd calls are refused
+// (429, to retry) rather than run unrecorded (review of issue 22: holding
+// the budget with slow bodies hid everyone's commands).
+const (
+	auditBodyBudget = 64 << 20
+	auditKeyBudget  = 16 << 20
+)
 
 // maxAuditMessage is the largest message of a stream the edge decodes;
 // larger ones (a command's output) are skipped unread.
 const maxAuditMessage = 1 << 20
 
-// edgeAudit is what the edge records of one request: modify sees the
-// answer's head, failed is called when no answer came, release gives back
-// what the request holds of the body budget once it is answered.
+// edgeAudit is what the edge does for the trail with one request: refuse
+// it (refusal), or forward it and record it — modify sees the answer's
+// head, failed is called when no answer came — and release what it holds
+// of the body budget once it is answered (done).
 type edgeAudit struct {
+	refusal *envdRefusal
 	modify  func(*http.Response) error
 	failed  func()
 	release func()
+}
+
+// envdRefusal is the edge's own answer to an envd call it will not
+// forward: a Connect error.
+type envdRefusal struct {
+	status        int
+	code, message string
+	retryAfter    bool
+}
+
+func (e *envdRefusal) write(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "application/json")
+	if e.retryAfter {
+		w.Header().Set("Retry-After", "1")
+	}
+	w.WriteHeader(e.status)
+	json.NewEncoder(w).Encode(map[string]string{"code": e.code, "message": e.message})
 }
 
 // done gives back the body budget the request held.
@@ -69,66 +98,165 @@ func (ea *edgeAudit) done() {
 	}
 }
 
-// auditEdge returns what to record of r, sent to port of sandbox id; nil
-// when nothing is recorded. The caller calls done once r is answered.
+// bodyBudget bounds the request bodies held for the trail, in all and per
+// key.
+type bodyBudget struct {
+	all   *semaphore.Weighted
+	mu    sync.Mutex
+	byKey map[string]int64
+}
+
+func newBodyBudget() *bodyBudget {
+	return &bodyBudget{all: semaphore.NewWeighted(auditBodyBudget), byKey: map[string]int64{}}
+}
+
+// take reserves n bytes for key, false when its share or the whole is
+// spent.
+func (b *bodyBudget) take(key string, n int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.byKey[key]+n > auditKeyBudget || !b.all.TryAcquire(n) {
+		return false
+	}
+	b.byKey[key] += n
+	return true
+}
+
+func (b *bodyBudget) give(key string, n int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.all.Release(n)
+	if b.byKey[key] -= n; b.byKey[key] <= 0 {
+		delete(b.byKey, key)
+	}
+}
+
+// auditEdge returns what to do for the trail with r, sent to port of
+// sandbox id; nil when nothing is recorded. Requests that do not prove
+// themselves to the sandbox (envd's token, a signed URL, the gateway's
+// bearer token) are not recorded: the sandbox refuses them, and anyone
+// could send them. The caller writes the refusal, if any, or forwards r
+// and calls done once it is answered.
 func (s *Server) auditEdge(r *http.Request, id string, port int) *edgeAudit {
 	if s.audit == nil || r.Method != http.MethodPost {
 		return nil
 	}
-	var held int64
-	ea := s.auditFor(r, id, port, &held)
-	if held > 0 {
+	owner, envdToken, ok := s.mgr.Principal(id)
+	if !ok {
+		return nil
+	}
+	a := &edgeAuditor{s: s, r: r, owner: owner, id: id}
+	var ea *edgeAudit
+	switch {
+	case port == envdapi.Port:
+		if envdToken != "" && !validEnvdToken(r, envdToken) && !signedURL(r, envdToken, time.Now()) {
+			return nil
+		}
+		switch p := path.Clean("/" + r.URL.Path); p {
+		case "/process.Process/Start":
+			ea = a.start()
+		case "/filesystem.Filesystem/Remove", "/filesystem.Filesystem/Move", "/filesystem.Filesystem/MakeDir":
+			ea = a.fs(p)
+		case "/files":
+			ea = a.upload()
+		}
+	case port == mcpGatewayPort:
+		if tok := s.gatewaySecrets.token(id); tok != "" && !validBearer(r, tok) {
+			return nil
+		}
+		ea = a.tools()
+	}
+	if a.held > 0 {
 		if ea == nil {
 			ea = &edgeAudit{}
 		}
-		ea.release = func() { s.auditBodies.Release(held) }
+		held := a.held
+		ea.release = func() { s.auditBodies.give(owner, held) }
 	}
 	return ea
 }
 
-func (s *Server) auditFor(r *http.Request, id string, port int, held *int64) *edgeAudit {
-	owner, _ := s.mgr.Owner(id)
-	switch {
-	case port == envdapi.Port:
-		switch p := path.Clean("/" + r.URL.Path); p {
-		case "/process.Process/Start":
-			return s.auditStart(r, owner, id, held)
-		case "/filesystem.Filesystem/Remove", "/filesystem.Filesystem/Move", "/filesystem.Filesystem/MakeDir":
-			return s.auditFS(r, owner, id, p, held)
-		case "/files":
-			return s.auditUpload(r, owner, id)
-		}
-	case port == mcpGatewayPort:
-		return s.auditTools(r, owner, id, held)
-	}
-	return nil
+// validEnvdToken reports whether r carries envd's access token.
+func validEnvdToken(r *http.Request, token string) bool {
+	got := r.Header.Get(envdapi.HeaderAccessToken)
+	return got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
 }
 
-// peekBody reads r's body, up to maxAuditBody, and puts it back whole for
-// the proxy; ok is false when it is larger, unreadable, or the budget is
-// spent. What it takes of the budget is added to *held, for release once
-// the request is answered.
-func (s *Server) peekBody(r *http.Request, held *int64) (body []byte, ok bool) {
+// validBearer reports whether r carries Authorization: Bearer token.
+func validBearer(r *http.Request, token string) bool {
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
+}
+
+// edgeAuditor reads one request for the trail.
+type edgeAuditor struct {
+	s         *Server
+	r         *http.Request
+	owner, id string
+	held      int64 // bytes of the body budget taken
+}
+
+// peek results.
+const (
+	peeked = iota
+	tooLarge
+	noBudget
+	unreadable
+)
+
+// peek reads the request's body, up to maxAuditBody, and puts it back
+// whole for the proxy.
+func (a *edgeAuditor) peek() ([]byte, int) {
+	r := a.r
 	if r.Body == nil || r.Body == http.NoBody {
-		return nil, true
+		return nil, peeked
+	}
+	if r.ContentLength > maxAuditBody {
+		return nil, tooLarge
 	}
 	want := int64(maxAuditBody + 1)
-	if r.ContentLength >= 0 && r.ContentLength < want {
+	if r.ContentLength >= 0 {
 		want = r.ContentLength
 	}
-	if r.ContentLength > maxAuditBody || !s.auditBodies.TryAcquire(want) {
-		return nil, false
+	if !a.s.auditBodies.take(a.owner, want) {
+		return nil, noBudget
 	}
-	*held += want
+	a.held += want
 	b, err := io.ReadAll(io.LimitReader(r.Body, want))
 	r.Body = struct {
 		io.Reader
 		io.Closer
 	}{io.MultiReader(bytes.NewReader(b), r.Body), r.Body}
-	if err != nil || int64(len(b)) > maxAuditBody || (r.ContentLength < 0 && int64(len(b)) == want) {
-		return nil, false
+	switch {
+	case err != nil:
+		return nil, unreadable
+	case int64(len(b)) > maxAuditBody:
+		return nil, tooLarge
 	}
-	return b, true
+	return b, peeked
+}
+
+// refuseUnread is the refusal of an envd call whose body the edge could
+// not read (peek's result), or nil.
+func refuseUnread(result int) *envdRefusal {
+	switch result {
+	case tooLarge:
+		return &envdRefusal{status: http.StatusRequestEntityTooLarge, code: "resource_exhausted",
+			message: fmt.Sprintf("the request is larger than %d bytes: the edge reads each process and filesystem call for the audit trail", maxAuditBody)}
+	case noBudget:
+		return &envdRefusal{status: http.StatusTooManyRequests, code: "resource_exhausted", retryAfter: true,
+			message: "too many large process and filesystem calls at once for this key: retry"}
+	case unreadable:
+		return &envdRefusal{status: http.StatusBadRequest, code: "invalid_argument", message: "the request body could not be read"}
+	}
+	return nil
+}
+
+// refuseProtocol refuses an envd call in a protocol the edge does not
+// read: gRPC, gRPC-Web, or an unknown encoding would run unrecorded.
+func refuseProtocol() *edgeAudit {
+	return &edgeAudit{refusal: &envdRefusal{status: http.StatusUnsupportedMediaType, code: "unimplemented",
+		message: "envd's process and filesystem calls go through hutch serve in the Connect protocol only (what E2B's SDKs speak), proto or JSON, uncompressed or gzip: the edge reads each one for the audit trail"}}
 }
 
 // envdUser is the user an envd request acts as: its Basic authorization's
@@ -218,39 +346,47 @@ func decodeRequest(h http.Header, body []byte, m proto.Message) bool {
 	return c.unmarshal(body[5:5+n], body[0]&1 != 0 && c.gzip, m) == nil
 }
 
-// auditStart records a command: command.start once envd says it started
-// (or failed to), command.end with its exit when the stream carries it.
-func (s *Server) auditStart(r *http.Request, owner, id string, held *int64) *edgeAudit {
-	body, ok := s.peekBody(r, held)
+// start records a command: command.start once envd says it started (or
+// failed to), command.end with its exit when the stream carries it.
+func (a *edgeAuditor) start() *edgeAudit {
+	s, r, owner, id := a.s, a.r, a.owner, a.id
+	c, ok := codecOf(r.Header)
+	if !ok || !c.stream {
+		return refuseProtocol()
+	}
+	body, result := a.peek()
+	if ref := refuseUnread(result); ref != nil {
+		return &edgeAudit{refusal: ref}
+	}
 	var req process.StartRequest
+	if !decodeRequest(r.Header, body, &req) {
+		return &edgeAudit{refusal: &envdRefusal{status: http.StatusBadRequest, code: "invalid_argument", message: "the request is not one StartRequest message"}}
+	}
 	detail := map[string]any{"user": envdUser(r)}
 	secrets := s.gatewaySecrets.get(id)
-	var line string
-	if ok && decodeRequest(r.Header, body, &req) {
-		cfg := req.GetProcess()
-		var found []string
-		line, found = commandLine(cfg.GetCmd(), cfg.GetArgs(), secrets)
-		if len(found) > 0 {
-			// A gateway's configuration: its values are its servers'
-			// secrets, to be kept out of what its tools are asked.
-			s.gatewaySecrets.add(id, found)
-			secrets = append(secrets, found...)
-		}
-		detail["cmd"] = line
-		if cfg.Cwd != nil {
-			detail["cwd"] = cfg.GetCwd()
-		}
-		if env := audit.Env(cfg.GetEnvs(), secrets); len(env) > 0 {
-			detail["envs"] = env
-		}
-		if req.Pty != nil {
-			detail["pty"] = true
-		}
-		if req.Tag != nil {
-			detail["tag"] = req.GetTag()
-		}
-	} else {
-		detail["unparsed"] = true
+	cfg := req.GetProcess()
+	line, found := commandLine(cfg.GetCmd(), cfg.GetArgs(), secrets)
+	if len(found) > 0 {
+		// A gateway's configuration: its values are its servers'
+		// secrets, to be kept out of what its tools are asked.
+		s.gatewaySecrets.add(id, found)
+		secrets = append(secrets, found...)
+	}
+	if tok := cfg.GetEnvs()[gatewayTokenEnv]; tok != "" {
+		s.gatewaySecrets.setToken(id, tok)
+	}
+	detail["cmd"] = line
+	if cfg.Cwd != nil {
+		detail["cwd"] = cfg.GetCwd()
+	}
+	if env := audit.Env(cfg.GetEnvs(), secrets); len(env) > 0 {
+		detail["envs"] = env
+	}
+	if req.Pty != nil {
+		detail["pty"] = true
+	}
+	if req.Tag != nil {
+		detail["tag"] = req.GetTag()
 	}
 	var (
 		once    sync.Once
@@ -285,41 +421,47 @@ func (s *Server) auditStart(r *http.Request, owner, id string, held *int64) *edg
 	return &edgeAudit{
 		failed: func() { start(audit.Error, "the sandbox did not answer") },
 		modify: func(resp *http.Response) error {
-			c, ok := codecOf(resp.Header)
-			if resp.StatusCode != http.StatusOK || !ok || !c.stream {
+			rc, ok := codecOf(resp.Header)
+			if resp.StatusCode != http.StatusOK || !ok || !rc.stream {
 				start(audit.Error, "envd answered "+resp.Status)
 				return nil
 			}
-			resp.Body = &envelopeWatcher{ReadCloser: resp.Body, onMessage: func(flags byte, msg []byte) {
-				if flags&2 != 0 {
-					// The end of the stream: an error, if it failed.
-					var eos struct {
-						Error *struct {
-							Code    string `json:"code"`
-							Message string `json:"message"`
-						} `json:"error"`
+			resp.Body = &envelopeWatcher{ReadCloser: resp.Body,
+				onEnd: func() { start(audit.Error, "the stream ended before the process started") },
+				onMessage: func(flags byte, msg []byte) {
+					if flags&2 != 0 {
+						// The end of the stream: an error, if it failed.
+						var eos struct {
+							Error *struct {
+								Code    string `json:"code"`
+								Message string `json:"message"`
+							} `json:"error"`
+						}
+						if json.Unmarshal(msg, &eos) == nil && eos.Error != nil {
+							start(audit.Error, eos.Error.Code+": "+eos.Error.Message)
+						}
+						return
 					}
-					if json.Unmarshal(msg, &eos) == nil && eos.Error != nil {
-						start(audit.Error, eos.Error.Code+": "+eos.Error.Message)
+					var m process.StartResponse
+					if rc.unmarshal(msg, flags&1 != 0 && rc.gzip, &m) != nil {
+						return
 					}
-					return
-				}
-				var m process.StartResponse
-				if c.unmarshal(msg, flags&1 != 0 && c.gzip, &m) != nil {
-					return
-				}
-				switch ev := m.GetEvent(); {
-				case ev.GetStart() != nil:
-					pid = ev.GetStart().GetPid()
-					start(audit.OK, "")
-				case ev.GetEnd() != nil:
-					end(ev.GetEnd())
-				}
-			}}
+					switch ev := m.GetEvent(); {
+					case ev.GetStart() != nil:
+						pid = ev.GetStart().GetPid()
+						start(audit.OK, "")
+					case ev.GetEnd() != nil:
+						end(ev.GetEnd())
+					}
+				}}
 			return nil
 		},
 	}
 }
+
+// gatewayTokenEnv is the variable the E2B SDKs start the MCP gateway with:
+// its clients' bearer token.
+const gatewayTokenEnv = "GATEWAY_ACCESS_TOKEN"
 
 // commandLine is a process's command line as a shell would read it, its
 // secrets redacted one argument at a time (a `bash -c` script is one), and
@@ -348,46 +490,53 @@ func shellQuote(a string) string {
 	return "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
 }
 
-// auditFS records a file removed, moved or made through envd's filesystem
+// fs records a file removed, moved or made through envd's filesystem
 // service.
-func (s *Server) auditFS(r *http.Request, owner, id, rpc string, held *int64) *edgeAudit {
-	body, ok := s.peekBody(r, held)
+func (a *edgeAuditor) fs(rpc string) *edgeAudit {
+	r := a.r
+	if _, ok := codecOf(r.Header); !ok {
+		return refuseProtocol()
+	}
+	body, result := a.peek()
+	if ref := refuseUnread(result); ref != nil {
+		return &edgeAudit{refusal: ref}
+	}
 	detail := map[string]any{"user": envdUser(r)}
-	var action string
+	var (
+		action string
+		m      proto.Message
+	)
 	switch rpc {
 	case "/filesystem.Filesystem/Remove":
-		action = "file.delete"
-		var m filesystem.RemoveRequest
-		if ok && decodeRequest(r.Header, body, &m) {
-			detail["path"] = m.GetPath()
-		}
+		action, m = "file.delete", &filesystem.RemoveRequest{}
 	case "/filesystem.Filesystem/Move":
-		action = "file.move"
-		var m filesystem.MoveRequest
-		if ok && decodeRequest(r.Header, body, &m) {
-			detail["path"], detail["destination"] = m.GetSource(), m.GetDestination()
-		}
+		action, m = "file.move", &filesystem.MoveRequest{}
 	default:
-		action = "file.mkdir"
-		var m filesystem.MakeDirRequest
-		if ok && decodeRequest(r.Header, body, &m) {
-			detail["path"] = m.GetPath()
-		}
+		action, m = "file.mkdir", &filesystem.MakeDirRequest{}
 	}
-	if _, known := detail["path"]; !known {
-		detail["unparsed"] = true
+	if !decodeRequest(r.Header, body, m) {
+		return &edgeAudit{refusal: &envdRefusal{status: http.StatusBadRequest, code: "invalid_argument", message: "the request is not one " + string(m.ProtoReflect().Descriptor().Name()) + " message"}}
 	}
-	return s.recordOnAnswer(owner, id, audit.KindFile, action, detail, nil)
+	switch m := m.(type) {
+	case *filesystem.RemoveRequest:
+		detail["path"] = m.GetPath()
+	case *filesystem.MoveRequest:
+		detail["path"], detail["destination"] = m.GetSource(), m.GetDestination()
+	case *filesystem.MakeDirRequest:
+		detail["path"] = m.GetPath()
+	}
+	return a.recordOnAnswer(audit.KindFile, action, detail, nil)
 }
 
-// auditUpload records files written through envd's /files: the paths its
+// upload records files written through envd's /files: the paths its
 // answer lists.
-func (s *Server) auditUpload(r *http.Request, owner, id string) *edgeAudit {
+func (a *edgeAuditor) upload() *edgeAudit {
+	r := a.r
 	detail := map[string]any{"user": envdUser(r)}
 	if p := r.URL.Query().Get("path"); p != "" {
 		detail["path"] = p
 	}
-	return s.recordOnAnswer(owner, id, audit.KindFile, "file.write", detail, func(resp *http.Response) {
+	return a.recordOnAnswer(audit.KindFile, "file.write", detail, func(resp *http.Response) {
 		if resp.StatusCode != http.StatusOK {
 			return
 		}
@@ -412,41 +561,44 @@ func (s *Server) auditUpload(r *http.Request, owner, id string) *edgeAudit {
 	})
 }
 
-// auditTools records the MCP tool calls a request to a sandbox's gateway
-// carries (one JSON-RPC message or a batch).
-func (s *Server) auditTools(r *http.Request, owner, id string, held *int64) *edgeAudit {
-	body, ok := s.peekBody(r, held)
-	if !ok || len(body) == 0 {
-		return nil
-	}
-	type call struct {
-		ID     json.RawMessage `json:"id"`
-		Method string          `json:"method"`
-		Params struct {
-			Name      string `json:"name"`
-			Arguments any    `json:"arguments"`
-		} `json:"params"`
-	}
-	var calls []call
-	if body = bytes.TrimSpace(body); len(body) > 0 && body[0] == '[' {
-		json.Unmarshal(body, &calls)
-	} else {
-		var c call
-		if json.Unmarshal(body, &c) == nil {
-			calls = []call{c}
-		}
-	}
+// tools records the MCP tool calls a request to a sandbox's gateway
+// carries (one JSON-RPC message or a batch). A body the edge could not
+// read is recorded as an unread call: the gateway is not the edge's to
+// refuse for.
+func (a *edgeAuditor) tools() *edgeAudit {
+	s, r, owner, id := a.s, a.r, a.owner, a.id
+	body, result := a.peek()
 	secrets := s.gatewaySecrets.get(id)
 	var tools []map[string]any
-	for _, c := range calls {
-		if c.Method != "tools/call" {
-			continue
+	if result != peeked {
+		tools = append(tools, map[string]any{"via": "gateway", "unparsed": true, "bytes": r.ContentLength})
+	} else {
+		type call struct {
+			Method string `json:"method"`
+			Params struct {
+				Name      string `json:"name"`
+				Arguments any    `json:"arguments"`
+			} `json:"params"`
 		}
-		d := map[string]any{"tool": c.Params.Name, "via": "gateway"}
-		if c.Params.Arguments != nil {
-			d["arguments"] = audit.JSON(c.Params.Arguments, secrets)
+		var calls []call
+		if body = bytes.TrimSpace(body); len(body) > 0 && body[0] == '[' {
+			json.Unmarshal(body, &calls)
+		} else if len(body) > 0 {
+			var c call
+			if json.Unmarshal(body, &c) == nil {
+				calls = []call{c}
+			}
 		}
-		tools = append(tools, d)
+		for _, c := range calls {
+			if c.Method != "tools/call" {
+				continue
+			}
+			d := map[string]any{"tool": c.Params.Name, "via": "gateway"}
+			if c.Params.Arguments != nil {
+				d["arguments"] = audit.JSON(c.Params.Arguments, secrets)
+			}
+			tools = append(tools, d)
+		}
 	}
 	if len(tools) == 0 {
 		return nil
@@ -474,7 +626,8 @@ func (s *Server) auditTools(r *http.Request, owner, id string, held *int64) *edg
 
 // recordOnAnswer records one event when the answer's head comes (after
 // look, which may add to detail), or as failed when none does.
-func (s *Server) recordOnAnswer(owner, id, kind, action string, detail map[string]any, look func(*http.Response)) *edgeAudit {
+func (a *edgeAuditor) recordOnAnswer(kind, action string, detail map[string]any, look func(*http.Response)) *edgeAudit {
+	s, owner, id := a.s, a.owner, a.id
 	return &edgeAudit{
 		failed: func() {
 			s.audit.Record(audit.Event{KeyID: owner, SandboxID: id, Kind: kind, Action: action, Outcome: audit.Error, Detail: detail})
@@ -496,10 +649,13 @@ func (s *Server) recordOnAnswer(owner, id, kind, action string, detail map[strin
 
 // envelopeWatcher passes a Connect stream through unchanged and hands each
 // of its messages (up to maxAuditMessage; larger ones are skipped) to
-// onMessage as they go by.
+// onMessage as they go by, and calls onEnd when the stream ends or is
+// closed.
 type envelopeWatcher struct {
 	io.ReadCloser
 	onMessage func(flags byte, msg []byte)
+	onEnd     func()
+	ended     sync.Once
 	buf       []byte
 	skip      uint64 // bytes of an oversized message still to pass
 }
@@ -507,7 +663,22 @@ type envelopeWatcher struct {
 func (w *envelopeWatcher) Read(p []byte) (int, error) {
 	n, err := w.ReadCloser.Read(p)
 	w.feed(p[:n])
+	if err != nil {
+		w.end()
+	}
 	return n, err
+}
+
+// Close ends the stream.
+func (w *envelopeWatcher) Close() error {
+	w.end()
+	return w.ReadCloser.Close()
+}
+
+func (w *envelopeWatcher) end() {
+	if w.onEnd != nil {
+		w.ended.Do(w.onEnd)
+	}
 }
 
 func (w *envelopeWatcher) feed(b []byte) {
@@ -541,31 +712,52 @@ func (w *envelopeWatcher) feed(b []byte) {
 }
 
 // secretBook keeps, per sandbox, the values of its MCP gateway's
-// configuration, seen when the gateway was started, so that its tool
-// calls' arguments are redacted of them too. Bounded; it forgets the
-// least recently added sandbox first.
+// configuration and its bearer token, seen when the gateway was started,
+// so that its tool calls' arguments are redacted of them too and only
+// calls with its token are read. Bounded; it forgets the least recently
+// added sandbox first.
 type secretBook struct {
-	mu    sync.Mutex
-	by    map[string][]string
-	order []string
+	mu     sync.Mutex
+	by     map[string][]string
+	tokens map[string]string
+	order  []string
 }
 
 // maxSecretBook is the most sandboxes a secretBook remembers.
 const maxSecretBook = 4096
 
-func newSecretBook() *secretBook { return &secretBook{by: map[string][]string{}} }
+func newSecretBook() *secretBook {
+	return &secretBook{by: map[string][]string{}, tokens: map[string]string{}}
+}
+
+// note makes room for sandbox id; b.mu is held.
+func (b *secretBook) note(id string) {
+	if _, ok := b.by[id]; ok {
+		return
+	}
+	if _, ok := b.tokens[id]; ok {
+		return
+	}
+	b.order = append(b.order, id)
+	if len(b.order) > maxSecretBook {
+		delete(b.by, b.order[0])
+		delete(b.tokens, b.order[0])
+		b.order = b.order[1:]
+	}
+}
 
 func (b *secretBook) add(id string, secrets []string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if _, ok := b.by[id]; !ok {
-		b.order = append(b.order, id)
-		if len(b.order) > maxSecretBook {
-			delete(b.by, b.order[0])
-			b.order = b.order[1:]
-		}
-	}
+	b.note(id)
 	b.by[id] = append(b.by[id], secrets...)
+}
+
+func (b *secretBook) setToken(id, token string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.note(id)
+	b.tokens[id] = token
 }
 
 func (b *secretBook) get(id string) []string {
@@ -575,4 +767,11 @@ func (b *secretBook) get(id string) []string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return append([]string(nil), b.by[id]...)
+}
+
+// token is the gateway bearer token of sandbox id, "" when unknown.
+func (b *secretBook) token(id string) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.tokens[id]
 }

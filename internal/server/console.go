@@ -14,8 +14,13 @@ import (
 // authed takes the cookie's key in place of X-API-KEY (consoleKey).
 const (
 	// consoleCookie holds the console's API key: HttpOnly (no script
-	// reads it), Secure, SameSite=Strict, Path=/.
-	consoleCookie = "hutch_console"
+	// reads it), Secure, SameSite=Strict, Path=/. The __Host- prefix
+	// makes browsers refuse one set with a Domain, a Path other than / or
+	// without Secure: a sandbox's page on <port>-<id>.<domain>, the same
+	// site as the console, cannot plant its own key's cookie where the
+	// console's requests would carry it (review of issue 22: cookie
+	// tossing signed an operator's console in as a tenant).
+	consoleCookie = "__Host-hutch_console"
 	// consoleHeader must be "1" on every request that the cookie
 	// authenticates, sign-in included. A page of another origin cannot
 	// send it without a CORS preflight, which Hutch never approves, so a
@@ -109,11 +114,15 @@ func consoleKey(r *http.Request) string {
 	if r.Header.Get(consoleHeader) != "1" {
 		return ""
 	}
-	c, err := r.Cookie(consoleCookie)
-	if err != nil {
-		return ""
+	var key string
+	for _, c := range r.CookiesNamed(consoleCookie) {
+		if key != "" && c.Value != key {
+			// Two keys: one was planted. Neither is trusted.
+			return ""
+		}
+		key = c.Value
 	}
-	return c.Value
+	return key
 }
 
 // stripConsoleCookie removes the console's cookie from a request the edge

@@ -3,6 +3,7 @@ package server
 import (
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -108,27 +109,41 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	// What this client just did is in the answer.
 	s.audit.Flush()
-	events, err := s.audit.List(r.Context(), f)
-	if err != nil {
-		e2bapi.Write(w, s.logger, err)
-		return
-	}
-	out := make([]eventJSON, len(events))
-	for i, e := range events {
-		out[i] = eventJSON{Seq: e.Seq, Time: e.Time, KeyID: e.KeyID, SandboxID: e.SandboxID, Kind: e.Kind,
-			Action: e.Action, Outcome: e.Outcome, Detail: e.Detail}
-	}
+	// Streamed as the rows are read: an export of 100,000 events is never
+	// held whole (review of issue 22).
 	if lines {
 		w.Header().Set("Content-Type", jsonLines)
-		enc := json.NewEncoder(w)
-		for _, e := range out {
-			if enc.Encode(e) != nil {
-				return
-			}
-		}
-		return
+	} else {
+		w.Header().Set("Content-Type", "application/json")
 	}
-	writeJSON(w, http.StatusOK, out)
+	enc := json.NewEncoder(w)
+	n := 0
+	err = s.audit.Each(r.Context(), f, func(e audit.Stored) error {
+		if n == 0 {
+			w.WriteHeader(http.StatusOK)
+			if !lines {
+				io.WriteString(w, "[")
+			}
+		} else if !lines {
+			io.WriteString(w, ",")
+		}
+		n++
+		return enc.Encode(eventJSON{Seq: e.Seq, Time: e.Time, KeyID: e.KeyID, SandboxID: e.SandboxID, Kind: e.Kind,
+			Action: e.Action, Outcome: e.Outcome, Detail: e.Detail})
+	})
+	switch {
+	case err != nil && n == 0:
+		w.Header().Del("Content-Type")
+		e2bapi.Write(w, s.logger, err)
+	case err != nil:
+		// Mid-answer: the client sees a cut body (no closing bracket).
+		s.logger.Warn("events: answer cut", "err", err)
+	case n == 0 && !lines:
+		w.WriteHeader(http.StatusOK)
+		io.WriteString(w, "[]\n")
+	case !lines:
+		io.WriteString(w, "]\n")
+	}
 }
 
 // reportedEvent is what a client reports: an MCP tool call it served with
@@ -145,13 +160,30 @@ func (r *reportedEvent) Validate() error {
 	switch {
 	case r.Kind != audit.KindMCP:
 		return e2bapi.BadRequestf("kind %q: clients report only %q events (MCP tool calls); the server records the rest", r.Kind, audit.KindMCP)
-	case r.Action == "" || len(r.Action) > 64:
-		return e2bapi.BadRequest("action: want a name of 1 to 64 characters, e.g. tool.call")
+	case !validAction(r.Action):
+		return e2bapi.BadRequest("action: want a name of 1 to 64 characters of a-z, 0-9, '.', '_' and '-', e.g. tool.call")
 	case r.Outcome != "" && r.Outcome != audit.OK && r.Outcome != audit.Error:
 		return e2bapi.BadRequestf("outcome %q: want %q or %q", r.Outcome, audit.OK, audit.Error)
 	}
 	return nil
 }
+
+// validAction reports whether a is a reported event's action: a short
+// name, nothing a terminal or a page would read as markup.
+func validAction(a string) bool {
+	if a == "" || len(a) > 64 {
+		return false
+	}
+	for _, c := range a {
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// maxReportedDetail bounds a reported event's detail, encoded.
+const maxReportedDetail = 16 << 10
 
 func (s *Server) reportEvent(w http.ResponseWriter, r *http.Request) {
 	if s.audit == nil {
@@ -168,6 +200,10 @@ func (s *Server) reportEvent(w http.ResponseWriter, r *http.Request) {
 			s.notFound(w, ev.SandboxID, err)
 			return
 		}
+	}
+	if b, _ := json.Marshal(ev.Detail); len(b) > maxReportedDetail {
+		e2bapi.Write(w, s.logger, e2bapi.BadRequestf("detail: at most %d bytes as JSON", maxReportedDetail))
+		return
 	}
 	detail, _ := audit.JSON(map[string]any(ev.Detail), s.gatewaySecrets.get(ev.SandboxID)).(map[string]any)
 	if detail == nil {

@@ -109,6 +109,10 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id string, port i
 	// What the request does, for the audit trail, read before it goes.
 	ea := s.auditEdge(r, id, port)
 	defer ea.done()
+	if ea != nil && ea.refusal != nil {
+		ea.refusal.write(w)
+		return
+	}
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(&url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))})

@@ -196,6 +196,8 @@ func (s *Server) uploadFiles(w http.ResponseWriter, r *http.Request) {
 		e2bapi.Write(w, s.logger, &e2bapi.StatusError{Status: http.StatusForbidden, Message: "upload link is not valid"})
 		return
 	}
+	// The signature proved the call: it acts for the key it names.
+	auditKey(r, key)
 	if time.Now().Unix() > exp {
 		e2bapi.Write(w, s.logger, &e2bapi.StatusError{Status: http.StatusForbidden, Message: "upload link has expired"})
 		return

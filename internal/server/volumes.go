@@ -159,6 +159,8 @@ func (s *Server) volumeContent(h contentHandler) http.HandlerFunc {
 		}
 		if err == nil {
 			defer c.Close()
+			// The token proved the call: it acts for the volume's key.
+			auditKey(r, c.KeyID())
 			err = h(w, r, c)
 		}
 		e2bapi.Write(w, s.logger, err)

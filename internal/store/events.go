@@ -72,6 +72,15 @@ func (s *Store) AppendEvents(ctx context.Context, events []Event) error {
 
 // ListEvents returns the events f selects, oldest first.
 func (s *Store) ListEvents(ctx context.Context, f EventFilter) ([]Event, error) {
+	var out []Event
+	err := s.EachEvent(ctx, f, func(e Event) error { out = append(out, e); return nil })
+	return out, err
+}
+
+// EachEvent calls fn with each event f selects, oldest first, as they are
+// read: a long export is never held whole. An error of fn stops it and is
+// returned.
+func (s *Store) EachEvent(ctx context.Context, f EventFilter, fn func(Event) error) error {
 	var (
 		where []string
 		args  []any
@@ -104,10 +113,9 @@ func (s *Store) ListEvents(ctx context.Context, f EventFilter) ([]Event, error) 
 	args = append(args, limit)
 	rows, err := s.db.QueryContext(ctx, q, args...)
 	if err != nil {
-		return nil, fmt.Errorf("store: list events: %w", err)
+		return fmt.Errorf("store: list events: %w", err)
 	}
 	defer rows.Close()
-	var out []Event
 	for rows.Next() {
 		var (
 			e      Event
@@ -115,16 +123,18 @@ func (s *Store) ListEvents(ctx context.Context, f EventFilter) ([]Event, error) 
 			detail string
 		)
 		if err := rows.Scan(&e.Seq, &t, &e.KeyID, &e.SandboxID, &e.Kind, &e.Action, &e.Outcome, &detail); err != nil {
-			return nil, fmt.Errorf("store: list events: %w", err)
+			return fmt.Errorf("store: list events: %w", err)
 		}
 		e.Time = fromNanos(t)
 		e.Detail = json.RawMessage(detail)
-		out = append(out, e)
+		if err := fn(e); err != nil {
+			return err
+		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("store: list events: %w", err)
+		return fmt.Errorf("store: list events: %w", err)
 	}
-	return out, nil
+	return nil
 }
 
 // PruneEvents deletes the events older than before and reports how many.

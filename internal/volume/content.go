@@ -26,7 +26,11 @@ import (
 type Content struct {
 	root  *os.Root
 	lists chan struct{} // the manager's bound on listings at once; nil: none
+	keyID string        // the API key that owns the volume
 }
+
+// KeyID is the id of the API key that owns the volume ("" for none).
+func (c *Content) KeyID() string { return c.keyID }
 
 // Close releases the volume's directory.
 func (c *Content) Close() error { return c.root.Close() }

@@ -338,7 +338,7 @@ func (m *Manager) Open(ctx context.Context, id, token string) (*Content, error) 
 	if err != nil {
 		return nil, fmt.Errorf("open volume %s: %w", id, err)
 	}
-	return &Content{root: root, lists: m.lists}, nil
+	return &Content{root: root, lists: m.lists, keyID: r.KeyID}, nil
 }
 
 func randomHex(n int) string {

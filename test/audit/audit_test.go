@@ -10,6 +10,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -24,6 +25,9 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/hutch-sandbox/hutch/api/gen/process"
 
 	"github.com/hutch-sandbox/hutch/internal/testenv"
 	"github.com/hutch-sandbox/hutch/sdk"
@@ -469,4 +473,91 @@ func TestKeysAndBadInput(t *testing.T) {
 	if status, body := f.api(t, f.user, http.MethodPost, "/events", map[string]any{"kind": "mcp", "action": "tool.call", "sandboxID": "nosuchsandbox"}); status != http.StatusNotFound {
 		t.Errorf("a report on a sandbox not the key's: %d %s, want 404", status, body)
 	}
+}
+
+// TestTrailHolds: what an outside review of the trail tried. Calls that
+// prove nothing (no key, a wrong envd token) write nothing to it; envd
+// calls the edge cannot read (gRPC-Web, a body past 1 MiB) are refused
+// rather than run unrecorded; a reported action must be a plain name; and
+// a client's bytes reach `hutch events` escaped.
+func TestTrailHolds(t *testing.T) {
+	f := newFixture(t)
+	ctx := t.Context()
+	sbx, err := sdk.Create(ctx, sdk.CreateOptions{Config: sdk.Config{APIURL: f.srv.URL(), APIKey: f.user}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sbx.Kill(context.Background())
+	count := func() int { return len(f.events(t, hutchtest.TestKey, "--since", "1h")) }
+	before := count()
+
+	// No key: refused, and nothing recorded, whatever the path holds.
+	for _, path := range []string{"/sandboxes/%1b%5b2K%1b%5b31mFORGED", "/sandboxes/" + strings.Repeat("B", 4000)} {
+		if status, _ := f.api(t, "", http.MethodDelete, path, nil); status != http.StatusUnauthorized {
+			t.Errorf("DELETE %.40s… without a key: %d, want 401", path, status)
+		}
+	}
+	// envd calls with a wrong token: refused by envd, nothing recorded.
+	start := func(token, contentType string, body []byte) int {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, f.srv.URL()+"/process.Process/Start", bytes.NewReader(body))
+		req.Header.Set("E2b-Sandbox-Id", sbx.ID)
+		req.Header.Set("E2b-Sandbox-Port", "49983")
+		req.Header.Set("X-Access-Token", token)
+		req.Header.Set("Content-Type", contentType)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	msg := startRequest("/bin/bash", "-c", "touch /tmp/ran")
+	if status := start("wrong-token", "application/connect+proto", msg); status != http.StatusUnauthorized {
+		t.Errorf("Start with a wrong token: %d, want envd's 401", status)
+	}
+	if after := count(); after != before {
+		t.Errorf("%d events recorded for calls that proved nothing: %s", after-before, dump(f.events(t, hutchtest.TestKey, "--since", "1h")[before:]))
+	}
+
+	// The right token, in a protocol the edge does not read, or too
+	// large to read: refused, and the command does not run.
+	if status := start(sbx.EnvdAccessToken, "application/grpc-web+proto", msg); status != http.StatusUnsupportedMediaType {
+		t.Errorf("Start over gRPC-Web: %d, want 415", status)
+	}
+	big := startRequest("/bin/bash", "-c", "touch /tmp/ran; : "+strings.Repeat("x", 1<<20))
+	if status := start(sbx.EnvdAccessToken, "application/connect+proto", big); status != http.StatusRequestEntityTooLarge {
+		t.Errorf("a 1 MiB Start: %d, want 413", status)
+	}
+	if res, err := sbx.Commands.Run(ctx, "test -e /tmp/ran && echo ran || echo not", nil); err != nil || strings.TrimSpace(res.Stdout) != "not" {
+		t.Errorf("a refused command ran: %+v, %v", res, err)
+	}
+
+	// A reported action is a plain name.
+	if status, body := f.api(t, f.user, http.MethodPost, "/events", map[string]any{"kind": "mcp", "action": "\x1b[2Kx"}); status != http.StatusBadRequest {
+		t.Errorf("an action with an escape: %d %s, want 400", status, body)
+	}
+	// What a client chose, printed: escaped, never raw.
+	if _, err := sbx.Commands.Run(ctx, "echo '\x1b[31mred\tand\nnew line'", nil); err != nil {
+		t.Fatal(err)
+	}
+	table, err := f.hutch(t, f.user, "events", "--sandbox", sbx.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.ContainsAny(table, "\x1b") || strings.Count(table, "\n") != len(f.events(t, f.user, "--sandbox", sbx.ID))+1 {
+		t.Errorf("hutch events printed a client's control characters raw:\n%q", table)
+	}
+}
+
+// startRequest is process.Process/Start's request for cmd, in Connect's
+// streaming envelope.
+func startRequest(cmd string, args ...string) []byte {
+	msg, err := proto.Marshal(&process.StartRequest{Process: &process.ProcessConfig{Cmd: cmd, Args: args}})
+	if err != nil {
+		panic(err)
+	}
+	env := make([]byte, 5, 5+len(msg))
+	binary.BigEndian.PutUint32(env[1:], uint32(len(msg)))
+	return append(env, msg...)
 }
