@@ -5,10 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/signal"
 	"sort"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -61,27 +59,12 @@ new events, asking every second, until interrupted.`,
 			if err := p.flush(); err != nil || !follow {
 				return err
 			}
-			ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGHUP)
-			defer stop()
-			tick := time.NewTicker(logPollInterval)
-			defer tick.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return nil
-				case <-tick.C:
+			return poll(ctx, func(ctx context.Context) (bool, error) {
+				if err := nextEvents(ctx, c, &q, p.print); err != nil {
+					return false, err
 				}
-				err := nextEvents(ctx, c, &q, p.print)
-				if ctx.Err() != nil {
-					return nil
-				}
-				if err != nil {
-					return err
-				}
-				if err := p.flush(); err != nil {
-					return err
-				}
-			}
+				return false, p.flush()
+			})
 		}),
 	}
 	f := cmd.Flags()

@@ -73,29 +73,16 @@ the sandbox is gone.`,
 			if err := printLogs(entries, asJSON); err != nil {
 				return err
 			}
-			ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGHUP)
-			defer stop()
-			tick := time.NewTicker(logPollInterval)
-			defer tick.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return nil
-				case <-tick.C:
-				}
+			return poll(ctx, func(ctx context.Context) (bool, error) {
 				entries, err := cur.next(ctx, c, id)
 				switch {
-				case ctx.Err() != nil:
-					return nil
 				case errors.Is(err, sdk.ErrNotFound):
-					return nil // the sandbox is gone: nothing more will come
+					return true, nil // the sandbox is gone: nothing more will come
 				case err != nil:
-					return err
+					return false, err
 				}
-				if err := printLogs(entries, asJSON); err != nil {
-					return err
-				}
-			}
+				return false, printLogs(entries, asJSON)
+			})
 		}),
 	}
 	f := cmd.Flags()
@@ -103,6 +90,30 @@ the sandbox is gone.`,
 	f.BoolVarP(&follow, "follow", "f", false, "keep printing new entries until interrupted")
 	f.BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
+}
+
+// poll calls next every logPollInterval until it is done, fails, or the
+// command is interrupted (SIGINT, SIGHUP), which ends it without error:
+// what -f does.
+func poll(ctx context.Context, next func(context.Context) (done bool, err error)) error {
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGHUP)
+	defer stop()
+	tick := time.NewTicker(logPollInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		done, err := next(ctx)
+		if ctx.Err() != nil || done {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
 }
 
 // parseSince reads --since: a duration back from now, or an RFC 3339

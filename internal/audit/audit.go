@@ -154,15 +154,17 @@ func (l *Log) write() {
 		l.append(batch)
 		batch = batch[:0]
 	}
+	add := func(e store.Event) {
+		if batch = append(batch, e); len(batch) == BatchSize {
+			flush()
+		}
+	}
 	// drain commits everything queued so far.
 	drain := func() {
 		for {
 			select {
 			case e := <-l.q:
-				batch = append(batch, e)
-				if len(batch) == BatchSize {
-					flush()
-				}
+				add(e)
 			default:
 				flush()
 				return
@@ -172,10 +174,7 @@ func (l *Log) write() {
 	for {
 		select {
 		case e := <-l.q:
-			batch = append(batch, e)
-			if len(batch) == BatchSize {
-				flush()
-			}
+			add(e)
 		case <-tick.C:
 			flush()
 		case done := <-l.flushes:

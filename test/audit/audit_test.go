@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"os/exec"
 	"regexp"
 	"strings"
@@ -38,9 +37,7 @@ var hutchBin = &hutchtest.Binary{ModuleRoot: "../.."}
 
 func TestMain(m *testing.M) {
 	testenv.RequireRootMain("hutch serve runs sandboxes: namespaces, cgroups and mounts")
-	code := m.Run()
-	hutchBin.Remove()
-	os.Exit(code)
+	hutchtest.Main(m, hutchBin)
 }
 
 // secrets are values the test hands Hutch under secret names, or in a
