@@ -7,11 +7,13 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"mime"
 	"net/http"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -58,6 +60,12 @@ const (
 	auditBodyBudget = 64 << 20
 	auditKeyBudget  = 16 << 20
 )
+
+// gatewayBodyBudget bounds the MCP gateway calls kept at once to record
+// them. Anyone may send those (the gateway checks its token only as it
+// answers), so this budget is apart from envd's: spending it makes calls
+// be recorded unread, and refuses nobody.
+const gatewayBodyBudget = 32 << 20
 
 // maxAuditMessage is the largest message of a stream the edge decodes;
 // larger ones (a command's output) are skipped unread.
@@ -161,9 +169,6 @@ func (s *Server) auditEdge(r *http.Request, id string, port int) *edgeAudit {
 			ea = a.upload()
 		}
 	case port == mcpGatewayPort:
-		if tok := s.gatewaySecrets.token(id); tok != "" && !validBearer(r, tok) {
-			return nil
-		}
 		ea = a.tools()
 	}
 	if a.held > 0 {
@@ -180,12 +185,6 @@ func (s *Server) auditEdge(r *http.Request, id string, port int) *edgeAudit {
 func validEnvdToken(r *http.Request, token string) bool {
 	got := r.Header.Get(envdapi.HeaderAccessToken)
 	return got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
-}
-
-// validBearer reports whether r carries Authorization: Bearer token.
-func validBearer(r *http.Request, token string) bool {
-	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
 }
 
 // edgeAuditor reads one request for the trail.
@@ -309,15 +308,25 @@ func codecOf(h http.Header) (connectCodec, bool) {
 	return c, true
 }
 
-// unmarshal decodes one message.
+// errTooLargeDecompressed is a compressed message larger than
+// maxAuditMessage once decompressed.
+var errTooLargeDecompressed = errors.New("larger than 1 MiB decompressed")
+
+// unmarshal decodes one message. A compressed one is decompressed whole
+// or not at all: decoding a prefix of what envd decodes in full would
+// record another message than the one that runs (protobuf merges a field
+// that comes twice; review of issue 22).
 func (c connectCodec) unmarshal(b []byte, compressed bool, m proto.Message) error {
 	if compressed {
 		zr, err := gzip.NewReader(bytes.NewReader(b))
 		if err != nil {
 			return err
 		}
-		if b, err = io.ReadAll(io.LimitReader(zr, maxAuditMessage)); err != nil {
+		if b, err = io.ReadAll(io.LimitReader(zr, maxAuditMessage+1)); err != nil {
 			return err
+		}
+		if len(b) > maxAuditMessage {
+			return errTooLargeDecompressed
 		}
 	}
 	if c.json {
@@ -327,23 +336,33 @@ func (c connectCodec) unmarshal(b []byte, compressed bool, m proto.Message) erro
 }
 
 // decodeRequest decodes the one message of a unary or server-streaming
-// request body.
-func decodeRequest(h http.Header, body []byte, m proto.Message) bool {
+// request body, which must be that message and nothing more.
+func decodeRequest(h http.Header, body []byte, m proto.Message) error {
 	c, ok := codecOf(h)
 	if !ok {
-		return false
+		return errors.New("not the Connect protocol")
 	}
 	if !c.stream {
-		return c.unmarshal(body, c.gzip, m) == nil
+		return c.unmarshal(body, c.gzip, m)
 	}
 	if len(body) < 5 {
-		return false
+		return errors.New("no message")
 	}
 	n := binary.BigEndian.Uint32(body[1:5])
-	if uint64(len(body)-5) < uint64(n) {
-		return false
+	if uint64(len(body)-5) != uint64(n) {
+		return errors.New("not exactly one message")
 	}
-	return c.unmarshal(body[5:5+n], body[0]&1 != 0 && c.gzip, m) == nil
+	return c.unmarshal(body[5:], body[0]&1 != 0 && c.gzip, m)
+}
+
+// refuseUndecodable refuses a call whose message the edge could not
+// decode (decodeRequest's err): envd would run something unrecorded, or
+// nothing.
+func refuseUndecodable(err error, name string) *edgeAudit {
+	if errors.Is(err, errTooLargeDecompressed) {
+		return &edgeAudit{refusal: refuseUnread(tooLarge)}
+	}
+	return &edgeAudit{refusal: &envdRefusal{status: http.StatusBadRequest, code: "invalid_argument", message: "the request is not one " + name + " message: " + err.Error()}}
 }
 
 // start records a command: command.start once envd says it started (or
@@ -359,8 +378,8 @@ func (a *edgeAuditor) start() *edgeAudit {
 		return &edgeAudit{refusal: ref}
 	}
 	var req process.StartRequest
-	if !decodeRequest(r.Header, body, &req) {
-		return &edgeAudit{refusal: &envdRefusal{status: http.StatusBadRequest, code: "invalid_argument", message: "the request is not one StartRequest message"}}
+	if err := decodeRequest(r.Header, body, &req); err != nil {
+		return refuseUndecodable(err, "StartRequest")
 	}
 	detail := map[string]any{"user": envdUser(r)}
 	secrets := s.gatewaySecrets.get(id)
@@ -371,9 +390,6 @@ func (a *edgeAuditor) start() *edgeAudit {
 		// secrets, to be kept out of what its tools are asked.
 		s.gatewaySecrets.add(id, found)
 		secrets = append(secrets, found...)
-	}
-	if tok := cfg.GetEnvs()[gatewayTokenEnv]; tok != "" {
-		s.gatewaySecrets.setToken(id, tok)
 	}
 	detail["cmd"] = line
 	if cfg.Cwd != nil {
@@ -389,13 +405,14 @@ func (a *edgeAuditor) start() *edgeAudit {
 		detail["tag"] = req.GetTag()
 	}
 	var (
-		once    sync.Once
-		started time.Time
-		pid     uint32
+		once sync.Once
+		pid  uint32
 	)
+	// A command's duration counts from its request: envd's start and end
+	// events of a short one often come in one read.
+	started := time.Now()
 	start := func(outcome, errText string) {
 		once.Do(func() {
-			started = time.Now()
 			if errText != "" {
 				detail["error"] = errText
 			}
@@ -459,10 +476,6 @@ func (a *edgeAuditor) start() *edgeAudit {
 	}
 }
 
-// gatewayTokenEnv is the variable the E2B SDKs start the MCP gateway with:
-// its clients' bearer token.
-const gatewayTokenEnv = "GATEWAY_ACCESS_TOKEN"
-
 // commandLine is a process's command line as a shell would read it, its
 // secrets redacted one argument at a time (a `bash -c` script is one), and
 // the gateway secrets it carried.
@@ -514,8 +527,8 @@ func (a *edgeAuditor) fs(rpc string) *edgeAudit {
 	default:
 		action, m = "file.mkdir", &filesystem.MakeDirRequest{}
 	}
-	if !decodeRequest(r.Header, body, m) {
-		return &edgeAudit{refusal: &envdRefusal{status: http.StatusBadRequest, code: "invalid_argument", message: "the request is not one " + string(m.ProtoReflect().Descriptor().Name()) + " message"}}
+	if err := decodeRequest(r.Header, body, m); err != nil {
+		return refuseUndecodable(err, string(m.ProtoReflect().Descriptor().Name()))
 	}
 	switch m := m.(type) {
 	case *filesystem.RemoveRequest:
@@ -562,49 +575,33 @@ func (a *edgeAuditor) upload() *edgeAudit {
 }
 
 // tools records the MCP tool calls a request to a sandbox's gateway
-// carries (one JSON-RPC message or a batch). A body the edge could not
-// read is recorded as an unread call: the gateway is not the edge's to
-// refuse for.
+// carries (one JSON-RPC message or a batch). The request is not read
+// ahead: its bytes are kept as the gateway reads them (up to
+// maxAuditBody, while the gateways' budget lasts), and recorded once the
+// gateway has answered — only if it accepted the call, so that nobody
+// without its token writes to the trail (review of issue 22). A call the
+// edge could not keep whole is recorded as unread.
 func (a *edgeAuditor) tools() *edgeAudit {
 	s, r, owner, id := a.s, a.r, a.owner, a.id
-	body, result := a.peek()
-	secrets := s.gatewaySecrets.get(id)
-	var tools []map[string]any
-	if result != peeked {
-		tools = append(tools, map[string]any{"via": "gateway", "unparsed": true, "bytes": r.ContentLength})
-	} else {
-		type call struct {
-			Method string `json:"method"`
-			Params struct {
-				Name      string `json:"name"`
-				Arguments any    `json:"arguments"`
-			} `json:"params"`
-		}
-		var calls []call
-		if body = bytes.TrimSpace(body); len(body) > 0 && body[0] == '[' {
-			json.Unmarshal(body, &calls)
-		} else if len(body) > 0 {
-			var c call
-			if json.Unmarshal(body, &c) == nil {
-				calls = []call{c}
-			}
-		}
-		for _, c := range calls {
-			if c.Method != "tools/call" {
-				continue
-			}
-			d := map[string]any{"tool": c.Params.Name, "via": "gateway"}
-			if c.Params.Arguments != nil {
-				d["arguments"] = audit.JSON(c.Params.Arguments, secrets)
-			}
-			tools = append(tools, d)
-		}
-	}
-	if len(tools) == 0 {
+	if r.Body == nil || r.Body == http.NoBody {
 		return nil
 	}
+	want := int64(maxAuditBody)
+	if r.ContentLength >= 0 && r.ContentLength < want {
+		want = r.ContentLength
+	}
+	tee := &teeBody{ReadCloser: r.Body, max: maxAuditBody, length: r.ContentLength}
+	release := func() {}
+	if r.ContentLength <= maxAuditBody && s.gatewayBodies.TryAcquire(want) {
+		tee.keep = true // before the proxy reads: no lock needed yet
+		release = func() { s.gatewayBodies.Release(want) }
+	}
+	r.Body = tee
 	record := func(outcome string, status int) {
-		for _, d := range tools {
+		if status == http.StatusUnauthorized || status == http.StatusForbidden {
+			return // the gateway refused it: nothing happened
+		}
+		for _, d := range gatewayCalls(tee, s.gatewaySecrets.get(id)) {
 			if status != 0 {
 				d["status"] = status
 			}
@@ -612,7 +609,7 @@ func (a *edgeAuditor) tools() *edgeAudit {
 		}
 	}
 	return &edgeAudit{
-		failed: func() { record(audit.Error, 0) },
+		release: release,
 		modify: func(resp *http.Response) error {
 			outcome := audit.OK
 			if resp.StatusCode >= 400 {
@@ -622,6 +619,99 @@ func (a *edgeAuditor) tools() *edgeAudit {
 			return nil
 		},
 	}
+}
+
+// maxToolEvents is the most tool calls one request records; a batch with
+// more records that many and says how many it held.
+const maxToolEvents = 16
+
+// gatewayCalls reads the tool calls of a request to a gateway from what
+// tee kept: one event detail each. Keys are matched exactly, as the MCP
+// SDK the gateway is built on matches them (encoding/json's
+// case-insensitive match would read "METHOD" as "method": review of
+// issue 22).
+func gatewayCalls(tee *teeBody, secrets []string) []map[string]any {
+	kept, n, whole := tee.kept()
+	if !whole {
+		return []map[string]any{{"via": "gateway", "unparsed": true, "bytes": n}}
+	}
+	body := bytes.TrimSpace(kept)
+	var msgs []json.RawMessage
+	if len(body) > 0 && body[0] == '[' {
+		if json.Unmarshal(body, &msgs) != nil {
+			return nil
+		}
+	} else {
+		msgs = []json.RawMessage{body}
+	}
+	var out []map[string]any
+	calls := 0
+	for _, raw := range msgs {
+		var msg map[string]json.RawMessage
+		var method string
+		if json.Unmarshal(raw, &msg) != nil || json.Unmarshal(msg["method"], &method) != nil || method != "tools/call" {
+			continue
+		}
+		calls++
+		if len(out) == maxToolEvents {
+			continue
+		}
+		var params map[string]json.RawMessage
+		json.Unmarshal(msg["params"], &params)
+		var name string
+		json.Unmarshal(params["name"], &name)
+		d := map[string]any{"tool": name, "via": "gateway"}
+		var args any
+		if json.Unmarshal(params["arguments"], &args) == nil && args != nil {
+			d["arguments"] = audit.JSON(args, secrets)
+		}
+		out = append(out, d)
+	}
+	if calls > len(out) && len(out) > 0 {
+		out[len(out)-1]["batchCalls"] = calls
+	}
+	return out
+}
+
+// teeBody keeps what is read through it, up to max bytes, when keep.
+// The proxy's transport reads it while the answer may already be read:
+// a mutex guards what it kept.
+type teeBody struct {
+	io.ReadCloser
+	max    int
+	length int64 // the request's Content-Length, -1 unknown
+
+	mu         sync.Mutex
+	keep, over bool
+	eof        bool
+	buf        []byte
+	n          int64
+}
+
+func (t *teeBody) Read(p []byte) (int, error) {
+	n, err := t.ReadCloser.Read(p)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.n += int64(n)
+	if t.keep && !t.over {
+		if len(t.buf)+n > t.max {
+			t.over, t.buf = true, nil
+		} else {
+			t.buf = append(t.buf, p[:n]...)
+		}
+	}
+	if err == io.EOF {
+		t.eof = true
+	}
+	return n, err
+}
+
+// kept is the whole body, false when it was not kept whole (yet).
+func (t *teeBody) kept() ([]byte, int64, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	whole := t.keep && !t.over && (t.eof || t.length >= 0 && t.n == t.length)
+	return t.buf, t.n, whole
 }
 
 // recordOnAnswer records one event when the answer's head comes (after
@@ -712,52 +802,48 @@ func (w *envelopeWatcher) feed(b []byte) {
 }
 
 // secretBook keeps, per sandbox, the values of its MCP gateway's
-// configuration and its bearer token, seen when the gateway was started,
-// so that its tool calls' arguments are redacted of them too and only
-// calls with its token are read. Bounded; it forgets the least recently
+// configuration, seen when the gateway was started, so that its tool
+// calls' arguments are redacted of them too. Bounded: each sandbox keeps
+// its first maxSandboxSecrets distinct values of up to maxSecretLen bytes
+// (a tenant's --config strings must not grow the server, nor slow every
+// redaction: review of issue 22), and the book forgets the least recently
 // added sandbox first.
 type secretBook struct {
-	mu     sync.Mutex
-	by     map[string][]string
-	tokens map[string]string
-	order  []string
+	mu    sync.Mutex
+	by    map[string][]string
+	order []string
 }
 
-// maxSecretBook is the most sandboxes a secretBook remembers.
-const maxSecretBook = 4096
+const (
+	// maxSecretBook is the most sandboxes a secretBook remembers.
+	maxSecretBook = 4096
+	// maxSandboxSecrets and maxSecretLen bound what one sandbox keeps.
+	maxSandboxSecrets = 64
+	maxSecretLen      = 1 << 10
+)
 
-func newSecretBook() *secretBook {
-	return &secretBook{by: map[string][]string{}, tokens: map[string]string{}}
-}
-
-// note makes room for sandbox id; b.mu is held.
-func (b *secretBook) note(id string) {
-	if _, ok := b.by[id]; ok {
-		return
-	}
-	if _, ok := b.tokens[id]; ok {
-		return
-	}
-	b.order = append(b.order, id)
-	if len(b.order) > maxSecretBook {
-		delete(b.by, b.order[0])
-		delete(b.tokens, b.order[0])
-		b.order = b.order[1:]
-	}
-}
+func newSecretBook() *secretBook { return &secretBook{by: map[string][]string{}} }
 
 func (b *secretBook) add(id string, secrets []string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.note(id)
-	b.by[id] = append(b.by[id], secrets...)
-}
-
-func (b *secretBook) setToken(id, token string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.note(id)
-	b.tokens[id] = token
+	have, ok := b.by[id]
+	if !ok {
+		b.order = append(b.order, id)
+		if len(b.order) > maxSecretBook {
+			delete(b.by, b.order[0])
+			b.order = b.order[1:]
+		}
+	}
+	for _, v := range secrets {
+		if len(have) == maxSandboxSecrets {
+			break
+		}
+		if len(v) <= maxSecretLen && !slices.Contains(have, v) {
+			have = append(have, v)
+		}
+	}
+	b.by[id] = have
 }
 
 func (b *secretBook) get(id string) []string {
@@ -767,11 +853,4 @@ func (b *secretBook) get(id string) []string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return append([]string(nil), b.by[id]...)
-}
-
-// token is the gateway bearer token of sandbox id, "" when unknown.
-func (b *secretBook) token(id string) string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.tokens[id]
 }

@@ -102,7 +102,7 @@ func TestDecodeRequest(t *testing.T) {
 	} {
 		h := http.Header{"Content-Type": {tc.ct}}
 		var got process.StartRequest
-		ok := decodeRequest(h, tc.body, &got)
+		ok := decodeRequest(h, tc.body, &got) == nil
 		if ok != tc.ok || (ok && (got.GetProcess().GetCmd() != "/bin/bash" || got.GetProcess().GetCwd() != "/tmp")) {
 			t.Errorf("%s: ok %v, %v; want ok %v", tc.ct, ok, &got, tc.ok)
 		}

@@ -17,6 +17,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sync/semaphore"
+
 	"github.com/hutch-sandbox/hutch/internal/audit"
 	"github.com/hutch-sandbox/hutch/internal/builder"
 	"github.com/hutch-sandbox/hutch/internal/cluster"
@@ -96,6 +98,9 @@ type Server struct {
 	// auditBodies bounds the request bodies the edge holds at once to
 	// read them for the audit trail (auditBodyBudget).
 	auditBodies *bodyBudget
+	// gatewayBodies bounds the bytes of MCP gateway calls kept at once
+	// to record them (gatewayBodyBudget).
+	gatewayBodies *semaphore.Weighted
 	// console serves the web console's files; nil when they did not load.
 	console *console.Console
 }
@@ -110,7 +115,7 @@ func New(opts Options) *Server {
 	domain := strings.ToLower(strings.TrimSuffix(opts.Domain, "."))
 	s := &Server{mgr: opts.Manager, domain: domain, logger: logger, api: http.NewServeMux(),
 		bodyGrace: opts.BodyGrace, bodyMinRate: int64(opts.BodyMinRate), templates: opts.Templates, builder: opts.Builder, volumes: opts.Volumes, cluster: opts.Cluster,
-		prom: opts.Metrics, audit: opts.Audit, gatewaySecrets: newSecretBook(), auditBodies: newBodyBudget()}
+		prom: opts.Metrics, audit: opts.Audit, gatewaySecrets: newSecretBook(), auditBodies: newBodyBudget(), gatewayBodies: semaphore.NewWeighted(gatewayBodyBudget)}
 	if opts.MetricsOnAPI && opts.Metrics != nil {
 		s.promAPI = opts.Metrics.Handler()
 		s.promSlots = make(chan struct{}, metrics.MaxScrapes)

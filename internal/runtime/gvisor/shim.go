@@ -529,8 +529,23 @@ const shimMemory = 128 << 20
 // its shim hold (streams, buffers of a link it floods) cannot grow on the
 // host's account (review 21). Not the sandbox's own cgroup: runsc removes
 // that one when the sandbox ends, and waits while anything is left in it.
+//
+// On a cgroup v1 or hybrid host it also leaves hutch serve's cgroups in the
+// trees where a service manager tracks its units (the unified cgroup2
+// tree, systemd's named v1 one) for <path>.shim there: runsc's processes,
+// its children, are then no part of the service, and a `systemctl stop`
+// (KillMode=mixed: SIGKILL to what is left of the unit) does not kill the
+// sandbox, as it does not kill native ones (which join every tree).
 func confineShim(path string) error {
 	pid := []byte(strconv.Itoa(os.Getpid()))
+	for _, tracker := range shimTrackers(path) {
+		if err := os.MkdirAll(tracker, 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(tracker, "cgroup.procs"), pid, 0); err != nil {
+			return err
+		}
+	}
 	dir, limit := filepath.Join("/sys/fs/cgroup/memory", path+".shim"), "memory.limit_in_bytes"
 	if _, err := os.Stat("/sys/fs/cgroup/memory"); err != nil {
 		dir, limit = filepath.Join("/sys/fs/cgroup", path+".shim"), "memory.max" // cgroup v2 only
@@ -542,6 +557,23 @@ func confineShim(path string) error {
 		return err
 	}
 	return os.WriteFile(filepath.Join(dir, "cgroup.procs"), pid, 0)
+}
+
+// shimTrackers are the shim's cgroups, for path, in the trees a service
+// manager tracks processes in, on a host with v1 controllers: the unified
+// cgroup2 tree and systemd's named one, those that are mounted. On a pure
+// cgroup v2 host the memory cgroup is in the one tree, and none.
+func shimTrackers(path string) []string {
+	if _, err := os.Stat("/sys/fs/cgroup/memory"); err != nil {
+		return nil
+	}
+	var dirs []string
+	for _, root := range []string{"/sys/fs/cgroup/unified", "/sys/fs/cgroup/systemd"} {
+		if _, err := os.Stat(filepath.Join(root, "cgroup.procs")); err == nil {
+			dirs = append(dirs, filepath.Join(root, path+".shim"))
+		}
+	}
+	return dirs
 }
 
 // runscError is the last error line of runsc's log, or its tail.
@@ -606,6 +638,7 @@ func (rt *Runtime) removeCgroups(id string) {
 	}
 	if id != "" {
 		dirs = append(dirs, filepath.Join("/sys/fs/cgroup/memory", rel+".shim"), filepath.Join("/sys/fs/cgroup", rel+".shim"))
+		dirs = append(dirs, shimTrackers(rel)...)
 	}
 	for try := 0; try < 50; try++ {
 		busy := false
