@@ -20,7 +20,7 @@ export function sandboxView(root: HTMLElement, id: string): () => void {
   const charts = h("div", { class: "charts" });
   const pane = h("div", { class: "pane" });
   const logs = h("div", { class: "logs", role: "log" });
-  const activity = h("div", { class: "activity logs", role: "log", "aria-live": "polite" });
+  const activity = h("div", { class: "activity logs", role: "log", "aria-live": "polite" }, h("div", { class: "muted nothing" }, "Nothing recorded yet."));
   const activityNote = h("div", {});
   const tabs = h("div", { class: "tabs", role: "tablist" });
   const seen = new Set<string>();
@@ -99,6 +99,7 @@ export function sandboxView(root: HTMLElement, id: string): () => void {
   const maxActivity = 1000;
   function addEvents(events: AuditEvent[]): void {
     clear(activityNote);
+    activity.querySelector(".nothing")?.remove();
     for (const ev of events) {
       activity.prepend(
         h(
@@ -148,7 +149,7 @@ export function sandboxView(root: HTMLElement, id: string): () => void {
     term = null;
     clear(
       pane,
-      h("p", { class: "muted small" }, "What was run in the sandbox through its envd (commands, file writes, tool calls), newest first, as the audit trail records it. ", h("a", { href: `#/audit?sandboxID=${seg(id)}` }, "All its events")),
+      h("p", { class: "muted small" }, "What its envd ran (commands, file writes, tool calls) and what was done to it through the API, newest first, as the audit trail records it. ", h("a", { href: `#/audit?sandboxID=${seg(id)}` }, "All its events")),
       activityNote,
       activity,
       h("h2", {}, "envd log"),
