@@ -354,7 +354,7 @@ assert.deepEqual(auditSeqs, [...auditSeqs].sort((x, y) => y - x), `audit not new
 // hutch mcp does).
 const tool = `console__live_${randomBytes(3).toString('hex')}`
 await api('POST', '/events', { kind: 'mcp', action: 'tool.call', outcome: 'ok', detail: { tool } })
-await page.waitForFunction((t) => document.querySelector('table.events tbody tr')?.textContent.includes(t), tool, { timeout: 10_000 })
+await page.waitForFunction((t) => [...document.querySelectorAll('table.events tbody tr')].slice(0, 3).some((tr) => tr.textContent.includes(t)), tool, { timeout: 10_000 })
 await screenshot(page, 'audit-live')
 await page.fill('form.filters input[name=sandboxID]', sandboxA)
 await page.click('form.filters button[type=submit]')
