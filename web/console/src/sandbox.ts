@@ -88,8 +88,11 @@ export function sandboxView(root: HTMLElement, id: string): () => void {
         logs.appendChild(h("div", { class: `log ${e.level}` }, h("span", { class: "muted" }, new Date(e.timestamp).toLocaleTimeString()), ` ${e.message} `, h("span", { class: "muted" }, fields)));
       }
       if (resp.logs.length) logs.scrollTop = logs.scrollHeight;
-    } catch {
-      // The info line says what is wrong.
+    } catch (err) {
+      // A sandbox that is gone (or not this key's) logs nothing more:
+      // asking again would only repeat the 404. Other errors: the info
+      // line says what is wrong.
+      if (err instanceof APIError && err.status === 404) return;
     }
     if (!stopped) timers.push(window.setTimeout(refreshLogs, 2000));
   }
