@@ -102,11 +102,22 @@ export function summary(ev: AuditEvent): string {
       break;
     default:
       if (ev.kind === "api") {
-        add(d.template && `template ${str(d.template)}`, d.apiKeyID, d.status && `status ${str(d.status)}`, duration(d.durationMs));
+        add(
+          d.template && `template ${str(d.template)}`,
+          d.templateID && `template ${str(d.templateID)}`,
+          d.buildID && `build ${str(d.buildID)}`,
+          d.volumeID && `volume ${str(d.volumeID)}`,
+          d.apiKeyID && `key ${str(d.apiKeyID)}`,
+          d.status && `status ${str(d.status)}`,
+          duration(d.durationMs),
+        );
       } else {
         add(d.path, d.allowInternetAccess !== undefined && `internet ${str(d.allowInternetAccess)}`, d.status && `status ${str(d.status)}`);
       }
   }
-  add(d.error && `error: ${str(d.error)}`, d.unparsed && "(body not read)");
+  // envd's error of an end often only repeats its status ("exit status
+  // 3", "signal: killed"): said once is enough.
+  const repeats = d.error === d.status || d.error === `exit status ${str(d.exitCode)}`;
+  add(!repeats && d.error && `error: ${str(d.error)}`, d.unparsed && "(body not read)");
   return parts.join(" ");
 }
