@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -50,6 +51,17 @@ func TestRecordFlushList(t *testing.T) {
 	after, err := l.List(ctx, store.EventFilter{After: all[299].Seq})
 	if err != nil || len(after) != 1 || after[0].Seq != b[0].Seq {
 		t.Fatalf("after the 300th: %+v, %v", after, err)
+	}
+	newest, err := l.List(ctx, store.EventFilter{SandboxID: "sb1", Limit: 3, Newest: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []int64
+	for _, e := range newest {
+		got = append(got, e.Seq)
+	}
+	if want := []int64{all[299].Seq, all[298].Seq, all[297].Seq}; !slices.Equal(got, want) {
+		t.Fatalf("sb1's 3 newest: seqs %v, want %v (newest first)", got, want)
 	}
 }
 

@@ -82,6 +82,14 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 		}
 		f.After = n
 	}
+	switch v := q.Get("order"); v {
+	case "", "oldest":
+	case "newest":
+		f.Newest = true
+	default:
+		e2bapi.Write(w, s.logger, e2bapi.BadRequestf("order %q: want oldest (the default: the oldest events, oldest first) or newest (the newest, newest first)", v))
+		return
+	}
 	most := maxEvents
 	if lines {
 		most = maxEventsLines

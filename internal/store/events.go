@@ -30,8 +30,13 @@ type EventFilter struct {
 	Since time.Time
 	// After keeps events whose Seq is greater (a follower's cursor).
 	After int64
-	// Limit caps the events returned (oldest first); 0 means 100.
+	// Limit caps the events returned; 0 means 100.
 	Limit int
+	// Newest returns the Limit newest events, newest first, instead of
+	// the oldest, oldest first: a view that starts at the present (the
+	// console's audit page) needs it, since paging forward from the
+	// oldest through a long trail would take one request per Limit.
+	Newest bool
 }
 
 // AppendEvents stores events in one transaction and sets their Seq.
@@ -109,7 +114,11 @@ func (s *Store) EachEvent(ctx context.Context, f EventFilter, fn func(Event) err
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
-	q += " ORDER BY seq LIMIT ?"
+	if f.Newest {
+		q += " ORDER BY seq DESC LIMIT ?"
+	} else {
+		q += " ORDER BY seq LIMIT ?"
+	}
 	args = append(args, limit)
 	rows, err := s.db.QueryContext(ctx, q, args...)
 	if err != nil {

@@ -454,6 +454,7 @@ func TestKeysAndBadInput(t *testing.T) {
 		{"limit=0", "1 to 1000"},
 		{"limit=5000", "1 to 1000"},
 		{"after=-1", "seq"},
+		{"order=sideways", "newest"},
 	} {
 		status, body := f.api(t, f.user, http.MethodGet, "/events?"+tc.query, nil)
 		var e struct {

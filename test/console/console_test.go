@@ -141,6 +141,25 @@ func TestConsole(t *testing.T) {
 				return "gone"
 			}
 			return fmt.Sprintf("error the SDK still finds %s: %v", arg, err)
+		case "run":
+			// run <sandbox> <command>: a command through the SDK, as an
+			// agent runs one, for the console's activity to show.
+			id, line, _ := strings.Cut(arg, " ")
+			for _, s := range made {
+				if s.ID != id {
+					continue
+				}
+				res, err := s.Commands.Run(ctx, line, nil)
+				var exit *sdk.CommandExitError
+				if err != nil && !errors.As(err, &exit) {
+					return "error " + err.Error()
+				}
+				if res == nil {
+					res = &exit.CommandResult
+				}
+				return fmt.Sprintf("exit %d", res.ExitCode)
+			}
+			return "error no sandbox " + id + " made for the script"
 		case "template":
 			templates = append(templates, arg)
 			return "ok"

@@ -49,16 +49,31 @@ const browser = await chromium.launch({
 })
 
 // Every console message of type error and every uncaught error fails the
-// test, but for the browser's own note of an answer the test expects: a
-// 401 (not signed in yet, a wrong key) or a 404 (a sandbox just killed,
-// the key API before the server has it).
+// test, but for the browser's own note of an answer the test provokes:
+// a 401 of the sign-in with a wrong key (and of the page's first look, not
+// yet signed in, at GET /v2/sandboxes?limit=1), and a 404 of sandbox A's
+// own paths (key B's visit to it: its info and its logs, asked at once;
+// the list's last look at its metrics as it is killed).
+// /api-keys and /events answer: a 404 there is a failure.
 const problems = []
 const expectedNetwork = []
+let sandboxA = '' // set once the Go test has made it
+function expectedNote (status, resource) {
+  let u
+  try {
+    u = new URL(resource)
+  } catch {
+    return false
+  }
+  if (status === '401') return u.pathname === '/console/session' || (u.pathname === '/v2/sandboxes' && u.search === '?limit=1')
+  return sandboxA !== '' && [`/sandboxes/${sandboxA}`, `/v2/sandboxes/${sandboxA}/logs`].some((p) => u.pathname === p || u.pathname.startsWith(p + '/'))
+}
 function watch (page, who) {
   page.on('console', (msg) => {
     if (msg.type() !== 'error' && msg.type() !== 'warning') return
     const text = msg.text()
-    if (msg.type() === 'error' && /^Failed to load resource: the server responded with a status of (401|404)\b/.test(text)) {
+    const m = /^Failed to load resource: the server responded with a status of (401|404)\b/.exec(text)
+    if (msg.type() === 'error' && m && expectedNote(m[1], msg.location().url)) {
       expectedNetwork.push(`${who}: ${text} (${msg.location().url})`)
       return
     }
@@ -75,6 +90,8 @@ async function signIn (page, key) {
 }
 
 const ctxA = await browser.newContext({ viewport: { width: 1280, height: 900 }, acceptDownloads: true })
+// The keys page's Copy button writes the new key to the clipboard.
+await ctxA.grantPermissions(['clipboard-read', 'clipboard-write'], { origin: url })
 const page = await ctxA.newPage()
 watch(page, 'A')
 
@@ -99,7 +116,7 @@ await page.waitForSelector('table.sandboxes, .empty')
 await screenshot(page, 'signed-in')
 
 step('a sandbox created through the Go SDK appears')
-const sandboxA = await ask('create')
+sandboxA = await ask('create')
 const rowA = `tr[data-sandbox="${sandboxA}"]`
 await page.waitForSelector(rowA, { timeout: 30_000 })
 assert.equal(await page.locator(`tr[data-sandbox="${sandboxB}"]`).count(), 0, "key B's sandbox is listed for key A")
@@ -124,6 +141,25 @@ await screenshot(pageB, 'other-key')
 // Key B cannot open A's sandbox either: the API answers 404.
 await pageB.goto(url + `/#/sandboxes/${sandboxA}`)
 await pageB.waitForSelector('.gone')
+
+step('key B, a user key: the keys page shows only B, and no way to make keys')
+await pageB.goto(url + '/#/keys')
+await pageB.waitForSelector('table.keys tbody tr')
+const rowsB = await pageB.$$eval('table.keys tbody tr', (trs) => trs.map((tr) => ({ id: tr.dataset.key, text: tr.textContent })))
+assert.equal(rowsB.length, 1, `key B sees ${rowsB.length} keys: ${JSON.stringify(rowsB)}`)
+assert.match(rowsB[0].text, /console-b/)
+assert.match(rowsB[0].text, /this key/)
+assert.match(rowsB[0].text, /user/)
+const keyBID = rowsB[0].id
+assert.equal(await pageB.locator('form.create-key').count(), 0, 'a user key is offered a form to make keys')
+assert.match(await pageB.textContent('.no-create'), /Only an admin key makes API keys/)
+await screenshot(pageB, 'keys-user')
+// Its audit page holds only its own events.
+await pageB.goto(url + '/#/audit')
+await pageB.waitForSelector('table.events tbody tr')
+const keysSeenByB = await pageB.$$eval('table.events tbody tr td:nth-child(3)', (tds) => [...new Set(tds.map((td) => td.textContent))])
+assert.deepEqual(keysSeenByB, [keyBID], "key B's audit page shows other keys' events")
+await screenshot(pageB, 'audit-user')
 await ctxB.close()
 
 step('open its terminal, echo, see the output')
@@ -194,18 +230,37 @@ const got = readFileSync(await download.path())
 assert.ok(got.equals(content), `downloaded ${got.length} bytes, uploaded ${content.length}: not the same`)
 assert.equal(download.suggestedFilename(), name)
 
-step('logs: what envd ran')
-await page.click('button.tab-logs')
-await page.waitForSelector('.logs .log', { timeout: 30_000 })
-await screenshot(page, 'sandbox-logs')
-
-step('a template build: its log lines appear as they stream')
-const api = async (method, path, body) => {
-  const r = await fetch(url + path, { method, headers: { 'X-API-KEY': keyA, 'Content-Type': 'application/json' }, body: body && JSON.stringify(body) })
+step("activity: what envd ran — the terminal's shell in a PTY, the upload's file.write")
+const api = async (method, path, body, key = keyA) => {
+  const r = await fetch(url + path, { method, headers: { 'X-API-KEY': key, 'Content-Type': 'application/json' }, body: body && JSON.stringify(body) })
   const text = await r.text()
   if (!r.ok) throw new Error(`${method} ${path}: ${r.status} ${text}`)
   return text ? JSON.parse(text) : null
 }
+await page.click('button.tab-activity')
+const shellStart = '.activity .event[data-action="command.start"]'
+await page.waitForFunction((sel) => [...document.querySelectorAll(sel)].some((e) => /\/bin\/bash -i -l \(pty\)/.test(e.textContent)), shellStart, { timeout: 15_000 })
+await page.waitForFunction((p) => [...document.querySelectorAll('.activity .event[data-action="file.write"]')].some((e) => e.textContent.includes(p)), `/home/user/${name}`, { timeout: 15_000 })
+// What the page shows is what the trail holds: detail.pty is true.
+const trail = await api('GET', `/events?sandboxID=${sandboxA}&kind=command&limit=1000`)
+assert.ok(trail.some((e) => e.action === 'command.start' && e.detail.pty === true && e.detail.cmd === '/bin/bash -i -l'), `no PTY shell in the trail: ${JSON.stringify(trail)}`)
+// Newest first, and it grows as it happens: a command run through the SDK
+// while the tab is open comes on top, with its exit code, no reload.
+const seqs = await page.$$eval('.activity .event', (es) => es.map((e) => Number(e.dataset.seq)))
+assert.deepEqual(seqs, [...seqs].sort((x, y) => y - x), `activity not newest first: ${seqs}`)
+const marker = `activity-live-${randomBytes(3).toString('hex')}`
+assert.equal(await ask('run', `${sandboxA} echo ${marker}; exit 3`), 'exit 3')
+await page.waitForFunction((m) => {
+  const top = document.querySelector('.activity .event')
+  return top?.dataset.action === 'command.end' && top.textContent.includes(m) && /exit 3/.test(top.textContent) && /\berror\b/.test(top.textContent)
+}, marker, { timeout: 15_000 }).catch(async (err) => {
+  await screenshot(page, 'activity-failed')
+  throw new Error(`${err.message}\nactivity: ${await page.textContent('.activity')}`)
+})
+await page.waitForSelector('.logs .log', { timeout: 30_000 }) // envd's own lines stay, below
+await screenshot(page, 'sandbox-activity')
+
+step('a template build: its log lines appear as they stream')
 const tname = `console-build-${randomBytes(3).toString('hex')}`
 await ask('template', tname) // removed when the test ends
 const { templateID, buildID } = await api('POST', '/v3/templates', { name: tname })
@@ -254,14 +309,68 @@ await page.waitForSelector(rowA, { state: 'detached', timeout: 30_000 })
 assert.equal(await ask('gone', sandboxA), 'gone')
 await screenshot(page, 'sandbox-killed')
 
-step('keys and audit pages answer (the key API comes from main)')
+step('keys (admin key A): every key with its role; make one, shown once, that works; revoke it')
+// status is what the API answers a request made with key.
+const status = async (key) => (await fetch(url + '/v2/sandboxes?limit=1', { headers: { 'X-API-KEY': key } })).status
 await page.goto(url + '/#/keys')
-await page.waitForSelector('table.keys, main .error')
-await screenshot(page, 'keys')
+await page.waitForSelector(`table.keys tr[data-key="${keyBID}"]`)
+assert.match(await page.textContent(`tr[data-key="${keyBID}"]`), /console-b.*user/)
+assert.match(await page.textContent('table.keys tr:has(.badge.current)'), /admin/)
+await page.fill('form.create-key input[name=name]', 'console-made')
+await page.selectOption('form.create-key select[name=role]', 'user')
+await page.click('form.create-key button[type=submit]')
+await page.waitForSelector('.new-key input.secret')
+const secret = await page.inputValue('.new-key input.secret')
+const madeID = await page.getAttribute('.new-key', 'data-key')
+assert.match(secret, /^e2b_/)
+await page.waitForSelector(`table.keys tr[data-key="${madeID}"].active`)
+await page.click('.new-key button.copy')
+await page.waitForFunction(() => document.querySelector('.new-key .copied')?.textContent === 'copied')
+assert.equal(await page.evaluate(() => navigator.clipboard.readText()), secret, 'Copy did not copy the key')
+assert.equal(await status(secret), 200, 'the new key does not work')
+await screenshot(page, 'key-created')
+// Shown once: after a navigation the page has it nowhere.
+await page.goto(url + '/#/sandboxes')
+await page.goto(url + '/#/keys')
+await page.waitForSelector(`table.keys tr[data-key="${madeID}"]`)
+assert.equal(await page.locator('.new-key').count(), 0, 'the new key is shown again')
+assert.ok(!(await page.content()).includes(secret), 'the secret is still in the page')
+// Revoke: the first click only asks.
+const revoke = `table.keys tr[data-key="${madeID}"] button.revoke`
+await page.click(revoke)
+assert.equal(await page.textContent(revoke), 'Really revoke?')
+assert.equal(await status(secret), 200, 'one click revoked the key')
+await page.click(revoke)
+await page.waitForSelector(`table.keys tr[data-key="${madeID}"].revoked`)
+assert.match(await page.textContent(`tr[data-key="${madeID}"] .revoked-at`), /revoked/)
+assert.equal(await status(secret), 401, 'the revoked key still works')
+await screenshot(page, 'key-revoked')
+
+step('audit: newest first, growing live; the sandbox\'s create and kill; filter by kind')
 await page.goto(url + '/#/audit')
-await page.waitForSelector('table.events')
-await page.waitForTimeout(500)
-await screenshot(page, 'audit')
+await page.waitForSelector('table.events tbody tr')
+const auditSeqs = await page.$$eval('table.events tbody tr', (trs) => trs.map((tr) => Number(tr.dataset.seq)))
+assert.deepEqual(auditSeqs, [...auditSeqs].sort((x, y) => y - x), `audit not newest first: ${auditSeqs}`)
+// A new event comes on top without a reload (an MCP tool call reported as
+// hutch mcp does).
+const tool = `console__live_${randomBytes(3).toString('hex')}`
+await api('POST', '/events', { kind: 'mcp', action: 'tool.call', outcome: 'ok', detail: { tool } })
+await page.waitForFunction((t) => [...document.querySelectorAll('table.events tbody tr')].slice(0, 3).some((tr) => tr.textContent.includes(t)), tool, { timeout: 10_000 })
+await screenshot(page, 'audit-live')
+await page.fill('form.filters input[name=sandboxID]', sandboxA)
+await page.click('form.filters button[type=submit]')
+await page.waitForSelector(`table.events tr[data-action="sandbox.kill"]`)
+await page.waitForSelector(`table.events tr[data-action="sandbox.create"]`)
+const sandboxes = await page.$$eval('table.events tbody tr td:nth-child(4)', (tds) => [...new Set(tds.map((td) => td.textContent))])
+assert.deepEqual(sandboxes, [sandboxA], `filtered by sandbox, the page shows ${sandboxes}`)
+await screenshot(page, 'audit-sandbox')
+await page.fill('form.filters input[name=sandboxID]', '')
+await page.selectOption('form.filters select[name=kind]', 'command')
+await page.click('form.filters button[type=submit]')
+await page.waitForSelector('table.events tbody tr[data-kind="command"]')
+const kinds = await page.$$eval('table.events tbody tr', (trs) => [...new Set(trs.map((tr) => tr.dataset.kind))])
+assert.deepEqual(kinds, ['command'], `filtered by kind=command, the page shows ${kinds}`)
+await screenshot(page, 'audit-commands')
 
 step('sign out: the cookie goes')
 await page.click('button.signout')

@@ -6,7 +6,8 @@ import "./style.css";
 
 import { api, APIError, onUnauthorized } from "./api";
 import { clear, errorBox, h } from "./dom";
-import { auditView, keysView } from "./keys";
+import { auditView } from "./audit";
+import { keysView } from "./keys";
 import { sandboxView } from "./sandbox";
 import { sandboxesView } from "./sandboxes";
 import { buildView, templatesView, templateView } from "./templates";

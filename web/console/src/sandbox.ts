@@ -1,10 +1,12 @@
-// One sandbox: its metrics over time, its logs as they come (what envd
-// ran), a terminal and a file browser.
+// One sandbox: its metrics over time, its activity as it happens (what
+// envd ran: the audit trail's commands, file writes and tool calls of the
+// sandbox, beside envd's own log lines), a terminal and a file browser.
 import { sandboxActions } from "./actions";
-import { api, APIError, seg, type LogEntry, type SandboxDetail, type SandboxMetric } from "./api";
+import { api, APIError, seg, type AuditEvent, type LogEntry, type SandboxDetail, type SandboxMetric } from "./api";
 import { sparkline } from "./chart";
 import { ago, bytes, clear, errorBox, h } from "./dom";
 import { envdFor } from "./envd";
+import { followEvents, summary } from "./events";
 import { fileBrowser } from "./files";
 import { openTerminal, type TerminalSession } from "./terminal";
 
@@ -17,7 +19,10 @@ export function sandboxView(root: HTMLElement, id: string): () => void {
   const note = h("div", {});
   const charts = h("div", { class: "charts" });
   const pane = h("div", { class: "pane" });
-  const logs = h("div", { class: "logs", role: "log", "aria-live": "polite" });
+  const logs = h("div", { class: "logs", role: "log" });
+  const activity = h("div", { class: "activity logs", role: "log", "aria-live": "polite" }, h("div", { class: "muted nothing" }, "Nothing recorded yet."));
+  const activityNote = h("div", {});
+  const tabs = h("div", { class: "tabs", role: "tablist" });
   const seen = new Set<string>();
   let cursor = 0;
 
@@ -53,7 +58,9 @@ export function sandboxView(root: HTMLElement, id: string): () => void {
         clear(charts);
         term?.close();
         term = null;
-        clear(pane);
+        // What it did stays in the audit trail: the activity remains.
+        clear(tabs);
+        showActivity();
         return;
       }
       clear(info, errorBox(err));
@@ -81,11 +88,39 @@ export function sandboxView(root: HTMLElement, id: string): () => void {
         logs.appendChild(h("div", { class: `log ${e.level}` }, h("span", { class: "muted" }, new Date(e.timestamp).toLocaleTimeString()), ` ${e.message} `, h("span", { class: "muted" }, fields)));
       }
       if (resp.logs.length) logs.scrollTop = logs.scrollHeight;
-    } catch {
-      // The info line says what is wrong.
+    } catch (err) {
+      // A sandbox that is gone (or not this key's) logs nothing more:
+      // asking again would only repeat the 404. Other errors: the info
+      // line says what is wrong.
+      if (err instanceof APIError && err.status === 404) return;
     }
     if (!stopped) timers.push(window.setTimeout(refreshLogs, 2000));
   }
+
+  // The newest on top, where it is seen without scrolling; the list keeps
+  // the latest maxActivity lines.
+  const maxActivity = 1000;
+  function addEvents(events: AuditEvent[]): void {
+    clear(activityNote);
+    activity.querySelector(".nothing")?.remove();
+    for (const ev of events) {
+      activity.prepend(
+        h(
+          "div",
+          { class: `event outcome-${ev.outcome}`, "data-seq": ev.seq, "data-action": ev.action },
+          h("span", { class: "muted" }, new Date(ev.time).toLocaleTimeString()),
+          " ",
+          h("span", { class: "action" }, ev.action),
+          " ",
+          h("span", { class: `outcome badge ${ev.outcome}` }, ev.outcome),
+          " ",
+          h("span", { class: "summary" }, summary(ev)),
+        ),
+      );
+    }
+    while (activity.childElementCount > maxActivity) activity.lastElementChild?.remove();
+  }
+  const stopEvents = followEvents(new URLSearchParams({ sandboxID: id }), 200, addEvents, (err) => clear(activityNote, errorBox(err)));
 
   const tab = (name: string, show: () => void) => h("button", { type: "button", class: `tab tab-${name.toLowerCase()}`, onclick: show }, name);
   const showTerminal = async () => {
@@ -112,10 +147,17 @@ export function sandboxView(root: HTMLElement, id: string): () => void {
       clear(pane, errorBox(err));
     }
   };
-  const showLogs = () => {
+  const showActivity = () => {
     term?.close();
     term = null;
-    clear(pane, logs);
+    clear(
+      pane,
+      h("p", { class: "muted small" }, "What its envd ran (commands, file writes, tool calls) and what was done to it through the API, newest first, as the audit trail records it. ", h("a", { href: `#/audit?sandboxID=${seg(id)}` }, "All its events")),
+      activityNote,
+      activity,
+      h("h2", {}, "envd log"),
+      logs,
+    );
   };
 
   clear(
@@ -125,14 +167,16 @@ export function sandboxView(root: HTMLElement, id: string): () => void {
     info,
     note,
     charts,
-    h("div", { class: "tabs", role: "tablist" }, tab("Terminal", () => void showTerminal()), tab("Files", () => void showFiles()), tab("Logs", showLogs)),
+    tabs,
     pane,
   );
+  clear(tabs, tab("Activity", showActivity), tab("Terminal", () => void showTerminal()), tab("Files", () => void showFiles()));
   void refreshInfo();
   void refreshLogs();
-  showLogs();
+  showActivity();
   return () => {
     stopped = true;
+    stopEvents();
     timers.forEach(clearTimeout);
     term?.close();
   };
