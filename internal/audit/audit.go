@@ -261,12 +261,6 @@ func (l *Log) List(ctx context.Context, f Filter) ([]Stored, error) {
 	return l.st.ListEvents(ctx, f)
 }
 
-// Each calls fn with each event f selects, oldest first, as they are
-// read (an export is never held whole); an error of fn stops it.
-func (l *Log) Each(ctx context.Context, f Filter, fn func(Stored) error) error {
-	return l.st.EachEvent(ctx, f, fn)
-}
-
 // maxDetail bounds an event's detail, encoded; longer strings in a larger
 // one are clipped to maxDetailString (a 1 MiB script keeps its first
 // 4 KiB), and a detail still too large is replaced by its size. The

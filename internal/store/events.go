@@ -30,6 +30,9 @@ type EventFilter struct {
 	Since time.Time
 	// After keeps events whose Seq is greater (a follower's cursor).
 	After int64
+	// Before keeps events whose Seq is smaller (the cursor of a reader
+	// of the newest first); 0 keeps all.
+	Before int64
 	// Limit caps the events returned; 0 means 100.
 	Limit int
 	// Newest returns the Limit newest events, newest first, instead of
@@ -105,6 +108,9 @@ func (s *Store) EachEvent(ctx context.Context, f EventFilter, fn func(Event) err
 	}
 	if f.After > 0 {
 		add("seq > ?", f.After)
+	}
+	if f.Before > 0 {
+		add("seq < ?", f.Before)
 	}
 	limit := f.Limit
 	if limit <= 0 {
