@@ -16,10 +16,11 @@ fi
 # names under .localhost to this host (hutch serve --domain on a laptop:
 # docs/tls.md); python3-venv makes the Python SDK tests' virtualenvs;
 # etcd-server is the external etcd of the cluster tests (test/cluster),
-# which start it themselves in network namespaces; chromium is the browser
-# the web console's test drives (test/console: playwright-core never
-# downloads a browser of its own here); the rest are usually there.
-pkgs="debootstrap busybox-static ca-certificates util-linux mount e2fsprogs curl python3 python3-venv libnss-myhostname etcd-server chromium"
+# which start it themselves in network namespaces; chromium and firefox-esr
+# are the browsers the web console's tests drive (test/console: neither
+# playwright-core nor puppeteer-core downloads a browser of its own here);
+# the rest are usually there.
+pkgs="debootstrap busybox-static ca-certificates util-linux mount e2fsprogs curl python3 python3-venv libnss-myhostname etcd-server chromium firefox-esr"
 missing=""
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
