@@ -2,12 +2,16 @@ package server
 
 import (
 	"bytes"
+	"compress/gzip"
 	"encoding/binary"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"testing"
 
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/hutch-sandbox/hutch/api/gen/process"
@@ -114,5 +118,74 @@ func TestCommandLineQuoting(t *testing.T) {
 	want := `/bin/bash -l -c 'GATEWAY_ACCESS_TOKEN=[redacted] mcp-gateway --config '\''{"exa":{"apiKey":"[redacted]"}}'\'''`
 	if line != want || len(found) != 1 || found[0] != "exa-9999" {
 		t.Errorf("commandLine = %s (found %q)\nwant %s", line, found, want)
+	}
+}
+
+// TestGatewayCalls: the tool calls of a request to a gateway, read as the
+// gateway's MCP SDK reads them (keys matched exactly), batches capped.
+func TestGatewayCalls(t *testing.T) {
+	tee := func(body string) *teeBody {
+		return &teeBody{keep: true, eof: true, buf: []byte(body), n: int64(len(body)), length: -1, max: maxAuditBody}
+	}
+	batch := "["
+	for i := 0; i < 20; i++ {
+		if i > 0 {
+			batch += ","
+		}
+		batch += `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{}}}`
+	}
+	batch += "]"
+	for _, tc := range []struct {
+		name, body string
+		want       []string // tool per event
+	}{
+		{"one", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"memory__read_graph","arguments":{"token":"x"}}}`, []string{"memory__read_graph"}},
+		{"not a call", `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`, nil},
+		{"METHOD is not method", `{"method":"tools/call","METHOD":"notifications/x","params":{"name":"a"}}`, []string{"a"}},
+		{"NAME is not name", `{"method":"tools/call","params":{"name":"memory__delete_entities","NAME":"memory__read_graph"}}`, []string{"memory__delete_entities"}},
+		{"a batch of 20", batch, []string{"echo", "echo", "echo", "echo", "echo", "echo", "echo", "echo", "echo", "echo", "echo", "echo", "echo", "echo", "echo", "echo"}},
+	} {
+		got := gatewayCalls(tee(tc.body), nil)
+		var tools []string
+		for _, d := range got {
+			tools = append(tools, d["tool"].(string))
+		}
+		if fmt.Sprint(tools) != fmt.Sprint(tc.want) {
+			t.Errorf("%s: tools %v, want %v", tc.name, tools, tc.want)
+		}
+		if tc.name == "a batch of 20" && got[15]["batchCalls"] != 20 {
+			t.Errorf("a batch of 20: the last event says %v calls, want 20", got[15]["batchCalls"])
+		}
+		if tc.name == "one" && fmt.Sprint(got[0]["arguments"]) != "map[token:[redacted]]" {
+			t.Errorf("arguments %v, want the token redacted", got[0]["arguments"])
+		}
+	}
+	if got := gatewayCalls(&teeBody{keep: true, over: true, n: 2 << 20, length: -1}, nil); len(got) != 1 || got[0]["unparsed"] != true {
+		t.Errorf("a call not kept whole: %v, want one unparsed event", got)
+	}
+}
+
+// TestDecodeWhole: what the edge decodes is what envd decodes, or the
+// call is refused: a body of two messages, a compressed message past
+// 1 MiB (a prefix of it could name another command: protobuf merges a
+// field that comes twice).
+func TestDecodeWhole(t *testing.T) {
+	pb, _ := proto.Marshal(&process.StartRequest{Process: &process.ProcessConfig{Cmd: "/usr/bin/true"}})
+	two := append(envelope(0, pb), envelope(0, pb)...)
+	if err := decodeRequest(http.Header{"Content-Type": {"application/connect+proto"}}, two, &process.StartRequest{}); err == nil {
+		t.Error("two messages decoded")
+	}
+	evil, _ := proto.Marshal(&process.StartRequest{Process: &process.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-c", "evil"}}})
+	pad := protowire.AppendTag(nil, 15, protowire.BytesType)
+	pad = protowire.AppendBytes(pad, bytes.Repeat([]byte{0}, maxAuditMessage))
+	msg := append(append(append([]byte{}, pb...), pad...), evil...)
+	var z bytes.Buffer
+	zw := gzip.NewWriter(&z)
+	zw.Write(msg)
+	zw.Close()
+	h := http.Header{"Content-Type": {"application/connect+proto"}, "Connect-Content-Encoding": {"gzip"}}
+	var got process.StartRequest
+	if err := decodeRequest(h, envelope(1, z.Bytes()), &got); !errors.Is(err, errTooLargeDecompressed) {
+		t.Errorf("a 1 MiB+ compressed message: %v (decoded %v), want errTooLargeDecompressed", err, &got)
 	}
 }
