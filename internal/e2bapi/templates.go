@@ -154,6 +154,17 @@ type TemplateBuild struct {
 	MemoryMB    int32      `json:"memoryMB"`
 	DiskSizeMB  int32      `json:"diskSizeMB,omitempty"`
 	EnvdVersion string     `json:"envdVersion,omitempty"`
+	// Layers is Hutch's own: the build's layers, bottom first (the
+	// console shows them; E2B's SDKs ignore it).
+	Layers []TemplateLayer `json:"layers,omitempty"`
+}
+
+// TemplateLayer is one layer of a build (Hutch's own).
+type TemplateLayer struct {
+	ID        string    `json:"id"`
+	SizeBytes int64     `json:"sizeBytes"`
+	Source    string    `json:"source,omitempty"`
+	CreatedAt time.Time `json:"createdAt"`
 }
 
 // TemplateWithBuilds is GET /templates/{id}'s answer.

@@ -453,8 +453,14 @@ func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) {
 			out.UpdatedAt = t.Built
 		}
 		fin := t.Built
-		out.Builds = append(out.Builds, e2bapi.TemplateBuild{BuildID: t.ID, Status: string(builder.StatusReady), CreatedAt: t.Built, UpdatedAt: t.Built, FinishedAt: &fin,
-			CPUCount: int32(max(t.CPUCount, 1)), MemoryMB: int32(t.MemoryMB), DiskSizeMB: int32(t.DiskSizeMB), EnvdVersion: envdapi.Version})
+		b := e2bapi.TemplateBuild{BuildID: t.ID, Status: string(builder.StatusReady), CreatedAt: t.Built, UpdatedAt: t.Built, FinishedAt: &fin,
+			CPUCount: int32(max(t.CPUCount, 1)), MemoryMB: int32(t.MemoryMB), DiskSizeMB: int32(t.DiskSizeMB), EnvdVersion: envdapi.Version}
+		for _, id := range t.Layers {
+			if l, err := s.templates.Layer(id); err == nil {
+				b.Layers = append(b.Layers, e2bapi.TemplateLayer{ID: l.ID, SizeBytes: l.Size, Source: l.Source, CreatedAt: l.Created})
+			}
+		}
+		out.Builds = append(out.Builds, b)
 	}
 	writeJSON(w, http.StatusOK, out)
 }

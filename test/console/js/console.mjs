@@ -285,6 +285,19 @@ await screenshot(page, 'build-ready')
 await page.goto(url + '/#/templates')
 await page.waitForSelector(`tr[data-template="${templateID}"]`)
 await screenshot(page, 'templates')
+// The build's layers and their sizes: base's and the RUN step's, as the
+// API lists them.
+await page.click(`tr[data-template="${templateID}"] a`)
+await page.waitForSelector('td.layers details')
+const apiLayers = (await api('GET', `/templates/${templateID}`)).builds[0].layers
+assert.ok(apiLayers.length >= 2, `the build has ${apiLayers.length} layers, want base's and its step's`)
+await page.click('td.layers summary')
+const shown = await page.$$eval('td.layers li', (lis) => lis.map((li) => li.getAttribute('data-layer')))
+assert.deepEqual(shown, apiLayers.map((l) => l.id), 'the layers shown are not the API\'s')
+const total = apiLayers.reduce((n, l) => n + l.sizeBytes, 0)
+assert.ok(total > 0, 'the layers have no size')
+assert.match(await page.textContent('td.layers summary'), new RegExp(`^${apiLayers.length} · \\d`))
+await screenshot(page, 'template-layers')
 
 step('set its timeout, pause and resume it from the console')
 await page.goto(url + '/#/sandboxes')

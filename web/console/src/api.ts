@@ -102,6 +102,15 @@ export interface TemplateBuild {
   cpuCount: number;
   memoryMB: number;
   diskSizeMB?: number;
+  /** Hutch's own: the build's layers, bottom first. */
+  layers?: TemplateLayer[];
+}
+
+export interface TemplateLayer {
+  id: string;
+  sizeBytes: number;
+  source?: string;
+  createdAt: string;
 }
 
 export interface TemplateWithBuilds {

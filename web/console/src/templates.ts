@@ -1,8 +1,8 @@
 // Templates (GET /templates, GET /templates/{id}), a build's logs as they
 // stream (GET /templates/{id}/builds/{buildID}/status, polled with
 // logsOffset, as the SDKs poll it) and snapshots (GET /snapshots).
-import { api, seg, type BuildStatus, type Snapshot, type Template, type TemplateWithBuilds } from "./api";
-import { clear, errorBox, h } from "./dom";
+import { api, seg, type BuildStatus, type Snapshot, type Template, type TemplateBuild, type TemplateWithBuilds } from "./api";
+import { bytes, clear, errorBox, h } from "./dom";
 
 /** templatesView lists templates and snapshots in root. */
 export function templatesView(root: HTMLElement): () => void {
@@ -86,7 +86,7 @@ export function templateView(root: HTMLElement, templateID: string): () => void 
         h(
           "table",
           { class: "builds" },
-          h("thead", {}, h("tr", {}, ...["build", "status", "CPU", "memory", "disk", "created", ""].map((x) => h("th", {}, x)))),
+          h("thead", {}, h("tr", {}, ...["build", "status", "CPU", "memory", "disk", "layers", "created", ""].map((x) => h("th", {}, x)))),
           h(
             "tbody",
             {},
@@ -99,6 +99,7 @@ export function templateView(root: HTMLElement, templateID: string): () => void 
                 h("td", { class: "num" }, String(b.cpuCount)),
                 h("td", { class: "num" }, `${b.memoryMB} MiB`),
                 h("td", { class: "num" }, b.diskSizeMB ? `${b.diskSizeMB} MiB` : "–"),
+                h("td", { class: "layers" }, layersOf(b)),
                 h("td", { class: "muted" }, new Date(b.createdAt).toLocaleString()),
                 h("td", {}, h("a", { href: `#/templates/${seg(templateID)}/builds/${seg(b.buildID)}` }, "logs")),
               ),
@@ -111,6 +112,25 @@ export function templateView(root: HTMLElement, templateID: string): () => void 
     }
   })();
   return () => {};
+}
+
+/** layersOf is a build's layers: their count and size, each on opening. */
+function layersOf(b: TemplateBuild): HTMLElement | string {
+  const layers = b.layers ?? [];
+  if (layers.length === 0) return "–";
+  const total = layers.reduce((n, l) => n + l.sizeBytes, 0);
+  return h(
+    "details",
+    {},
+    h("summary", {}, `${layers.length} · ${bytes(total)}`),
+    h(
+      "ol",
+      { class: "layer-list" },
+      ...layers.map((l) =>
+        h("li", { "data-layer": l.id }, h("code", {}, l.id.slice(0, 12)), ` ${bytes(l.sizeBytes)}`, l.source ? h("span", { class: "muted" }, ` ${l.source}`) : null),
+      ),
+    ),
+  );
 }
 
 /** buildView streams a build's log lines into root until it ends. */
