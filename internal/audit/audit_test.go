@@ -4,8 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"path/filepath"
-	"strings"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
