@@ -149,7 +149,7 @@ func (b *bench) runAB(sec abSection, sides [2]*side) *abResult {
 	}
 	var cpu0 [2]time.Duration
 	for i := range 2 {
-		cpu0[i], _ = harness.ProcCPU(sides[i].srv.pid())
+		cpu0[i], _ = harness.ProcCPU(sides[i].srv.Pid())
 	}
 	for k := 0; k < n && b.ctx.Err() == nil; k++ {
 		first := k % 2
@@ -166,7 +166,7 @@ func (b *bench) runAB(sec abSection, sides [2]*side) *abResult {
 		}
 	}
 	for i := range 2 {
-		c1, _ := harness.ProcCPU(sides[i].srv.pid())
+		c1, _ := harness.ProcCPU(sides[i].srv.Pid())
 		r.cpu[i] = c1 - cpu0[i]
 		slices.Sort(r.times[i])
 	}

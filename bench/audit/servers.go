@@ -10,19 +10,18 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/hutch-sandbox/hutch/bench/internal/harness"
 )
 
 // server is a `hutch serve` this harness started.
 type server struct {
+	*harness.Process
 	name string // "audit on", "audit off", "events"
 	args []string
 	data string // its data directory
-	log  string
 	url  string // http://127.0.0.1:port
-	cmd  *exec.Cmd
-	done chan struct{}
 }
 
 // servingAddr finds the address in serve's "serving" log line.
@@ -32,37 +31,20 @@ var servingAddr = regexp.MustCompile(`msg=serving addr=([0-9.:]+)`)
 // (which must exist) with the run's key, its output in data + ".log", and
 // waits until it answers GET /health.
 func (b *bench) startServe(ctx context.Context, name, data string, args ...string) (*server, error) {
-	s := &server{name: name, data: data, log: data + ".log", done: make(chan struct{})}
+	s := &server{name: name, data: data}
 	s.args = append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)
-	f, err := os.Create(s.log)
+	fmt.Printf("==> hutch %s (data %s)\n", strings.Join(s.args, " "), data)
+	p, err := harness.Launch("hutch serve ("+name+")", data+".log",
+		[]string{"HUTCH_DATA_DIR=" + data, "HUTCH_API_KEY=" + b.key, "HUTCH_TEMPLATES=" + b.cfg.templates}, append([]string{b.cfg.hutch}, s.args...)...)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	fmt.Printf("==> hutch %s (data %s)\n", strings.Join(s.args, " "), data)
-	s.cmd = exec.Command(b.cfg.hutch, s.args...)
-	s.cmd.Env = append(os.Environ(), "HUTCH_DATA_DIR="+data, "HUTCH_API_KEY="+b.key, "HUTCH_TEMPLATES="+b.cfg.templates)
-	s.cmd.Stdout, s.cmd.Stderr = f, f
-	if err := s.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start hutch serve: %w", err)
-	}
-	go func() { s.cmd.Wait(); close(s.done) }()
+	s.Process = p
 	if err := s.waitHealthy(ctx); err != nil {
 		s.stop()
 		return nil, err
 	}
 	return s, nil
-}
-
-func (s *server) pid() int { return s.cmd.Process.Pid }
-
-func (s *server) exited() bool {
-	select {
-	case <-s.done:
-		return true
-	default:
-		return false
-	}
 }
 
 // waitHealthy waits (30 s at most) for the serving line in the log and
@@ -71,11 +53,11 @@ func (s *server) waitHealthy(ctx context.Context) error {
 	deadline := time.Now().Add(30 * time.Second)
 	var last error = errors.New("no serving line in the log yet")
 	for time.Now().Before(deadline) && ctx.Err() == nil {
-		if s.exited() {
-			return fmt.Errorf("hutch serve (%s) exited: %s", s.name, s.logTail())
+		if s.Exited() {
+			return fmt.Errorf("hutch serve (%s) exited: %s", s.name, s.LogTail())
 		}
 		if s.url == "" {
-			if b, err := os.ReadFile(s.log); err == nil {
+			if b, err := os.ReadFile(s.Log); err == nil {
 				if m := servingAddr.FindSubmatch(b); m != nil {
 					s.url = "http://" + string(m[1])
 				}
@@ -97,33 +79,16 @@ func (s *server) waitHealthy(ctx context.Context) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	return fmt.Errorf("hutch serve (%s) did not answer GET /health within 30 s (%v): %s", s.name, last, s.logTail())
+	return fmt.Errorf("hutch serve (%s) did not answer GET /health within 30 s (%v): %s", s.name, last, s.LogTail())
 }
 
 // stop ends the server (SIGTERM, SIGKILL after 30 s) and waits for it. On
 // SIGTERM serve removes its warm pool; the sandboxes it handed out outlive
 // it by design, so kill those through the API first.
 func (s *server) stop() {
-	if s == nil || s.exited() {
-		return
+	if s != nil && s.Process != nil {
+		s.Stop(30 * time.Second)
 	}
-	s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.done:
-	case <-time.After(30 * time.Second):
-		s.cmd.Process.Kill()
-		<-s.done
-	}
-}
-
-// logTail is the end of the server's output, for errors.
-func (s *server) logTail() string {
-	b, _ := os.ReadFile(s.log)
-	t := strings.TrimSpace(string(b))
-	if len(t) > 2000 {
-		t = "…" + t[len(t)-2000:]
-	}
-	return t
 }
 
 // sandboxesIn counts the sandboxes of a data directory (`hutch ps -q`): the

@@ -199,7 +199,7 @@ func (b *bench) run() error {
 	if err != nil {
 		return err
 	}
-	defer func() { serve.stop() }()
+	defer func() { serve.Stop(15 * time.Second) }()
 	plainHC := func() (*http.Client, error) { return http.DefaultClient, nil }
 	if err := waitHealthy(b.ctx, serve, plainHC, "http://"+plainAddr+"/health"); err != nil {
 		return err
@@ -219,9 +219,9 @@ func (b *bench) run() error {
 	b.rows = append(b.rows, plain)
 	b.servers["plain"] = "hutch serve " + strings.Join(plainFlags, " ")
 	if b.wantRow("plain") {
-		b.measureRow(plain, serve.pid(), 0)
+		b.measureRow(plain, serve.Pid(), 0)
 	}
-	serve.stop()
+	serve.Stop(15 * time.Second)
 	if b.ctx.Err() != nil {
 		return nil
 	}
@@ -244,10 +244,10 @@ func (b *bench) run() error {
 				if t.roots, err = b.caPool(); err != nil {
 					return err
 				}
-				b.measureRow(t, serve.pid(), 0)
+				b.measureRow(t, serve.Pid(), 0)
 			}
 		}
-		serve.stop()
+		serve.Stop(15 * time.Second)
 	}
 	if b.ctx.Err() != nil {
 		return nil
@@ -285,11 +285,11 @@ func (b *bench) run() error {
 			t.roots, err = b.caPool()
 		}
 		if err != nil {
-			nginx.stop()
+			nginx.Stop(15 * time.Second)
 			return err
 		}
-		b.measureRow(t, serve.pid(), nginx.pid())
-		nginx.stop()
+		b.measureRow(t, serve.Pid(), nginx.Pid())
+		nginx.Stop(15 * time.Second)
 	}
 	return nil
 }

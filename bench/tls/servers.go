@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"text/template"
 	"time"
 
@@ -19,79 +18,14 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/tlscert"
 )
 
-// proc is a server this harness started: hutch serve or nginx.
-type proc struct {
-	name string
-	cmd  *exec.Cmd
-	log  string
-	done chan struct{}
-}
-
-// startProc starts argv with env added to this process's, its output in
-// the file logPath.
-func startProc(name, logPath string, env []string, argv ...string) (*proc, error) {
-	f, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stdout, cmd.Stderr = f, f
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	p := &proc{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
-	go func() { cmd.Wait(); close(p.done) }()
-	return p, nil
-}
-
-func (p *proc) pid() int { return p.cmd.Process.Pid }
-
-// exited reports whether the process has ended.
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// stop ends the process (SIGTERM, SIGKILL after 15 s) and waits for it.
-// hutch serve's sandboxes outlive it by design: the next server finds
-// them.
-func (p *proc) stop() {
-	if p == nil || p.exited() {
-		return
-	}
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(15 * time.Second):
-		p.cmd.Process.Kill()
-		<-p.done
-	}
-}
-
-// logTail is the end of the process's output, for errors.
-func (p *proc) logTail() string {
-	b, _ := os.ReadFile(p.log)
-	s := strings.TrimSpace(string(b))
-	if len(s) > 2000 {
-		s = "…" + s[len(s)-2000:]
-	}
-	return s
-}
-
 // waitHealthy polls url (through c, whose answers must be 2xx) until it
 // answers, p exits or 30 s pass.
-func waitHealthy(ctx context.Context, p *proc, c func() (*http.Client, error), url string) error {
+func waitHealthy(ctx context.Context, p *harness.Process, c func() (*http.Client, error), url string) error {
 	deadline := time.Now().Add(30 * time.Second)
 	var last error
 	for time.Now().Before(deadline) && ctx.Err() == nil {
-		if p.exited() {
-			return fmt.Errorf("%s exited: %s", p.name, p.logTail())
+		if p.Exited() {
+			return fmt.Errorf("%s exited: %s", p.Name, p.LogTail())
 		}
 		if hc, err := c(); err != nil {
 			last = err
@@ -106,15 +40,15 @@ func waitHealthy(ctx context.Context, p *proc, c func() (*http.Client, error), u
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	return fmt.Errorf("%s did not answer %s within 30 s (%v): %s", p.name, url, last, p.logTail())
+	return fmt.Errorf("%s did not answer %s within 30 s (%v): %s", p.Name, url, last, p.LogTail())
 }
 
 // startServe starts `hutch serve` with the data directory and key of the
 // run and flags, its log in the work directory as name.log.
-func (b *bench) startServe(name string, flags ...string) (*proc, error) {
+func (b *bench) startServe(name string, flags ...string) (*harness.Process, error) {
 	argv := append([]string{b.cfg.hutch, "serve"}, flags...)
 	fmt.Printf("==> hutch %s\n", strings.Join(argv[1:], " "))
-	return startProc("hutch serve", filepath.Join(b.cfg.dir, name+".log"),
+	return harness.Launch("hutch serve", filepath.Join(b.cfg.dir, name+".log"),
 		[]string{"HUTCH_DATA_DIR=" + b.cfg.data, "HUTCH_API_KEY=" + b.key}, argv...)
 }
 
@@ -223,7 +157,7 @@ http {
 
 // startNginx writes the configuration (keepAlive: see nginxConf) and
 // starts nginx in the foreground with it, proxying to upstream.
-func (b *bench) startNginx(keepAlive bool, upstream string) (*proc, error) {
+func (b *bench) startNginx(keepAlive bool, upstream string) (*harness.Process, error) {
 	dir := filepath.Join(b.cfg.dir, "nginx")
 	certFile, keyFile := filepath.Join(dir, "fullchain.pem"), filepath.Join(dir, "privkey.pem")
 	var conf strings.Builder
@@ -240,7 +174,7 @@ func (b *bench) startNginx(keepAlive bool, upstream string) (*proc, error) {
 		return nil, fmt.Errorf("nginx -t: %v: %s", err, strings.TrimSpace(string(out)))
 	}
 	fmt.Printf("==> nginx -p %s -c %s (keep-alive upstream: %v)\n", dir, path, keepAlive)
-	return startProc("nginx", filepath.Join(b.cfg.dir, "nginx.log"), nil,
+	return harness.Launch("nginx", filepath.Join(b.cfg.dir, "nginx.log"), nil,
 		b.cfg.nginx, "-p", dir, "-c", path, "-g", "daemon off;")
 }
 

@@ -6,15 +6,9 @@
 package console_test
 
 import (
-	"bufio"
 	"context"
-	"errors"
-	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -35,20 +29,6 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	hutchBin.Remove()
 	os.Exit(code)
-}
-
-// artifactsDir is where the screenshots go.
-func artifactsDir(t *testing.T) string {
-	dir := os.Getenv("HUTCH_ARTIFACTS")
-	if dir == "" {
-		dir = "/var/tmp/hutch-artifacts"
-	}
-	dir = filepath.Join(dir, "console")
-	os.RemoveAll(dir) // this run's screenshots only
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return dir
 }
 
 // createKey makes an API key with `hutch keys create` on the server's
@@ -82,101 +62,8 @@ func TestConsole(t *testing.T) {
 		t.Fatalf("create B's sandbox: %v", err)
 	}
 	t.Cleanup(func() { b.Kill(context.Background()) })
-	var made []*sdk.Sandbox
-	t.Cleanup(func() {
-		for _, s := range made {
-			s.Kill(context.Background())
-		}
-	})
-	var templates []string
-	t.Cleanup(func() {
-		// The test's template build is in the machine's template store,
-		// which the suites share: it goes.
-		for _, name := range templates {
-			req, _ := http.NewRequest("DELETE", srv.URL()+"/templates/"+name, nil)
-			req.Header.Set("X-API-KEY", hutchtest.TestKey)
-			if resp, err := http.DefaultClient.Do(req); err == nil {
-				resp.Body.Close()
-			}
-		}
-	})
+	script := newBrowserScript(t, cfgA, "console")
 
-	runCtx, cancel := context.WithTimeout(ctx, 8*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(runCtx, "node", "console.mjs")
-	cmd.Dir = js
-	cmd.Env = append(os.Environ(), "HUTCH_URL="+srv.URL(), "KEY_A="+hutchtest.TestKey, "KEY_B="+keyB,
-		"SANDBOX_B="+b.ID, "ARTIFACTS="+artifactsDir(t), "CHROMIUM="+chromium, "PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1")
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stderr := hutchtest.LogWriter(t, "console.mjs stderr: ")
-	defer stderr.Close()
-	cmd.Stderr = stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	// The script's requests, answered one line each.
-	answer := func(verb, arg string) string {
-		switch verb {
-		case "create":
-			s, err := sdk.Create(ctx, sdk.CreateOptions{Config: cfgA, Metadata: map[string]string{"suite": "console"}})
-			if err != nil {
-				return "error " + err.Error()
-			}
-			made = append(made, s)
-			return s.ID
-		case "gone":
-			c, err := sdk.NewClient(cfgA)
-			if err != nil {
-				return "error " + err.Error()
-			}
-			_, err = c.GetInfo(ctx, arg)
-			if errors.Is(err, sdk.ErrNotFound) {
-				return "gone"
-			}
-			return fmt.Sprintf("error the SDK still finds %s: %v", arg, err)
-		case "run":
-			// run <sandbox> <command>: a command through the SDK, as an
-			// agent runs one, for the console's activity to show.
-			id, line, _ := strings.Cut(arg, " ")
-			for _, s := range made {
-				if s.ID != id {
-					continue
-				}
-				res, err := s.Commands.Run(ctx, line, nil)
-				var exit *sdk.CommandExitError
-				if err != nil && !errors.As(err, &exit) {
-					return "error " + err.Error()
-				}
-				if res == nil {
-					res = &exit.CommandResult
-				}
-				return fmt.Sprintf("exit %d", res.ExitCode)
-			}
-			return "error no sandbox " + id + " made for the script"
-		case "template":
-			templates = append(templates, arg)
-			return "ok"
-		}
-		return "error unknown request " + verb
-	}
-	sc := bufio.NewScanner(stdout)
-	for sc.Scan() {
-		line := sc.Text()
-		t.Log("console.mjs: " + line)
-		if req, ok := strings.CutPrefix(line, "@@go "); ok {
-			verb, arg, _ := strings.Cut(req, " ")
-			io.WriteString(stdin, answer(verb, arg)+"\n")
-		}
-	}
-	stdin.Close()
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("console.mjs: %v", err)
-	}
+	script.run(t, js, "console.mjs", 8*time.Minute, "HUTCH_URL="+srv.URL(), "KEY_A="+hutchtest.TestKey, "KEY_B="+keyB,
+		"SANDBOX_B="+b.ID, "ARTIFACTS="+artifactsDir(t, "console"), "CHROMIUM="+chromium, "PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1")
 }

@@ -10,36 +10,17 @@
 // browser binary).
 import puppeteer from 'puppeteer-core'
 import assert from 'node:assert/strict'
-import { createInterface } from 'node:readline'
+import { ask, screenshots, step } from '../script.mjs'
 import { randomBytes } from 'node:crypto'
-import { mkdirSync, rmSync, writeFileSync } from 'node:fs'
+import { rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { tmpdir } from 'node:os'
 
 const url = process.env.HUTCH_URL
 const keyA = process.env.KEY_A
 const artifacts = process.env.ARTIFACTS
-mkdirSync(artifacts, { recursive: true })
 
-// The Go test's answers, one line per request.
-const lines = createInterface({ input: process.stdin })[Symbol.asyncIterator]()
-async function ask (verb, arg = '') {
-  console.log(`@@go ${verb} ${arg}`.trim())
-  const { value, done } = await lines.next()
-  if (done) throw new Error(`no answer to ${verb}`)
-  if (value.startsWith('error ')) throw new Error(`${verb}: ${value}`)
-  return value
-}
-
-let shot = 0
-async function screenshot (page, name) {
-  shot++
-  const file = join(artifacts, `${String(shot).padStart(2, '0')}-${name}.png`)
-  await page.screenshot({ path: file, fullPage: true })
-  console.log(`screenshot ${file}`)
-}
-
-function step (what) { console.log(`== ${what}`) }
+const screenshot = screenshots(artifacts)
 
 // Firefox's preferences (docs/console.md): puppeteer-core writes its own
 // automation preferences into a fresh temporary profile (no updates, no

@@ -7,9 +7,9 @@
 // ARTIFACTS (screenshots), CHROMIUM (the browser binary).
 import { chromium } from 'playwright-core'
 import assert from 'node:assert/strict'
-import { createInterface } from 'node:readline'
+import { ask, screenshots, step } from '../script.mjs'
 import { randomBytes } from 'node:crypto'
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs'
+import { readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { tmpdir } from 'node:os'
 
@@ -18,27 +18,8 @@ const keyA = process.env.KEY_A
 const keyB = process.env.KEY_B
 const sandboxB = process.env.SANDBOX_B
 const artifacts = process.env.ARTIFACTS
-mkdirSync(artifacts, { recursive: true })
 
-// The Go test's answers, one line per request.
-const lines = createInterface({ input: process.stdin })[Symbol.asyncIterator]()
-async function ask (verb, arg = '') {
-  console.log(`@@go ${verb} ${arg}`.trim())
-  const { value, done } = await lines.next()
-  if (done) throw new Error(`no answer to ${verb}`)
-  if (value.startsWith('error ')) throw new Error(`${verb}: ${value}`)
-  return value
-}
-
-let shot = 0
-async function screenshot (page, name) {
-  shot++
-  const file = join(artifacts, `${String(shot).padStart(2, '0')}-${name}.png`)
-  await page.screenshot({ path: file, fullPage: true })
-  console.log(`screenshot ${file}`)
-}
-
-function step (what) { console.log(`== ${what}`) }
+const screenshot = screenshots(artifacts)
 
 // Chromium's flags here (docs/console.md): as root it needs --no-sandbox;
 // no GPU and a small /dev/shm in containers.
