@@ -47,7 +47,7 @@ const mcpGatewayPort = 50005
 // forwarding it. A larger call to envd's process or filesystem service is
 // refused (413): it would run unrecorded. A larger MCP call is forwarded
 // and recorded unread.
-const maxAuditBody = 1 << 20
+const maxAuditBody = 4 << 20
 
 // The bytes of request bodies held at once to read them for the trail:
 // in all, and for the sandboxes of one key. Bodies are read only from
@@ -309,8 +309,8 @@ func codecOf(h http.Header) (connectCodec, bool) {
 }
 
 // errTooLargeDecompressed is a compressed message larger than
-// maxAuditMessage once decompressed.
-var errTooLargeDecompressed = errors.New("larger than 1 MiB decompressed")
+// maxAuditBody once decompressed.
+var errTooLargeDecompressed = fmt.Errorf("larger than %d bytes decompressed", maxAuditBody)
 
 // unmarshal decodes one message. A compressed one is decompressed whole
 // or not at all: decoding a prefix of what envd decodes in full would
@@ -322,10 +322,10 @@ func (c connectCodec) unmarshal(b []byte, compressed bool, m proto.Message) erro
 		if err != nil {
 			return err
 		}
-		if b, err = io.ReadAll(io.LimitReader(zr, maxAuditMessage+1)); err != nil {
+		if b, err = io.ReadAll(io.LimitReader(zr, maxAuditBody+1)); err != nil {
 			return err
 		}
-		if len(b) > maxAuditMessage {
+		if len(b) > maxAuditBody {
 			return errTooLargeDecompressed
 		}
 	}

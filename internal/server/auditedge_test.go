@@ -177,7 +177,7 @@ func TestDecodeWhole(t *testing.T) {
 	}
 	evil, _ := proto.Marshal(&process.StartRequest{Process: &process.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-c", "evil"}}})
 	pad := protowire.AppendTag(nil, 15, protowire.BytesType)
-	pad = protowire.AppendBytes(pad, bytes.Repeat([]byte{0}, maxAuditMessage))
+	pad = protowire.AppendBytes(pad, bytes.Repeat([]byte{0}, maxAuditBody))
 	msg := append(append(append([]byte{}, pb...), pad...), evil...)
 	var z bytes.Buffer
 	zw := gzip.NewWriter(&z)
@@ -186,6 +186,6 @@ func TestDecodeWhole(t *testing.T) {
 	h := http.Header{"Content-Type": {"application/connect+proto"}, "Connect-Content-Encoding": {"gzip"}}
 	var got process.StartRequest
 	if err := decodeRequest(h, envelope(1, z.Bytes()), &got); !errors.Is(err, errTooLargeDecompressed) {
-		t.Errorf("a 1 MiB+ compressed message: %v (decoded %v), want errTooLargeDecompressed", err, &got)
+		t.Errorf("a 4 MiB+ compressed message: %v (decoded %v), want errTooLargeDecompressed", err, &got)
 	}
 }

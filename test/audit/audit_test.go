@@ -475,7 +475,7 @@ func TestKeysAndBadInput(t *testing.T) {
 
 // TestTrailHolds: what an outside review of the trail tried. Calls that
 // prove nothing (no key, a wrong envd token) write nothing to it; envd
-// calls the edge cannot read (gRPC-Web, a body past 1 MiB) are refused
+// calls the edge cannot read (gRPC-Web, a body past 4 MiB) are refused
 // rather than run unrecorded; a reported action must be a plain name; and
 // a client's bytes reach `hutch events` escaped.
 func TestTrailHolds(t *testing.T) {
@@ -523,9 +523,9 @@ func TestTrailHolds(t *testing.T) {
 	if status := start(sbx.EnvdAccessToken, "application/grpc-web+proto", msg); status != http.StatusUnsupportedMediaType {
 		t.Errorf("Start over gRPC-Web: %d, want 415", status)
 	}
-	big := startRequest("/bin/bash", "-c", "touch /tmp/ran; : "+strings.Repeat("x", 1<<20))
+	big := startRequest("/bin/bash", "-c", "touch /tmp/ran; : "+strings.Repeat("x", 4<<20))
 	if status := start(sbx.EnvdAccessToken, "application/connect+proto", big); status != http.StatusRequestEntityTooLarge {
-		t.Errorf("a 1 MiB Start: %d, want 413", status)
+		t.Errorf("a 4 MiB Start: %d, want 413", status)
 	}
 	if res, err := sbx.Commands.Run(ctx, "test -e /tmp/ran && echo ran || echo not", nil); err != nil || strings.TrimSpace(res.Stdout) != "not" {
 		t.Errorf("a refused command ran: %+v, %v", res, err)
