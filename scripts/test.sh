@@ -40,6 +40,9 @@ echo "==> go test"
 # cluster suite has a stage of its own, below.
 "$GO" test -count=1 -p 1 -timeout 15m $("$GO" list ./... | grep -v '/test/cluster$')
 
+echo "==> fuzzing: every fuzz target for 2 s (a smoke run; ./scripts/fuzz.sh 5m is the long one, docs/security.md)"
+./scripts/fuzz.sh 2s
+
 echo "==> the gvisor runtime: part of the end-to-end suites again, on hutch serve --runtime gvisor"
 # What envd serves (commands, terminals, files, watches, ports), the edge,
 # disk limits, what a sandbox can reach of envd and the host, the

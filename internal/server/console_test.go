@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -183,5 +184,36 @@ func TestStripConsoleCookie(t *testing.T) {
 	dropConsoleSetCookie(resp)
 	if got := resp.Header.Values("Set-Cookie"); len(got) != 1 || got[0] != "a=1; Path=/" {
 		t.Errorf("dropConsoleSetCookie left %q, want only a=1", got)
+	}
+}
+
+// TestConsoleKey: the cookie stands for a key only with the console's
+// header, and not at all when two cookies of the name disagree (one was
+// planted: a sandbox page of the same site can set a cookie, though not
+// a __Host- one).
+func TestConsoleKey(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		header  string
+		cookies []string
+		want    string
+	}{
+		{"cookie and header", "1", []string{"k1"}, "k1"},
+		{"no header", "", []string{"k1"}, ""},
+		{"another header value", "true", []string{"k1"}, ""},
+		{"no cookie", "1", nil, ""},
+		{"the same twice", "1", []string{"k1", "k1"}, "k1"},
+		{"two keys", "1", []string{"k1", "k2"}, ""},
+	} {
+		r := httptest.NewRequest("GET", "/v2/sandboxes", nil)
+		if tc.header != "" {
+			r.Header.Set(consoleHeader, tc.header)
+		}
+		for _, c := range tc.cookies {
+			r.AddCookie(&http.Cookie{Name: consoleCookie, Value: c})
+		}
+		if got := consoleKey(r); got != tc.want {
+			t.Errorf("%s: consoleKey = %q, want %q", tc.name, got, tc.want)
+		}
 	}
 }
