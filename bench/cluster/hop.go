@@ -174,24 +174,5 @@ func (b *bench) createSecure(ctx context.Context, nd *node) (id, token string, e
 
 // getSandbox is GET /sandboxes/{id} through nd, timed.
 func (b *bench) getSandbox(ctx context.Context, nd *node, id string) (time.Duration, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, nd.url()+"/sandboxes/"+id, nil)
-	if err != nil {
-		return 0, err
-	}
-	req.Header.Set("X-API-Key", b.key)
-	t0 := time.Now()
-	resp, err := nd.api.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	_, err = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	d := time.Since(t0)
-	if err != nil {
-		return 0, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("GET /sandboxes/%s: %s", id, resp.Status)
-	}
-	return d, nil
+	return harness.TimedGet(ctx, nd.api, nd.url()+"/sandboxes/"+id, http.Header{"X-Api-Key": {b.key}}, http.StatusOK)
 }

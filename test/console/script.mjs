@@ -33,3 +33,20 @@ export function screenshots (dir) {
 
 /** step marks the start of a step in the log. */
 export function step (what) { console.log(`== ${what}`) }
+
+/**
+ * waitTerminalLine waits (20 s at most) for a line of the console's
+ * terminal on page that matches re, and returns it; what names it in the
+ * error. page is Playwright's or Puppeteer's: both evaluate a function.
+ */
+export async function waitTerminalLine (page, re, what) {
+  const rows = () => page.evaluate(() => [...document.querySelectorAll('.xterm-rows > div')].map((d) => d.textContent.replace(/\u00a0/g, ' ').trimEnd()))
+  const deadline = Date.now() + 20_000
+  for (;;) {
+    const now = await rows()
+    const hit = now.find((r) => re.test(r))
+    if (hit) return hit
+    if (Date.now() > deadline) throw new Error(`terminal: no ${what}:\n${now.join('\n')}`)
+    await new Promise((resolve) => setTimeout(resolve, 100))
+  }
+}

@@ -150,12 +150,21 @@ func NewEnvdTimer(hc *http.Client, base string) *EnvdTimer {
 
 // Health is envd's GET /health (204, no body), timed.
 func (e *EnvdTimer) Health(ctx context.Context) (time.Duration, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.Base+"/health", nil)
+	return TimedGet(ctx, e.Client, e.Base+"/health", nil, http.StatusNoContent)
+}
+
+// TimedGet is one GET of url through c with header, timed from sending it
+// to its body read whole; an answer other than want is an error.
+func TimedGet(ctx context.Context, c *http.Client, url string, header http.Header, want int) (time.Duration, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return 0, err
 	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
 	t0 := time.Now()
-	resp, err := e.Client.Do(req)
+	resp, err := c.Do(req)
 	if err != nil {
 		return 0, err
 	}
@@ -165,8 +174,8 @@ func (e *EnvdTimer) Health(ctx context.Context) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
-	if resp.StatusCode != http.StatusNoContent {
-		return 0, fmt.Errorf("GET /health: %s", resp.Status)
+	if resp.StatusCode != want {
+		return 0, fmt.Errorf("GET %s: %s", req.URL.Path, resp.Status)
 	}
 	return d, nil
 }

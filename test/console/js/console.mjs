@@ -7,7 +7,7 @@
 // ARTIFACTS (screenshots), CHROMIUM (the browser binary).
 import { chromium } from 'playwright-core'
 import assert from 'node:assert/strict'
-import { ask, screenshots, step } from '../script.mjs'
+import { ask, screenshots, step, waitTerminalLine } from '../script.mjs'
 import { randomBytes } from 'node:crypto'
 import { readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
@@ -148,17 +148,7 @@ await page.click(`${rowA} a.sandbox-link`)
 await page.waitForSelector('.info .badge')
 await page.click('button.tab-terminal')
 await page.waitForFunction(() => /connected/.test(document.querySelector('.term-status')?.textContent ?? ''), null, { timeout: 30_000 })
-const termText = () => page.evaluate(() => [...document.querySelectorAll('.xterm-rows > div')].map((d) => d.textContent.replace(/\u00a0/g, ' ').trimEnd()))
-async function waitLine (re, what) {
-  const deadline = Date.now() + 20_000
-  for (;;) {
-    const rows = await termText()
-    const hit = rows.find((r) => re.test(r))
-    if (hit) return hit
-    if (Date.now() > deadline) throw new Error(`terminal: no ${what}:\n${rows.join('\n')}`)
-    await page.waitForTimeout(100)
-  }
-}
+const waitLine = (re, what) => waitTerminalLine(page, re, what)
 await page.click('.terminal')
 await page.keyboard.type('echo hello-console\n')
 await waitLine(/^hello-console$/, 'output hello-console')
