@@ -61,11 +61,16 @@ const (
 	auditKeyBudget  = 16 << 20
 )
 
-// gatewayBodyBudget bounds the MCP gateway calls kept at once to record
-// them. Anyone may send those (the gateway checks its token only as it
-// answers), so this budget is apart from envd's: spending it makes calls
-// be recorded unread, and refuses nobody.
-const gatewayBodyBudget = 32 << 20
+// gatewayBodyBudget and gatewayKeyBudget bound the MCP gateway calls kept
+// at once to record them, in all and for the sandboxes of one key. Anyone
+// may send those (the gateway checks its token only as it answers), so
+// this budget is apart from envd's: spending it makes calls be recorded
+// unread, and refuses nobody; the share per key keeps one tenant's slow
+// calls from doing that to the others' (review of issue 22, round 3).
+const (
+	gatewayBodyBudget = 32 << 20
+	gatewayKeyBudget  = 8 << 20
+)
 
 // maxAuditMessage is the largest message of a stream the edge decodes;
 // larger ones (a command's output) are skipped unread.
@@ -109,13 +114,14 @@ func (ea *edgeAudit) done() {
 // bodyBudget bounds the request bodies held for the trail, in all and per
 // key.
 type bodyBudget struct {
-	all   *semaphore.Weighted
-	mu    sync.Mutex
-	byKey map[string]int64
+	all    *semaphore.Weighted
+	perKey int64
+	mu     sync.Mutex
+	byKey  map[string]int64
 }
 
-func newBodyBudget() *bodyBudget {
-	return &bodyBudget{all: semaphore.NewWeighted(auditBodyBudget), byKey: map[string]int64{}}
+func newBodyBudget(all, perKey int64) *bodyBudget {
+	return &bodyBudget{all: semaphore.NewWeighted(all), perKey: perKey, byKey: map[string]int64{}}
 }
 
 // take reserves n bytes for key, false when its share or the whole is
@@ -123,7 +129,7 @@ func newBodyBudget() *bodyBudget {
 func (b *bodyBudget) take(key string, n int64) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.byKey[key]+n > auditKeyBudget || !b.all.TryAcquire(n) {
+	if b.byKey[key]+n > b.perKey || !b.all.TryAcquire(n) {
 		return false
 	}
 	b.byKey[key] += n
@@ -594,9 +600,9 @@ func (a *edgeAuditor) tools() *edgeAudit {
 	}
 	tee := &teeBody{ReadCloser: r.Body, max: maxAuditBody, length: r.ContentLength}
 	release := func() {}
-	if r.ContentLength <= maxAuditBody && s.gatewayBodies.TryAcquire(want) {
+	if r.ContentLength <= maxAuditBody && s.gatewayBodies.take(owner, want) {
 		tee.keep = true // before the proxy reads: no lock needed yet
-		release = func() { s.gatewayBodies.Release(want) }
+		release = func() { s.gatewayBodies.give(owner, want) }
 	}
 	r.Body = tee
 	record := func(outcome string, status int) {
@@ -634,17 +640,26 @@ const maxToolEvents = 16
 // issue 22).
 func gatewayCalls(tee *teeBody, secrets []string) []map[string]any {
 	kept, n, whole := tee.kept()
+	unparsed := []map[string]any{{"via": "gateway", "unparsed": true, "bytes": n}}
 	if !whole {
-		return []map[string]any{{"via": "gateway", "unparsed": true, "bytes": n}}
+		return unparsed
 	}
+	// The first JSON value, and nothing after it read, as the MCP SDK's
+	// decoder reads a message: a call followed by junk runs there, and
+	// must be recorded here (review of issue 22, round 3).
 	body := bytes.TrimSpace(kept)
+	dec := json.NewDecoder(bytes.NewReader(body))
 	var msgs []json.RawMessage
 	if len(body) > 0 && body[0] == '[' {
-		if json.Unmarshal(body, &msgs) != nil {
-			return nil
+		if dec.Decode(&msgs) != nil {
+			return unparsed
 		}
 	} else {
-		msgs = []json.RawMessage{body}
+		var one json.RawMessage
+		if dec.Decode(&one) != nil {
+			return unparsed
+		}
+		msgs = []json.RawMessage{one}
 	}
 	var out []map[string]any
 	calls := 0

@@ -143,6 +143,9 @@ func TestGatewayCalls(t *testing.T) {
 		{"not a call", `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`, nil},
 		{"METHOD is not method", `{"method":"tools/call","METHOD":"notifications/x","params":{"name":"a"}}`, []string{"a"}},
 		{"NAME is not name", `{"method":"tools/call","params":{"name":"memory__delete_entities","NAME":"memory__read_graph"}}`, []string{"memory__delete_entities"}},
+		{"a call and junk after it (the SDK reads the first value)", `{"method":"tools/call","params":{"name":"hidden"}} x`, []string{"hidden"}},
+		{"two values", `{"method":"tools/call","params":{"name":"first"}}{}`, []string{"first"}},
+		{"a batch and junk", `[{"method":"tools/call","params":{"name":"b"}}] junk`, []string{"b"}},
 		{"a batch of 20", batch, []string{"echo", "echo", "echo", "echo", "echo", "echo", "echo", "echo", "echo", "echo", "echo", "echo", "echo", "echo", "echo", "echo"}},
 	} {
 		got := gatewayCalls(tee(tc.body), nil)
@@ -162,6 +165,9 @@ func TestGatewayCalls(t *testing.T) {
 	}
 	if got := gatewayCalls(&teeBody{keep: true, over: true, n: 2 << 20, length: -1}, nil); len(got) != 1 || got[0]["unparsed"] != true {
 		t.Errorf("a call not kept whole: %v, want one unparsed event", got)
+	}
+	if got := gatewayCalls(tee(`not json`), nil); len(got) != 1 || got[0]["unparsed"] != true {
+		t.Errorf("a body that is no JSON: %v, want one unparsed event", got)
 	}
 }
 

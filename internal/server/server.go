@@ -17,8 +17,6 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sync/semaphore"
-
 	"github.com/hutch-sandbox/hutch/internal/audit"
 	"github.com/hutch-sandbox/hutch/internal/builder"
 	"github.com/hutch-sandbox/hutch/internal/cluster"
@@ -100,7 +98,7 @@ type Server struct {
 	auditBodies *bodyBudget
 	// gatewayBodies bounds the bytes of MCP gateway calls kept at once
 	// to record them (gatewayBodyBudget).
-	gatewayBodies *semaphore.Weighted
+	gatewayBodies *bodyBudget
 	// console serves the web console's files; nil when they did not load.
 	console *console.Console
 }
@@ -115,7 +113,7 @@ func New(opts Options) *Server {
 	domain := strings.ToLower(strings.TrimSuffix(opts.Domain, "."))
 	s := &Server{mgr: opts.Manager, domain: domain, logger: logger, api: http.NewServeMux(),
 		bodyGrace: opts.BodyGrace, bodyMinRate: int64(opts.BodyMinRate), templates: opts.Templates, builder: opts.Builder, volumes: opts.Volumes, cluster: opts.Cluster,
-		prom: opts.Metrics, audit: opts.Audit, gatewaySecrets: newSecretBook(), auditBodies: newBodyBudget(), gatewayBodies: semaphore.NewWeighted(gatewayBodyBudget)}
+		prom: opts.Metrics, audit: opts.Audit, gatewaySecrets: newSecretBook(), auditBodies: newBodyBudget(auditBodyBudget, auditKeyBudget), gatewayBodies: newBodyBudget(gatewayBodyBudget, gatewayKeyBudget)}
 	if opts.MetricsOnAPI && opts.Metrics != nil {
 		s.promAPI = opts.Metrics.Handler()
 		s.promSlots = make(chan struct{}, metrics.MaxScrapes)
