@@ -287,7 +287,7 @@ attempt("unlink ls", os.unlink, "/usr/bin/ls")
 			t.Skip("the i386 and x32 entries are amd64's")
 		}
 		bin := filepath.Join(t.TempDir(), "abi")
-		build := exec.Command("go", "build", "-o", bin, "./testdata/abi")
+		build := exec.Command("go", "build", "-o", bin, "../internal/abi")
 		build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOARCH=amd64")
 		if out, err := build.CombinedOutput(); err != nil {
 			t.Fatalf("build testdata/abi: %v\n%s", err, out)

@@ -83,7 +83,9 @@ func (rt *Runtime) ociSpec(dir string, rec *record, proc *process, hostname stri
 		},
 	}
 	for i, m := range rec.Mounts {
-		opts := []string{"rbind", "rw"}
+		// nosuid and nodev as natively: a set-user-ID file or a device
+		// node one sandbox plants on a shared volume is nothing in another.
+		opts := []string{"rbind", "rw", "nosuid", "nodev"}
 		if m.ReadOnly {
 			opts[1] = "ro"
 		}
