@@ -123,7 +123,19 @@ type Build struct {
 
 	req  Request
 	logs []LogEntry
+	// logBytes is what logs' messages hold; cut counts the lines past
+	// the bounds (maxLogEntries, maxLogBytes) that were not kept.
+	logBytes, cut int
 }
+
+// A build's log lives in the server's memory for finishedTTL, and a RUN
+// step prints what it likes (a million lines grew the server by 170 MB,
+// review 27 F8): a build keeps its first maxLogEntries lines, at most
+// maxLogBytes of them, and says how many more it did not keep.
+const (
+	maxLogEntries = 20000
+	maxLogBytes   = 8 << 20
+)
 
 // Options configure a Builder.
 type Options struct {
@@ -420,9 +432,16 @@ func checkSpec(s *Spec) error {
 func (b *Builder) logf(bd *Build, level, step, format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	b.mu.Lock()
+	defer b.mu.Unlock()
+	// The last place is kept for the note of what was cut (finish), and
+	// errors are always kept: they say why the build failed.
+	if level != "error" && (len(bd.logs) >= maxLogEntries-1 || bd.logBytes+len(msg) > maxLogBytes) {
+		bd.cut++
+		return
+	}
+	bd.logBytes += len(msg)
 	bd.logs = append(bd.logs, LogEntry{Time: time.Now().UTC(), Level: level, Message: msg, Step: step})
 	b.cond.Broadcast()
-	b.mu.Unlock()
 }
 
 // finish ends bd with the template made or the failure.
@@ -430,6 +449,10 @@ func (b *Builder) finish(bd *Build, t *template.Template, fail *Failure) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	bd.Finished = time.Now().UTC()
+	if bd.cut > 0 {
+		bd.logs = append(bd.logs, LogEntry{Time: bd.Finished, Level: "warn",
+			Message: fmt.Sprintf("… %d more log lines were not kept (a build keeps %d lines, %d MiB)", bd.cut, maxLogEntries, maxLogBytes>>20)})
+	}
 	if fail != nil {
 		bd.Status, bd.Reason = StatusError, fail
 		bd.logs = append(bd.logs, LogEntry{Time: bd.Finished, Level: "error", Message: "build failed: " + fail.Message, Step: fail.Step})

@@ -303,6 +303,13 @@ func tuneHost(logger *slog.Logger) {
 	} else if now != old {
 		logger.Info("raised fs.file-max", "from", old, "to", now)
 	}
+	// Every sandbox's tasks take host pids; many sandboxes' limits
+	// together must not exceed the host's table (see EnsurePidMax).
+	if old, now, err := native.EnsurePidMax(); err != nil {
+		logger.Warn("pids", "err", err)
+	} else if now != old {
+		logger.Info("raised kernel.pid_max", "from", old, "to", now)
+	}
 	// Moving each new sandbox into its cgroups otherwise waits for an RCU
 	// grace period or more.
 	if on, err := native.FavorDynMods(); err != nil {

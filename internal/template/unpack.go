@@ -93,6 +93,11 @@ func unpack(ctx context.Context, root string, r io.Reader, opts unpackOptions) (
 		if err := checkName(name); err != nil {
 			return false, &BadLayerError{Entry: name, Reason: err.Error()}
 		}
+		if !opts.anySymlink {
+			if err := checkMountPoint(hdr); err != nil {
+				return false, err
+			}
+		}
 		switch hdr.Typeflag {
 		case tar.TypeLink:
 			if err := checkName(hdr.Linkname); err != nil {
@@ -238,6 +243,22 @@ func freeBytes(dir string) (int64, error) {
 	return int64(st.Bavail) * int64(st.Bsize), nil
 }
 
+// checkMountPoint refuses an entry that makes one of the directories a
+// sandbox's start mounts on or writes into (/proc, /sys, /dev, /etc)
+// anything but a directory: a link there sent the start's mounts and
+// writes elsewhere — the host's tree, before pivot_root (review 27, F2,
+// F4, F7). The runtimes refuse such a root too (a sandbox's own files may
+// still make one); this says so at the build, naming the entry.
+func checkMountPoint(hdr *tar.Header) error {
+	switch path.Clean(strings.TrimPrefix(hdr.Name, "./")) {
+	case "proc", "sys", "dev", "etc":
+		if hdr.Typeflag != tar.TypeDir {
+			return &BadLayerError{Entry: hdr.Name, Reason: "a sandbox's /" + path.Clean(strings.TrimPrefix(hdr.Name, "./")) + " must be a directory"}
+		}
+	}
+	return nil
+}
+
 // Extract applies a plain tar stream (no whiteouts) to root, an existing
 // directory that may hold untrusted symlinks: every path is resolved
 // inside root, and the entries unpack refuses are refused here too, as
@@ -258,6 +279,9 @@ func Extract(ctx context.Context, root string, r io.Reader) error {
 		}
 		if err := checkName(hdr.Name); err != nil {
 			return false, &BadLayerError{Entry: hdr.Name, Reason: err.Error()}
+		}
+		if err := checkMountPoint(hdr); err != nil {
+			return false, err
 		}
 		base := path.Base(hdr.Name)
 		switch {

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
@@ -239,6 +241,68 @@ for name, p in (("self-exe", "/proc/self/exe"), ("init-exe", "/proc/1/exe"), ("e
 		}
 		absent(t, out+strings.Join(got, "\n"), s.secret)
 	}},
+	{"symlinked-mount-points", "template layers", func(t *testing.T, s *suite, b string) {
+		// A template whose /etc, /proc or /sys is a link — to a host
+		// directory, or through /proc/self/cwd to a path of the sandbox's
+		// own directory — for the sandbox's start to write the host's
+		// files, or mount /proc and /sys where no mask reaches (review 27,
+		// F2, F4, F7). Each start is refused, or the link is never
+		// followed on the host and the masks hold.
+		reg := s.reg(t)
+		for _, tc := range []struct{ name, entry, target string }{
+			{"etc", "etc", ""}, {"proc", "proc", ""}, {"dev", "dev", ""},
+			{"sys", "sys", "/proc/self/cwd/rootfs/opt"},
+		} {
+			hostDir := openDir(t)
+			if tc.target == "" {
+				tc.target = hostDir
+			}
+			files := append(ocitest.BusyboxFiles(t), ocitest.File{Path: "opt/", Mode: fs.ModeDir | 0o755}, ocitest.File{Path: "rootfs/opt/", Mode: fs.ModeDir | 0o755})
+			layer := ocitest.Layer(t, ocitest.File{Path: tc.entry, Link: tc.target})
+			ref := reg + "/links-" + b + "/" + tc.name + ":1"
+			s.push(t, ref, ocitest.Image(t, ocitest.ImageConfig{}, ocitest.Layer(t, files...), layer))
+			name := unique("links-" + tc.name)
+			_, err := s.client.BuildTemplate(t.Context(), sdk.TemplateBuild{Name: name, FromImage: ref})
+			var out string
+			if err == nil {
+				sbx, err := sdk.Create(t.Context(), sdk.CreateOptions{Config: s.cfg, Template: name, Runtime: b, Timeout: time.Minute})
+				if err == nil {
+					out = run(t, sbx, "root", "ls /sys/block /sys/class/bdi /proc/timer_list 2>&1; cat /sys/block/*/loop/backing_file 2>&1; echo listed")
+					sbx.Kill(t.Context())
+				} else {
+					t.Logf("%s: create: %v", tc.name, err)
+				}
+			} else {
+				t.Logf("%s: build: %v", tc.name, err)
+			}
+			absent(t, out, "disk.img", s.srv.DataDir, "sandboxes/")
+			if ents, _ := os.ReadDir(hostDir); len(ents) > 0 {
+				var names []string
+				for _, e := range ents {
+					names = append(names, e.Name())
+				}
+				t.Errorf("a start through the template's %s link wrote the host's %s: %v", tc.entry, hostDir, names)
+			}
+		}
+	}},
+	{"etc-link-in-own-layer", "template layers", func(t *testing.T, s *suite, b string) {
+		// The sandbox makes its own /etc a link to a host directory, then
+		// forks: the fork's start must not write there (review 27, F2).
+		hostDir := openDir(t)
+		sbx := s.sandbox(t, b, sdk.CreateOptions{})
+		run(t, sbx, "root", fmt.Sprintf("cp -a /etc /etc.real && rm -rf /etc && ln -s %s /etc; ls -ld /etc", hostDir))
+		forks, err := sbx.Fork(t.Context(), sdk.ForkOptions{})
+		t.Logf("fork: %v", err)
+		for _, f := range forks {
+			t.Logf("fork: %+v", f)
+			if f.Sandbox != nil {
+				f.Sandbox.Kill(t.Context())
+			}
+		}
+		if ents, _ := os.ReadDir(hostDir); len(ents) > 0 {
+			t.Errorf("the fork's start wrote the host's %s: %d entries", hostDir, len(ents))
+		}
+	}},
 	{"image-layer-escape", "template layers", func(t *testing.T, s *suite, b string) {
 		// Images an attacker serves, whose layers climb out of the
 		// directory they are unpacked in.
@@ -248,17 +312,20 @@ for name, p in (("self-exe", "/proc/self/exe"), ("init-exe", "/proc/1/exe"), ("e
 		for _, tc := range []struct {
 			name  string
 			layer func(testing.TB) v1.Layer
+			want  string
 		}{
-			{"dotdot", ocitest.DotDotLayer}, {"absolute", ocitest.AbsolutePathLayer},
-			{"symlink", ocitest.SymlinkEscapeLayer}, {"hardlink", ocitest.HardlinkEscapeLayer},
+			{"dotdot", ocitest.DotDotLayer, `layer entry "../../etc/evil": climbs out of the root with ".."`},
+			{"absolute", ocitest.AbsolutePathLayer, `layer entry "/etc/evil": is an absolute path`},
+			{"symlink", ocitest.SymlinkEscapeLayer, `layer entry "x": symlink to "../../../../etc" points outside the root`},
+			{"hardlink", ocitest.HardlinkEscapeLayer, `layer entry "shadow": hard link target climbs out of the root with ".."`},
 		} {
 			ref := reg + "/hostile-" + b + "/" + tc.name + ":1"
-			ocitest.Push(t, ref, ocitest.Image(t, ocitest.ImageConfig{}, tc.layer(t)))
+			s.push(t, ref, ocitest.Image(t, ocitest.ImageConfig{}, tc.layer(t)))
 			name := unique("hostile-" + tc.name)
 			_, err := s.client.BuildTemplate(t.Context(), sdk.TemplateBuild{Name: name, FromImage: ref, Steps: []sdk.TemplateStep{{Type: "RUN", Args: []string{"true"}}}})
 			var be *sdk.BuildError
-			if !errors.As(err, &be) || be.Step != "base" {
-				t.Errorf("build from %s: %v, want it refused at its base step", ref, err)
+			if !errors.As(err, &be) || be.Step != "base" || !strings.Contains(be.Message, tc.want) {
+				t.Errorf("build from %s: %v, want it refused at its base step: %s", ref, err, tc.want)
 			}
 		}
 		for _, p := range []string{"/etc/evil", "/evil", filepath.Join(testenv.TemplatesDir(), "etc", "evil"), filepath.Join(testenv.TemplatesDir(), "layers", "etc", "evil"), filepath.Join(testenv.TemplatesDir(), "evil")} {
@@ -271,4 +338,17 @@ for name, p in (("self-exe", "/proc/self/exe"), ("init-exe", "/proc/1/exe"), ("e
 			t.Errorf("/etc/shadow has %d links, had %d", now.Nlink, shadow.Nlink)
 		}
 	}},
+}
+
+// openDir is a directory of the host every user may write, removed when
+// the test ends: where a write that escaped would land.
+func openDir(t *testing.T) string {
+	t.Helper()
+	d, err := os.MkdirTemp("/var/tmp", "hutch-escape-open-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(d, 0o777)
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
 }

@@ -31,6 +31,9 @@ import (
 	"testing"
 	"time"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
 	"github.com/hutch-sandbox/hutch/internal/testenv"
 	"github.com/hutch-sandbox/hutch/internal/testenv/ocitest"
 	"github.com/hutch-sandbox/hutch/sdk"
@@ -380,11 +383,20 @@ func (s *suite) hostAlive(t *testing.T) {
 
 // reg is the suite's OCI registry, started once.
 func (s *suite) reg(t *testing.T) string {
-	s.registryOnce.Do(func() { s.registry = ocitest.StartRegistry(s.top) })
+	// In the server's network namespace, where its loopback is.
+	s.registryOnce.Do(func() {
+		s.ns.Do(func() error { s.registry = ocitest.StartRegistry(s.top); return nil })
+	})
 	if s.registry == "" {
 		t.Fatal("the registry did not start")
 	}
 	return s.registry
+}
+
+// push pushes img to ref on the suite's registry (reg).
+func (s *suite) push(t *testing.T, ref string, img v1.Image) {
+	t.Helper()
+	ocitest.Push(t, ref, img, remote.WithTransport(&http.Transport{DialContext: s.ns.DialContext}))
 }
 
 // unique returns a name no other test uses.

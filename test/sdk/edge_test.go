@@ -263,6 +263,25 @@ func TestServeLiftsFileMax(t *testing.T) {
 	}
 }
 
+// TestServeLiftsPidMax: every sandbox task is a host task, so hutch serve
+// lifts kernel.pid_max to the kernel's largest: a hundred sandboxes of one
+// key at their pids limit would fill the default 32,768 and the host's
+// own processes could not fork (review 27, N1).
+func TestServeLiftsPidMax(t *testing.T) {
+	const path = "/proc/sys/kernel/pid_max"
+	if err := os.WriteFile(path, []byte("32768"), 0); err != nil {
+		t.Fatal(err)
+	}
+	startServer(t)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(string(b)); got != "4194304" {
+		t.Errorf("kernel.pid_max is %s after hutch serve started, want 4194304", got)
+	}
+}
+
 // TestOOMSparesEnvd: a command that fills the sandbox's memory with what
 // no process's resident memory shows (unix socket buffers) is what the
 // OOM killer takes, not envd or the init, so the sandbox lives on (review

@@ -97,11 +97,18 @@ func setupRootfs(cfg *initConfig, mountFds []int) error {
 		{"mqueue", "dev/mqueue", "mqueue", noexec, ""},
 	}
 	for _, m := range mounts {
-		target := filepath.Join(root, m.target)
-		if err := os.MkdirAll(target, 0o755); err != nil {
-			return fmt.Errorf("mkdir %s: %w", m.target, err)
+		// Each mount point is found beneath the root without following a
+		// link: before pivot_root a link in the template or the sandbox's
+		// own layer (a fork's, a snapshot's) resolves against the host's
+		// tree, and a /proc or /sys elsewhere would leave the masks below
+		// applied to nothing (review 27, F4 and F7).
+		dir, err := dirBeneath(root, m.target)
+		if err != nil {
+			return err
 		}
-		if err := unix.Mount(m.src, target, m.fstype, m.flags, m.data); err != nil {
+		err = unix.Mount(m.src, fdPath(dir), m.fstype, m.flags, m.data)
+		unix.Close(dir)
+		if err != nil {
 			return fmt.Errorf("mount /%s: %w", m.target, err)
 		}
 	}
@@ -164,49 +171,97 @@ func setupRootfs(cfg *initConfig, mountFds []int) error {
 // MkdirAllHandle follows links inside the root, which is more than a
 // mount point needs; this is the few lines it takes to refuse them.)
 func attachAt(root, target string, mfd int) error {
-	cur, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	dir, err := dirBeneath(root, target)
 	if err != nil {
-		return fmt.Errorf("mount %s: %w", target, err)
+		return err
 	}
-	defer func() { unix.Close(cur) }()
-	how := &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS}
-	for _, name := range strings.Split(strings.Trim(filepath.Clean(target), "/"), "/") {
-		if err := unix.Mkdirat(cur, name, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
-			return fmt.Errorf("mount %s: make %s: %w", target, name, err)
-		}
-		next, err := unix.Openat2(cur, name, how)
-		if err != nil {
-			if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.EXDEV) {
-				return fmt.Errorf("mount %s: %s is a symlink or not a directory: %w", target, name, errdefs.ErrInvalidArgument)
-			}
-			return fmt.Errorf("mount %s: open %s: %w", target, name, err)
-		}
-		unix.Close(cur)
-		cur = next
-	}
-	if err := unix.MoveMount(mfd, "", cur, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
+	defer unix.Close(dir)
+	if err := unix.MoveMount(mfd, "", dir, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
 		return fmt.Errorf("mount %s: %w", target, err)
 	}
 	return nil
 }
 
+// dirBeneath opens directory target (relative to root, or absolute in the
+// sandbox) as an O_PATH descriptor, making the missing directories on the
+// way. Each component is opened beneath the one before with openat2,
+// refusing symlinks outright: a path that is a link or not a directory is
+// the caller's bad input (errdefs.ErrInvalidArgument), never followed.
+func dirBeneath(root, target string) (int, error) {
+	cur, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("/%s: %w", strings.Trim(target, "/"), err)
+	}
+	how := &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS}
+	shown := "/" + strings.Trim(filepath.Clean("/"+target), "/")
+	for _, name := range strings.Split(strings.Trim(filepath.Clean("/"+target), "/"), "/") {
+		if err := unix.Mkdirat(cur, name, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
+			unix.Close(cur)
+			return -1, fmt.Errorf("%s: make %s: %w", shown, name, err)
+		}
+		next, err := unix.Openat2(cur, name, how)
+		unix.Close(cur)
+		if err != nil {
+			if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.EXDEV) {
+				return -1, fmt.Errorf("%s: %s is a symlink or not a directory in the sandbox's root: %w", shown, name, errdefs.ErrInvalidArgument)
+			}
+			return -1, fmt.Errorf("%s: open %s: %w", shown, name, err)
+		}
+		cur = next
+	}
+	return cur, nil
+}
+
+// fdPath names descriptor fd for a call that takes a path (mount(2)):
+// the kernel resolves the magic link to the very directory fd is, not to
+// a name someone could swap. Before pivot_root /proc is the host's.
+func fdPath(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
+
 // writeEtc writes the per-sandbox files of /etc into the private layer.
+// /etc itself is found without following a link (dirBeneath: a sandbox
+// that made its /etc a link to /tmp had its next start write the host's
+// /tmp, review 27 F2); each file is replaced, never written through.
 func writeEtc(root, hostname string) error {
 	files := map[string]string{
-		"etc/hostname":    hostname + "\n",
-		"etc/hosts":       "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t" + hostname + "\n",
-		"etc/resolv.conf": "",
+		"hostname":    hostname + "\n",
+		"hosts":       "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t" + hostname + "\n",
+		"resolv.conf": "",
 	}
+	etc, err := dirBeneath(root, "etc")
+	if err != nil {
+		return err
+	}
+	defer unix.Close(etc)
 	for name, content := range files {
-		p := filepath.Join(root, name)
-		// Replace, never write through: a template symlink must not redirect us.
-		os.Remove(p)
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			return fmt.Errorf("write /%s: %w", name, err)
+		if err := replaceAt(etc, name, content); err != nil {
+			return fmt.Errorf("write /etc/%s: %w", name, err)
 		}
 	}
 	return nil
+}
+
+// replaceAt makes name in directory dir a new regular file holding
+// content, whatever was there (a link, a file, an empty directory).
+func replaceAt(dir int, name, content string) error {
+	if err := unix.Unlinkat(dir, name, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+		if !errors.Is(err, unix.EISDIR) {
+			return err
+		}
+		if err := unix.Unlinkat(dir, name, unix.AT_REMOVEDIR); err != nil {
+			return err
+		}
+	}
+	fd, err := unix.Openat(dir, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
+	if err != nil {
+		return err
+	}
+	f := os.NewFile(uintptr(fd), name)
+	if _, err := f.WriteString(content); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // maskedPaths hide kernel information a sandbox has no business reading
@@ -370,21 +425,40 @@ const fileMax = math.MaxInt64
 // ENFILE). Lifted, the memory limit alone bounds each sandbox. It reports
 // the old and new values, equal when nothing changed.
 func EnsureFileMax() (old, now int64, err error) {
-	const path = "/proc/sys/fs/file-max"
+	return raiseSysctl("/proc/sys/fs/file-max", "fs.file-max", fileMax)
+}
+
+// pidMax is the value EnsurePidMax gives kernel.pid_max: the kernel's
+// largest on 64-bit (PID_MAX_LIMIT), systemd's default since v243.
+const pidMax = 4194304
+
+// EnsurePidMax raises the host's kernel.pid_max to pidMax. Every task of
+// every sandbox takes a host pid, within its own pids limit, and many
+// sandboxes of one key together fill the kernel's default 32,768 long
+// before any limit of theirs (100 × 512, review 27 N1; a gvisor sandbox's
+// Sentry and stubs are host tasks too), when the server, sshd and every
+// neighbour fail to fork. Lifted, each sandbox's limit is what binds.
+func EnsurePidMax() (old, now int64, err error) {
+	return raiseSysctl("/proc/sys/kernel/pid_max", "kernel.pid_max", pidMax)
+}
+
+// raiseSysctl raises the integer sysctl at path to at least want; it
+// reports the old and new values, equal when nothing changed.
+func raiseSysctl(path, name string, want int64) (old, now int64, err error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return 0, 0, fmt.Errorf("fs.file-max: %w", err)
+		return 0, 0, fmt.Errorf("%s: %w", name, err)
 	}
 	if old, err = strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err != nil {
-		return 0, 0, fmt.Errorf("fs.file-max: %w", err)
+		return 0, 0, fmt.Errorf("%s: %w", name, err)
 	}
-	if old >= fileMax {
+	if old >= want {
 		return old, old, nil
 	}
-	if err := os.WriteFile(path, []byte(strconv.FormatInt(fileMax, 10)), 0); err != nil {
-		return old, old, fmt.Errorf("raise fs.file-max: %w", err)
+	if err := os.WriteFile(path, []byte(strconv.FormatInt(want, 10)), 0); err != nil {
+		return old, old, fmt.Errorf("raise %s: %w", name, err)
 	}
-	return old, fileMax, nil
+	return old, want, nil
 }
 
 // EnsurePtyPool raises the host's kernel.pty.max, when it is lower, so
