@@ -307,6 +307,10 @@ func (b *Builder) Start(keyID, id string, spec Spec) error {
 		b.mu.Unlock()
 		return fmt.Errorf("template %s is being built (build %s): %w", bd.Template, other, errdefs.ErrAlreadyExists)
 	}
+	if err := b.keyCapLocked(bd.KeyID); err != nil {
+		b.mu.Unlock()
+		return err
+	}
 	bd.Status = StatusBuilding
 	b.running[bd.Template] = id
 	b.mu.Unlock()
@@ -335,6 +339,11 @@ func (b *Builder) Run(ctx context.Context, keyID string, r Request, spec Spec, l
 	if other, ok := b.running[bd.Template]; ok {
 		b.mu.Unlock()
 		return nil, fmt.Errorf("template %s is being built (build %s): %w", bd.Template, other, errdefs.ErrAlreadyExists)
+	}
+	if err := b.keyCapLocked(bd.KeyID); err != nil {
+		delete(b.builds, bd.ID)
+		b.mu.Unlock()
+		return nil, err
 	}
 	bd.Status = StatusBuilding
 	b.running[bd.Template] = bd.ID
@@ -377,6 +386,31 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("build %s failed: %s", e.Build, e.Message)
 }
 
+// A build's steps each cost the server a layer, a cache entry and time;
+// builds run at once cost a sandbox each and CPU: one key's requests of
+// 20,000 ENV steps, twenty at once, took the server past a gigabyte
+// (review 27 F9). maxSteps bounds a build (Dockerfiles rarely pass a
+// hundred instructions), maxBuildsPerKey the builds one key runs at once.
+const (
+	maxSteps        = 512
+	maxBuildsPerKey = 4
+)
+
+// keyCapLocked refuses another running build of keyID past
+// maxBuildsPerKey (errdefs.ErrResourceExhausted). b.mu must be held.
+func (b *Builder) keyCapLocked(keyID string) error {
+	n := 0
+	for _, id := range b.running {
+		if bd := b.builds[id]; bd != nil && bd.KeyID == keyID {
+			n++
+		}
+	}
+	if n >= maxBuildsPerKey {
+		return fmt.Errorf("%d builds of this key are running, the most one key may run at once; wait for one to finish: %w", n, errdefs.ErrResourceExhausted)
+	}
+	return nil
+}
+
 // checkSpec refuses a spec that cannot build, before anything runs.
 func checkSpec(s *Spec) error {
 	if s.FromImage == "e2bdev/base" || strings.HasPrefix(s.FromImage, "e2bdev/base:") {
@@ -385,6 +419,9 @@ func checkSpec(s *Spec) error {
 	}
 	if (s.FromImage == "") == (s.FromTemplate == "") {
 		return fmt.Errorf("give exactly one of fromImage and fromTemplate: %w", errdefs.ErrInvalidArgument)
+	}
+	if len(s.Steps) > maxSteps {
+		return fmt.Errorf("a build has at most %d steps; this one has %d: %w", maxSteps, len(s.Steps), errdefs.ErrInvalidArgument)
 	}
 	for i, st := range s.Steps {
 		n := i + 1

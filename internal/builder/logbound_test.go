@@ -1,9 +1,14 @@
 package builder
 
 import (
+	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/hutch-sandbox/hutch/internal/errdefs"
+	"github.com/hutch-sandbox/hutch/internal/template"
 )
 
 // TestBuildLogBounded: a RUN step that prints without end keeps the
@@ -43,5 +48,34 @@ func TestBuildLogBounded(t *testing.T) {
 				t.Errorf("the error line kept: %v; the cut noted: %v (last: %+v)", sawErr, kept, bd.logs[len(bd.logs)-2:])
 			}
 		})
+	}
+}
+
+// TestBuildBounds: a build of more steps than maxSteps is refused before
+// anything runs, and a key runs at most maxBuildsPerKey builds at once
+// (review 27 F9); another key's builds are its own.
+func TestBuildBounds(t *testing.T) {
+	spec := Spec{FromTemplate: "base", Steps: make([]template.Step, maxSteps+1)}
+	for i := range spec.Steps {
+		spec.Steps[i] = template.Step{Type: "ENV", Args: []string{"A", "1"}}
+	}
+	if err := checkSpec(&spec); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("%d steps: %v, want ErrInvalidArgument", len(spec.Steps), err)
+	}
+	spec.Steps = spec.Steps[:maxSteps]
+	if err := checkSpec(&spec); err != nil {
+		t.Errorf("%d steps: %v", len(spec.Steps), err)
+	}
+	b := &Builder{builds: map[string]*Build{}, running: map[string]string{}}
+	for i := range maxBuildsPerKey {
+		id := fmt.Sprint("b", i)
+		b.builds[id] = &Build{ID: id, KeyID: "k1"}
+		b.running[fmt.Sprint("t", i)] = id
+	}
+	if err := b.keyCapLocked("k1"); !errors.Is(err, errdefs.ErrResourceExhausted) {
+		t.Errorf("build %d of a key: %v, want ErrResourceExhausted", maxBuildsPerKey+1, err)
+	}
+	if err := b.keyCapLocked("k2"); err != nil {
+		t.Errorf("another key's first build: %v", err)
 	}
 }
