@@ -28,6 +28,7 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/cabundle"
 	"github.com/hutch-sandbox/hutch/internal/envdapi"
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
+	"github.com/hutch-sandbox/hutch/internal/fault"
 	"github.com/hutch-sandbox/hutch/internal/metrics"
 	"github.com/hutch-sandbox/hutch/internal/network"
 	"github.com/hutch-sandbox/hutch/internal/runtime"
@@ -93,7 +94,10 @@ type Options struct {
 	// as they happen (what exists is read at scrape time: Census); nil
 	// counts nothing.
 	Metrics *metrics.Metrics
-	Logger  *slog.Logger
+	// Faults are the fault points armed (a test hook, package fault):
+	// the server kills itself at each step named.
+	Faults fault.Points
+	Logger *slog.Logger
 }
 
 // Manager runs the sandboxes of one control plane. It is safe for
@@ -143,11 +147,15 @@ type Manager struct {
 	// snapshot and fork (see step): a test makes it end the goroutine there,
 	// as a server killed at that step would stop.
 	crash func(step string)
+	// faults are Options.Faults.
+	faults fault.Points
 }
 
-// step marks a point in a pause, resume, snapshot or fork where a server
-// may be killed; tests inject the kill there (crash).
+// step marks a point of a create, kill, pause, resume, snapshot or fork
+// where a server may be killed (a fault.Steps name): an armed fault point
+// kills the process there, a unit test's crash stops the call.
 func (m *Manager) step(name string) {
+	m.faults.At(name)
 	if m.crash != nil {
 		m.crash(name)
 	}
@@ -192,7 +200,7 @@ func New(opts Options) (*Manager, error) {
 		resources: opts.Resources, logger: logger, timers: map[string]*time.Timer{}, ops: map[string]*opLock{}, dropping: map[string]chan struct{}{}, live: map[string]*live{}, warm: opts.Warm, net: opts.Network,
 		run: newSlots(opts.MaxPerKey, opts.MaxSandboxes, false), frozen: newSlots(opts.MaxPerKey, opts.MaxSandboxes, true),
 		readyTimeout: opts.ReadyTimeout, volumes: opts.Volumes, reg: opts.Registry, snapshotTTL: opts.SnapshotTTL, pausedTTL: opts.PausedRetention,
-		metrics: opts.Metrics, maxTotal: opts.MaxSandboxes,
+		metrics: opts.Metrics, maxTotal: opts.MaxSandboxes, faults: opts.Faults,
 	}
 	if m.readyTimeout <= 0 {
 		m.readyTimeout = DefaultReadyTimeout
@@ -402,6 +410,7 @@ func (m *Manager) create(ctx context.Context, req CreateRequest, path *string) (
 			st.discard()
 		}
 	}()
+	m.step(fault.CreateStarted)
 
 	sb := &Sandbox{
 		ID: st.sbx.ID(), TemplateID: tpl.Name, Alias: alias, KeyID: req.KeyID, State: StateRunning,
@@ -444,6 +453,7 @@ func (m *Manager) create(ctx context.Context, req CreateRequest, path *string) (
 	if req.Internal {
 		return sb, nil
 	}
+	m.step(fault.CreateInitialized)
 	if m.reg != nil {
 		// Claimed before it is recorded here: a sandbox whose id the
 		// cluster has is never recorded twice.
@@ -459,6 +469,7 @@ func (m *Manager) create(ctx context.Context, req CreateRequest, path *string) (
 		}
 		return nil, err
 	}
+	m.step(fault.CreateRecorded)
 	return sb, nil
 }
 
@@ -864,6 +875,7 @@ func (m *Manager) removeLocked(ctx context.Context, id string) error {
 	if err := m.store.DeleteSandbox(ctx, id); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 		return err
 	}
+	m.step(fault.KillUnrecorded)
 	if m.reg != nil {
 		if err := m.reg.Delete(ctx, id); err != nil {
 			// The cluster reconciles it: a record this node does not
@@ -875,6 +887,7 @@ func (m *Manager) removeLocked(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
+	m.step(fault.KillStopped)
 	os.RemoveAll(m.checkpointDir(pausedName(id))) // paused with its memory, if it was
 	if t, err := m.templates.Get(build); build != "" && err == nil && t.Snapshot != nil && len(t.Tags) == 0 {
 		// Made from a fork's capture or a deleted snapshot, which waited
