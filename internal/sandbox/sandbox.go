@@ -708,7 +708,22 @@ func (m *Manager) watch(sbx runtime.Sandbox) {
 		return // killed, expired or paused through the manager
 	}
 	m.logger.Info("sandbox ended: its envd exited", "id", sbx.ID())
-	err = m.removeLocked(ctx, sbx.ID())
+	// Again while its record cannot be deleted (the database locked): a
+	// sandbox that ended must not stay listed running. Past ctx, its
+	// timeout removes it.
+	for {
+		err = m.removeLocked(ctx, sbx.ID())
+		if err == nil || ctx.Err() != nil {
+			break
+		}
+		m.logger.Warn("remove ended sandbox; trying again", "id", sbx.ID(), "err", err)
+		select {
+		case <-ctx.Done():
+		case <-m.ctx.Done():
+			cancel()
+		case <-time.After(time.Second):
+		}
+	}
 	m.metrics.Kill(metrics.KillEnded, err)
 	if err != nil {
 		m.logger.Warn("remove ended sandbox", "id", sbx.ID(), "err", err)
@@ -854,6 +869,16 @@ func (m *Manager) remove(ctx context.Context, id string) error {
 
 // removeLocked is remove with the sandbox's operation lock held.
 func (m *Manager) removeLocked(ctx context.Context, id string) error {
+	// The record goes first: from here on the API reports the sandbox
+	// gone, and its envd route closes at once below, instead of "running"
+	// for the milliseconds the kill takes. A record that cannot be deleted
+	// (the database locked by another process) fails the removal with
+	// nothing changed: the sandbox runs on, routed and timed, never
+	// listed running yet unreachable. A kill that fails after this leaves
+	// a labelled runtime sandbox with no record, which Recover sweeps.
+	if err := m.store.DeleteSandbox(ctx, id); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+		return err
+	}
 	m.mu.Lock()
 	if t := m.timers[id]; t != nil {
 		t.Stop()
@@ -867,13 +892,6 @@ func (m *Manager) removeLocked(ctx context.Context, id string) error {
 	m.mu.Unlock()
 	if l != nil {
 		l.route.close()
-	}
-	// The record goes first: from here on the API reports the sandbox
-	// gone, as its envd route already is, instead of "running" for the
-	// milliseconds the kill takes. A kill that then fails leaves a
-	// labelled runtime sandbox with no record, which Recover sweeps.
-	if err := m.store.DeleteSandbox(ctx, id); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
-		return err
 	}
 	m.step(fault.KillUnrecorded)
 	if m.reg != nil {
@@ -1047,7 +1065,11 @@ func (m *Manager) expire(id string) {
 	err = m.removeLocked(ctx, id)
 	m.metrics.Kill(metrics.KillTimeout, err)
 	if err != nil {
-		m.logger.Warn("expire sandbox", "id", id, "err", err)
+		// It runs on (removeLocked changed nothing): again in a while,
+		// or it would outlive its timeout for good.
+		retry := time.Now().Add(pauseRetry)
+		m.logger.Warn("expire sandbox; trying again later", "id", id, "err", err, "at", retry)
+		m.schedule(id, retry)
 		return
 	}
 	m.logger.Info("sandbox expired", "id", id)
