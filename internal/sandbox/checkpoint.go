@@ -108,6 +108,9 @@ func (m *Manager) restoreAs(ctx context.Context, id, dir, backend string) (_ *st
 	if !ok {
 		return nil, fmt.Errorf("the %s runtime cannot restore checkpoints here: %w", m.backendName(backend), errdefs.ErrNotImplemented)
 	}
+	if err := m.dataRoom(); err != nil {
+		return nil, err
+	}
 	api, control, files, err := m.envdSockets(id)
 	if err != nil {
 		return nil, err

@@ -23,6 +23,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/cabundle"
@@ -616,6 +617,9 @@ func (m *Manager) envdSockets(id string) (api, control string, files []*os.File,
 
 // startOn is startAs on runtime backend backend ("" for the default).
 func (m *Manager) startOn(ctx context.Context, id string, tpl *template.Template, mounts []runtime.Mount, backend string) (_ *started, retErr error) {
+	if err := m.dataRoom(); err != nil {
+		return nil, err
+	}
 	api, control, files, err := m.envdSockets(id)
 	if err != nil {
 		return nil, err
@@ -1206,6 +1210,30 @@ func (m *Manager) Close() {
 	m.mu.Unlock()
 	m.cancel()
 	m.stopPools()
+}
+
+// minDataFree is the least room a sandbox is started with on the data
+// dir's file system: its writable layer and disk image are there, sparse,
+// and so is the store, which must keep room for the kills and pauses
+// that free space.
+const minDataFree = 256 << 20
+
+// dataRoom reports, as an error wrapping errdefs.ErrResourceExhausted,
+// whether the data dir's file system is down to its last minDataFree
+// bytes or 1 % of its inodes: sandboxes are not started there, rather
+// than started on a disk whose writes would fail.
+func (m *Manager) dataRoom() error {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(m.sockets, &st); err != nil {
+		return nil // unknown: the writes themselves will say
+	}
+	if free := int64(st.Bavail) * int64(st.Bsize); free < minDataFree {
+		return fmt.Errorf("no sandbox started with %d MiB left on the disk of the server's data dir: %w", free>>20, errdefs.ErrResourceExhausted)
+	}
+	if st.Files > 0 && st.Ffree < st.Files/100 {
+		return fmt.Errorf("no sandbox started with %d inodes left on the disk of the server's data dir: %w", st.Ffree, errdefs.ErrResourceExhausted)
+	}
+	return nil
 }
 
 // newID returns an id in E2B's shape: "i" and 20 of [a-z0-9].

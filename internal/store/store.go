@@ -348,11 +348,16 @@ func isBusy(err error) bool {
 // errorf is fmt.Errorf for the store's errors: one whose cause is the
 // database locked past busyTimeout (another process holds its write lock)
 // also matches errdefs.ErrUnavailable, and says so, so that a client is
-// told to try again (503) rather than of an internal error.
+// told to try again (503) rather than of an internal error; one whose
+// cause is the disk full matches errdefs.ErrResourceExhausted.
 func errorf(format string, args ...any) error {
 	err := fmt.Errorf(format, args...)
 	if isBusy(err) {
 		return &busyError{err}
+	}
+	if sqliteCode(err)&0xff == sqlite3.SQLITE_FULL {
+		// Said as the disk it is, and as a want of resources (not 500).
+		return fmt.Errorf("%w (the disk of the server's data dir is full): %w", err, errdefs.ErrResourceExhausted)
 	}
 	return err
 }
