@@ -108,12 +108,10 @@ func reboot(t *testing.T, s *hutchtest.Server, ids []string) {
 // are paused, and resume with their files. Nothing is left of the gone.
 func TestReboot(t *testing.T) {
 	ctx := context.Background()
+	hutchtest.RequireRunsc(t)
 	e := newEnv(t, "native")
 	e.start("")
-	backends := []string{"native"}
-	if _, err := os.Stat("/usr/local/lib/hutch/runsc"); err == nil {
-		backends = append(backends, "gvisor")
-	}
+	backends := []string{"native", "gvisor"}
 	type made struct {
 		id, backend, pause string
 	}
