@@ -44,10 +44,10 @@ func fill(t *testing.T, path string, leave int64) {
 	}
 }
 
-// clear checks a client's error for a request refused for want of disk:
+// noRoom checks a client's error for a request refused for want of disk:
 // an answer of the server (E2B's JSON error: a status and a message)
 // that names the disk.
-func clear(t *testing.T, what string, err error) {
+func noRoom(t *testing.T, what string, err error) {
 	t.Helper()
 	var se *sdk.Error
 	var be *sdk.BuildError
@@ -84,7 +84,7 @@ func TestDataDirFull(t *testing.T) {
 	filler := filepath.Join(data, "filler")
 	fill(t, filler, 0)
 	_, err = e.client.Create(ctx, sdk.CreateOptions{Timeout: time.Minute})
-	clear(t, "create", err)
+	noRoom(t, "create", err)
 	e.consistent(t, []string{before.ID}, onDisk(data))
 
 	os.Remove(filler)
@@ -138,11 +138,11 @@ func TestTemplateStoreFull(t *testing.T) {
 	fill(t, filler, 8<<20)
 
 	_, err = e.client.CreateSnapshot(ctx, sb.ID, sdk.SnapshotOptions{Name: "full"})
-	clear(t, "snapshot", err)
+	noRoom(t, "snapshot", err)
 	_, err = e.client.Pause(ctx, sb.ID, sdk.PauseOptions{Filesystem: true})
-	clear(t, "pause of the files", err)
+	noRoom(t, "pause of the files", err)
 	_, err = e.client.BuildTemplate(ctx, buildSpec("faults-full"))
-	clear(t, "template build", err)
+	noRoom(t, "template build", err)
 	if snaps, _, err := e.client.ListSnapshots(ctx, sdk.ListSnapshotsOptions{}); err != nil || len(snaps) != 0 {
 		t.Errorf("snapshots listed after the failures: %+v, %v", snaps, err)
 	}
