@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hutch-sandbox/hutch/internal/cabundle"
+	"github.com/hutch-sandbox/hutch/internal/fault"
 	"github.com/hutch-sandbox/hutch/internal/runtime"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
 	"github.com/hutch-sandbox/hutch/internal/serve"
@@ -126,6 +127,13 @@ Stopping the server leaves sandboxes running; a restart adopts them.`,
 				SnapshotTTL: snapshotTTL, PausedRetention: pausedKeep, VolumeSize: volumeBytes, MaxVolumesPerKey: maxVolumes,
 				Runtime: runtimeName, Runtimes: runtimes, Cluster: clusterCfg,
 				MetricsOnAPI: metricsAPI, AuditRetention: auditKeep, NoAudit: noAudit,
+			}
+			// A test hook (package fault), read once here: not a flag.
+			if cfg.Faults, err = fault.Parse(g.getenv(fault.Env)); err != nil {
+				return err
+			}
+			if cfg.Faults.Armed() {
+				logger.Warn("fault points armed: this server kills itself at them (a test hook)", "points", g.getenv(fault.Env))
 			}
 			if withNet {
 				cfg.Network = &serve.NetworkConfig{CIDR: netCIDR, DNSUpstream: dnsUpstream, MaxConns: maxConns}

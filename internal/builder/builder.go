@@ -40,6 +40,7 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/cabundle"
 	"github.com/hutch-sandbox/hutch/internal/envdapi"
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
+	"github.com/hutch-sandbox/hutch/internal/fault"
 	"github.com/hutch-sandbox/hutch/internal/metrics"
 	"github.com/hutch-sandbox/hutch/internal/sandbox"
 	"github.com/hutch-sandbox/hutch/internal/template"
@@ -151,7 +152,9 @@ type Options struct {
 	StepTimeout time.Duration
 	// Metrics counts builds and times them; nil counts nothing.
 	Metrics *metrics.Metrics
-	Logger  *slog.Logger
+	// Faults are the fault points armed (a test hook, package fault).
+	Faults fault.Points
+	Logger *slog.Logger
 }
 
 // DefaultStepTimeout bounds a RUN step unless Options say otherwise.
@@ -165,6 +168,7 @@ type Builder struct {
 	allow    []string
 	stepMax  time.Duration
 	metrics  *metrics.Metrics
+	faults   fault.Points
 	logger   *slog.Logger
 
 	ctx    context.Context
@@ -183,7 +187,7 @@ func New(opts Options) *Builder {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	b := &Builder{store: opts.Store, mgr: opts.Manager, caBundle: opts.CABundle, allow: opts.RegistryAllow, stepMax: opts.StepTimeout, metrics: opts.Metrics, logger: logger,
+	b := &Builder{store: opts.Store, mgr: opts.Manager, caBundle: opts.CABundle, allow: opts.RegistryAllow, stepMax: opts.StepTimeout, metrics: opts.Metrics, faults: opts.Faults, logger: logger,
 		builds: map[string]*Build{}, running: map[string]string{}}
 	if b.stepMax <= 0 {
 		b.stepMax = DefaultStepTimeout
@@ -582,6 +586,7 @@ func (b *Builder) build(ctx context.Context, bd *Build, spec Spec) (*template.Te
 	if err != nil {
 		return nil, &stepError{StepFinalize, err}
 	}
+	b.faults.At(fault.BuildCommitted)
 	return t, nil
 }
 
@@ -699,6 +704,7 @@ func (b *Builder) step(ctx context.Context, st *state, name string, step templat
 	if err := b.store.CachePut(key, id); err != nil {
 		return err
 	}
+	b.faults.At(fault.BuildLayer)
 	st.lease.Add(id)
 	if !b.emptyLayer(id) {
 		st.layers = append(st.layers, id)
@@ -750,6 +756,7 @@ func (b *Builder) runStep(ctx context.Context, st *state, name, cmd, user, cwd s
 		return "", err
 	}
 	defer drop()
+	b.faults.At(fault.BuildScratch)
 	sb, err := b.mgr.Create(ctx, sandbox.CreateRequest{KeyID: st.bd.KeyID, Internal: true, Template: tid, Timeout: 24 * time.Hour,
 		Metadata: map[string]string{"hutch.build": st.bd.ID, "hutch.step": name}})
 	if err != nil {

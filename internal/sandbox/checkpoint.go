@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
+	"github.com/hutch-sandbox/hutch/internal/fault"
 	"github.com/hutch-sandbox/hutch/internal/runtime"
 	"github.com/hutch-sandbox/hutch/internal/store"
 	"github.com/hutch-sandbox/hutch/internal/template"
@@ -107,6 +108,9 @@ func (m *Manager) restoreAs(ctx context.Context, id, dir, backend string) (_ *st
 	if !ok {
 		return nil, fmt.Errorf("the %s runtime cannot restore checkpoints here: %w", m.backendName(backend), errdefs.ErrNotImplemented)
 	}
+	if err := m.dataRoom(); err != nil {
+		return nil, err
+	}
 	api, control, files, err := m.envdSockets(id)
 	if err != nil {
 		return nil, err
@@ -149,13 +153,13 @@ func (m *Manager) pauseCheckpoint(ctx context.Context, l *live, rec *store.Sandb
 		os.RemoveAll(dir)
 		return err
 	}
-	m.step("pause.checkpointed")
+	m.step(fault.PauseCheckpointed)
 	info, _ := json.Marshal(runtimeInfo{Checkpoint: dir, Backend: st.Runtime, Build: st.TemplateID, PausedAt: time.Now().UTC()})
 	if err := m.store.SetStateRuntime(ctx, id, string(StatePaused), string(info)); err != nil {
 		os.RemoveAll(dir)
 		return err
 	}
-	m.step("pause.recorded")
+	m.step(fault.PauseRecorded)
 	// Recorded: from here the sandbox is its checkpoint.
 	// Its runtime sandbox goes after the answer: it holds nothing the
 	// checkpoint needs, and a resume of the same id waits for it
@@ -204,7 +208,7 @@ func (m *Manager) waitDropped(ctx context.Context, id string) error {
 // into, under its own id, for d.
 func (m *Manager) resumeCheckpoint(ctx context.Context, rec *store.Sandbox, info runtimeInfo, d time.Duration) error {
 	return m.resumeWith(ctx, rec, d, resumePlan{
-		step: "resume.restored",
+		step: fault.ResumeRestored,
 		make: func(ctx context.Context, _ *Sandbox) (*started, error) {
 			if err := m.waitDropped(ctx, rec.ID); err != nil {
 				return nil, err

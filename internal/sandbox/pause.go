@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
+	"github.com/hutch-sandbox/hutch/internal/fault"
 	"github.com/hutch-sandbox/hutch/internal/runtime"
 	"github.com/hutch-sandbox/hutch/internal/store"
 	"github.com/hutch-sandbox/hutch/internal/template"
@@ -155,7 +156,7 @@ func (m *Manager) pauseLocked(ctx context.Context, keyID, id string, keepMemory 
 		undo()
 		return fmt.Errorf("pause sandbox %s: %w", id, err)
 	}
-	m.step("pause.frozen")
+	m.step(fault.PauseFrozen)
 	if !keepMemory {
 		if err := m.pauseFiles(ctx, l, &rec); err != nil {
 			undo()
@@ -186,13 +187,13 @@ func (m *Manager) pauseFiles(ctx context.Context, l *live, rec *store.Sandbox) e
 	if err != nil {
 		return err
 	}
-	m.step("pause.captured")
+	m.step(fault.PauseCaptured)
 	info, _ := json.Marshal(runtimeInfo{PausedBuild: t.ID, PausedAt: time.Now().UTC(), Backend: backendOf(ctx, l.sbx)})
 	if err := m.store.SetStateRuntime(ctx, id, string(StatePaused), string(info)); err != nil {
 		m.templates.Remove(t.ID, nil)
 		return err
 	}
-	m.step("pause.recorded")
+	m.step(fault.PauseRecorded)
 	// Recorded: from here the sandbox is its files. Its processes go; a
 	// failure to delete them is logged and swept by the next Recover.
 	m.mu.Lock()
@@ -310,7 +311,7 @@ func (m *Manager) resumeLocked(ctx context.Context, rec *store.Sandbox, d time.D
 	if err := l.sbx.Thaw(ctx); err != nil {
 		return fail(err)
 	}
-	m.step("resume.thawed")
+	m.step(fault.ResumeThawed)
 	end := time.Now().Add(d)
 	if err := m.store.SetEndAt(ctx, id, end); err != nil {
 		return fail(err)
@@ -339,7 +340,7 @@ func (m *Manager) resumeFiles(ctx context.Context, rec *store.Sandbox, build, ba
 		backend = tpl.Runtime // recorded before pauses named it
 	}
 	return m.resumeWith(ctx, rec, d, resumePlan{
-		step: "resume.started",
+		step: fault.ResumeStarted,
 		make: func(ctx context.Context, sb *Sandbox) (*started, error) {
 			mounts, err := m.mountsOf(sb)
 			if err != nil {
@@ -419,7 +420,7 @@ func (m *Manager) resumeWith(ctx context.Context, rec *store.Sandbox, d time.Dur
 	if err := m.store.SetStateRuntime(ctx, id, string(StateRunning), string(info)); err != nil {
 		return err
 	}
-	m.step("resume.recorded")
+	m.step(fault.ResumeRecorded)
 	if p.done != nil {
 		p.done()
 	}

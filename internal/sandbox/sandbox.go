@@ -23,11 +23,13 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/cabundle"
 	"github.com/hutch-sandbox/hutch/internal/envdapi"
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
+	"github.com/hutch-sandbox/hutch/internal/fault"
 	"github.com/hutch-sandbox/hutch/internal/metrics"
 	"github.com/hutch-sandbox/hutch/internal/network"
 	"github.com/hutch-sandbox/hutch/internal/runtime"
@@ -93,7 +95,10 @@ type Options struct {
 	// as they happen (what exists is read at scrape time: Census); nil
 	// counts nothing.
 	Metrics *metrics.Metrics
-	Logger  *slog.Logger
+	// Faults are the fault points armed (a test hook, package fault):
+	// the server kills itself at each step named.
+	Faults fault.Points
+	Logger *slog.Logger
 }
 
 // Manager runs the sandboxes of one control plane. It is safe for
@@ -143,11 +148,15 @@ type Manager struct {
 	// snapshot and fork (see step): a test makes it end the goroutine there,
 	// as a server killed at that step would stop.
 	crash func(step string)
+	// faults are Options.Faults.
+	faults fault.Points
 }
 
-// step marks a point in a pause, resume, snapshot or fork where a server
-// may be killed; tests inject the kill there (crash).
+// step marks a point of a create, kill, pause, resume, snapshot or fork
+// where a server may be killed (a fault.Steps name): an armed fault point
+// kills the process there, a unit test's crash stops the call.
 func (m *Manager) step(name string) {
+	m.faults.At(name)
 	if m.crash != nil {
 		m.crash(name)
 	}
@@ -192,7 +201,7 @@ func New(opts Options) (*Manager, error) {
 		resources: opts.Resources, logger: logger, timers: map[string]*time.Timer{}, ops: map[string]*opLock{}, dropping: map[string]chan struct{}{}, live: map[string]*live{}, warm: opts.Warm, net: opts.Network,
 		run: newSlots(opts.MaxPerKey, opts.MaxSandboxes, false), frozen: newSlots(opts.MaxPerKey, opts.MaxSandboxes, true),
 		readyTimeout: opts.ReadyTimeout, volumes: opts.Volumes, reg: opts.Registry, snapshotTTL: opts.SnapshotTTL, pausedTTL: opts.PausedRetention,
-		metrics: opts.Metrics, maxTotal: opts.MaxSandboxes,
+		metrics: opts.Metrics, maxTotal: opts.MaxSandboxes, faults: opts.Faults,
 	}
 	if m.readyTimeout <= 0 {
 		m.readyTimeout = DefaultReadyTimeout
@@ -402,6 +411,7 @@ func (m *Manager) create(ctx context.Context, req CreateRequest, path *string) (
 			st.discard()
 		}
 	}()
+	m.step(fault.CreateStarted)
 
 	sb := &Sandbox{
 		ID: st.sbx.ID(), TemplateID: tpl.Name, Alias: alias, KeyID: req.KeyID, State: StateRunning,
@@ -444,6 +454,7 @@ func (m *Manager) create(ctx context.Context, req CreateRequest, path *string) (
 	if req.Internal {
 		return sb, nil
 	}
+	m.step(fault.CreateInitialized)
 	if m.reg != nil {
 		// Claimed before it is recorded here: a sandbox whose id the
 		// cluster has is never recorded twice.
@@ -459,6 +470,7 @@ func (m *Manager) create(ctx context.Context, req CreateRequest, path *string) (
 		}
 		return nil, err
 	}
+	m.step(fault.CreateRecorded)
 	return sb, nil
 }
 
@@ -605,6 +617,9 @@ func (m *Manager) envdSockets(id string) (api, control string, files []*os.File,
 
 // startOn is startAs on runtime backend backend ("" for the default).
 func (m *Manager) startOn(ctx context.Context, id string, tpl *template.Template, mounts []runtime.Mount, backend string) (_ *started, retErr error) {
+	if err := m.dataRoom(); err != nil {
+		return nil, err
+	}
 	api, control, files, err := m.envdSockets(id)
 	if err != nil {
 		return nil, err
@@ -697,7 +712,22 @@ func (m *Manager) watch(sbx runtime.Sandbox) {
 		return // killed, expired or paused through the manager
 	}
 	m.logger.Info("sandbox ended: its envd exited", "id", sbx.ID())
-	err = m.removeLocked(ctx, sbx.ID())
+	// Again while its record cannot be deleted (the database locked): a
+	// sandbox that ended must not stay listed running. Past ctx, its
+	// timeout removes it.
+	for {
+		err = m.removeLocked(ctx, sbx.ID())
+		if err == nil || ctx.Err() != nil {
+			break
+		}
+		m.logger.Warn("remove ended sandbox; trying again", "id", sbx.ID(), "err", err)
+		select {
+		case <-ctx.Done():
+		case <-m.ctx.Done():
+			cancel()
+		case <-time.After(time.Second):
+		}
+	}
 	m.metrics.Kill(metrics.KillEnded, err)
 	if err != nil {
 		m.logger.Warn("remove ended sandbox", "id", sbx.ID(), "err", err)
@@ -843,6 +873,16 @@ func (m *Manager) remove(ctx context.Context, id string) error {
 
 // removeLocked is remove with the sandbox's operation lock held.
 func (m *Manager) removeLocked(ctx context.Context, id string) error {
+	// The record goes first: from here on the API reports the sandbox
+	// gone, and its envd route closes at once below, instead of "running"
+	// for the milliseconds the kill takes. A record that cannot be deleted
+	// (the database locked by another process) fails the removal with
+	// nothing changed: the sandbox runs on, routed and timed, never
+	// listed running yet unreachable. A kill that fails after this leaves
+	// a labelled runtime sandbox with no record, which Recover sweeps.
+	if err := m.store.DeleteSandbox(ctx, id); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+		return err
+	}
 	m.mu.Lock()
 	if t := m.timers[id]; t != nil {
 		t.Stop()
@@ -857,13 +897,7 @@ func (m *Manager) removeLocked(ctx context.Context, id string) error {
 	if l != nil {
 		l.route.close()
 	}
-	// The record goes first: from here on the API reports the sandbox
-	// gone, as its envd route already is, instead of "running" for the
-	// milliseconds the kill takes. A kill that then fails leaves a
-	// labelled runtime sandbox with no record, which Recover sweeps.
-	if err := m.store.DeleteSandbox(ctx, id); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
-		return err
-	}
+	m.step(fault.KillUnrecorded)
 	if m.reg != nil {
 		if err := m.reg.Delete(ctx, id); err != nil {
 			// The cluster reconciles it: a record this node does not
@@ -875,6 +909,7 @@ func (m *Manager) removeLocked(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
+	m.step(fault.KillStopped)
 	os.RemoveAll(m.checkpointDir(pausedName(id))) // paused with its memory, if it was
 	if t, err := m.templates.Get(build); build != "" && err == nil && t.Snapshot != nil && len(t.Tags) == 0 {
 		// Made from a fork's capture or a deleted snapshot, which waited
@@ -1034,7 +1069,11 @@ func (m *Manager) expire(id string) {
 	err = m.removeLocked(ctx, id)
 	m.metrics.Kill(metrics.KillTimeout, err)
 	if err != nil {
-		m.logger.Warn("expire sandbox", "id", id, "err", err)
+		// It runs on (removeLocked changed nothing): again in a while,
+		// or it would outlive its timeout for good.
+		retry := time.Now().Add(pauseRetry)
+		m.logger.Warn("expire sandbox; trying again later", "id", id, "err", err, "at", retry)
+		m.schedule(id, retry)
 		return
 	}
 	m.logger.Info("sandbox expired", "id", id)
@@ -1171,6 +1210,30 @@ func (m *Manager) Close() {
 	m.mu.Unlock()
 	m.cancel()
 	m.stopPools()
+}
+
+// minDataFree is the least room a sandbox is started with on the data
+// dir's file system: its writable layer and disk image are there, sparse,
+// and so is the store, which must keep room for the kills and pauses
+// that free space.
+const minDataFree = 256 << 20
+
+// dataRoom reports, as an error wrapping errdefs.ErrResourceExhausted,
+// whether the data dir's file system is down to its last minDataFree
+// bytes or 1 % of its inodes: sandboxes are not started there, rather
+// than started on a disk whose writes would fail.
+func (m *Manager) dataRoom() error {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(m.sockets, &st); err != nil {
+		return nil // unknown: the writes themselves will say
+	}
+	if free := int64(st.Bavail) * int64(st.Bsize); free < minDataFree {
+		return fmt.Errorf("no sandbox started with %d MiB left on the disk of the server's data dir: %w", free>>20, errdefs.ErrResourceExhausted)
+	}
+	if st.Files > 0 && st.Ffree < st.Files/100 {
+		return fmt.Errorf("no sandbox started with %d inodes left on the disk of the server's data dir: %w", st.Ffree, errdefs.ErrResourceExhausted)
+	}
+	return nil
 }
 
 // newID returns an id in E2B's shape: "i" and 20 of [a-z0-9].

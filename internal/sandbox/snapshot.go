@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
+	"github.com/hutch-sandbox/hutch/internal/fault"
 	"github.com/hutch-sandbox/hutch/internal/metrics"
 	"github.com/hutch-sandbox/hutch/internal/template"
 )
@@ -137,7 +138,7 @@ func (m *Manager) capture(ctx context.Context, keyID, id, name string, tagged bo
 		// Its memory too: the checkpoint stops it only while it is saved.
 		t, err := m.captureCheckpoint(ctx, l, info, cp, rec.EnvdAccessToken, rec.KeyID, name, tagged, snap)
 		if err == nil {
-			m.step("snapshot.captured")
+			m.step(fault.SnapshotCaptured)
 		}
 		return t, err
 	}
@@ -155,7 +156,7 @@ func (m *Manager) capture(ctx context.Context, keyID, id, name string, tagged bo
 	}
 	t, err := m.captureBuild(ctx, l, rec.KeyID, name, tagged, snap, thaw)
 	if err == nil {
-		m.step("snapshot.captured")
+		m.step(fault.SnapshotCaptured)
 	}
 	return t, err
 }
@@ -352,6 +353,7 @@ func (m *Manager) Fork(ctx context.Context, keyID, id string, count int, d time.
 	if err != nil {
 		return nil, err
 	}
+	m.step(fault.ForkCaptured)
 	// Dropped once the forks have it mounted: removed when the last ends.
 	// A checkpoint is read whole by each restore: removed after them.
 	defer func() {
@@ -372,6 +374,9 @@ func (m *Manager) Fork(ctx context.Context, keyID, id string, count int, d time.
 				// A fork mounts its source's volumes (shared, not copied).
 				Volumes: src.Volumes})
 			out[i] = ForkResult{Sandbox: sb, Err: err}
+			if err == nil {
+				m.step(fault.ForkCreated)
+			}
 		}()
 	}
 	wg.Wait()

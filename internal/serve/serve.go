@@ -23,6 +23,7 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/builder"
 	"github.com/hutch-sandbox/hutch/internal/cabundle"
 	"github.com/hutch-sandbox/hutch/internal/cluster"
+	"github.com/hutch-sandbox/hutch/internal/fault"
 	"github.com/hutch-sandbox/hutch/internal/loopfs"
 	"github.com/hutch-sandbox/hutch/internal/metrics"
 	"github.com/hutch-sandbox/hutch/internal/runtime"
@@ -97,6 +98,9 @@ type Config struct {
 	AuditRetention time.Duration
 	// NoAudit records no audit trail (GET /events answers 501).
 	NoAudit bool
+	// Faults are the fault points armed: a test hook (package fault),
+	// the zero value in service.
+	Faults fault.Points
 }
 
 // NetworkConfig configures the sandboxes' networks.
@@ -169,7 +173,7 @@ func Open(ctx context.Context, cfg Config) (_ *Server, retErr error) {
 	}
 	templates := template.Open(cfg.Templates)
 	s.templates = templates
-	rt, nrt, err := backends.Open(backends.Options{DataDir: cfg.DataDir, Templates: templates, SandboxBinary: cfg.SandboxBinary, Default: cfg.Runtime, Logger: logger})
+	rt, nrt, err := backends.Open(backends.Options{DataDir: cfg.DataDir, Templates: templates, SandboxBinary: cfg.SandboxBinary, Default: cfg.Runtime, Faults: cfg.Faults, Logger: logger})
 	if err != nil {
 		return nil, err
 	}
@@ -217,7 +221,7 @@ func Open(ctx context.Context, cfg Config) (_ *Server, retErr error) {
 		Resources: cfg.Resources, Warm: cfg.Warm, Network: s.nets.manager(),
 		MaxSandboxes: cfg.MaxSandboxes, MaxPerKey: cfg.MaxPerKey, CABundle: cfg.CABundle, ReadyTimeout: cfg.ReadyTimeout,
 		SnapshotTTL: cfg.SnapshotTTL, PausedRetention: cfg.PausedRetention,
-		Volumes: vols, Metrics: s.Metrics,
+		Volumes: vols, Metrics: s.Metrics, Faults: cfg.Faults,
 	})
 	if err != nil {
 		return nil, err
@@ -234,7 +238,7 @@ func Open(ctx context.Context, cfg Config) (_ *Server, retErr error) {
 			return nil, err
 		}
 	}
-	s.builder = builder.New(builder.Options{Store: templates, Manager: s.Manager, CABundle: cfg.CABundle, RegistryAllow: cfg.RegistryAllow, Metrics: s.Metrics, Logger: logger})
+	s.builder = builder.New(builder.Options{Store: templates, Manager: s.Manager, CABundle: cfg.CABundle, RegistryAllow: cfg.RegistryAllow, Metrics: s.Metrics, Faults: cfg.Faults, Logger: logger})
 	srv := server.New(server.Options{Manager: s.Manager, Domain: cfg.Domain, Logger: logger, Templates: templates, Builder: s.builder, Volumes: vols, Cluster: s.Cluster,
 		Metrics: s.Metrics, MetricsOnAPI: cfg.MetricsOnAPI, Audit: s.Audit})
 	s.Handler = srv

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"strings"
 	"time"
 )
@@ -49,13 +48,13 @@ func (s *Store) AppendEvents(ctx context.Context, events []Event) error {
 	}
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("store: append events: %w", err)
+		return errorf("store: append events: %w", err)
 	}
 	defer tx.Rollback()
 	stmt, err := tx.PrepareContext(ctx,
 		`INSERT INTO events (time, key_id, sandbox_id, kind, action, outcome, detail) VALUES (?, ?, ?, ?, ?, ?, ?)`)
 	if err != nil {
-		return fmt.Errorf("store: append events: %w", err)
+		return errorf("store: append events: %w", err)
 	}
 	defer stmt.Close()
 	for i := range events {
@@ -66,14 +65,14 @@ func (s *Store) AppendEvents(ctx context.Context, events []Event) error {
 		}
 		res, err := stmt.ExecContext(ctx, toNanos(e.Time), e.KeyID, e.SandboxID, e.Kind, e.Action, e.Outcome, detail)
 		if err != nil {
-			return fmt.Errorf("store: append event %s: %w", e.Action, err)
+			return errorf("store: append event %s: %w", e.Action, err)
 		}
 		if e.Seq, err = res.LastInsertId(); err != nil {
-			return fmt.Errorf("store: append events: %w", err)
+			return errorf("store: append events: %w", err)
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("store: append events: %w", err)
+		return errorf("store: append events: %w", err)
 	}
 	return nil
 }
@@ -128,7 +127,7 @@ func (s *Store) EachEvent(ctx context.Context, f EventFilter, fn func(Event) err
 	args = append(args, limit)
 	rows, err := s.db.QueryContext(ctx, q, args...)
 	if err != nil {
-		return fmt.Errorf("store: list events: %w", err)
+		return errorf("store: list events: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
@@ -138,7 +137,7 @@ func (s *Store) EachEvent(ctx context.Context, f EventFilter, fn func(Event) err
 			detail string
 		)
 		if err := rows.Scan(&e.Seq, &t, &e.KeyID, &e.SandboxID, &e.Kind, &e.Action, &e.Outcome, &detail); err != nil {
-			return fmt.Errorf("store: list events: %w", err)
+			return errorf("store: list events: %w", err)
 		}
 		e.Time = fromNanos(t)
 		e.Detail = json.RawMessage(detail)
@@ -147,7 +146,7 @@ func (s *Store) EachEvent(ctx context.Context, f EventFilter, fn func(Event) err
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("store: list events: %w", err)
+		return errorf("store: list events: %w", err)
 	}
 	return nil
 }
@@ -156,7 +155,7 @@ func (s *Store) EachEvent(ctx context.Context, f EventFilter, fn func(Event) err
 func (s *Store) PruneEvents(ctx context.Context, before time.Time) (int64, error) {
 	res, err := s.db.ExecContext(ctx, `DELETE FROM events WHERE time < ?`, toNanos(before))
 	if err != nil {
-		return 0, fmt.Errorf("store: prune events: %w", err)
+		return 0, errorf("store: prune events: %w", err)
 	}
 	n, _ := res.RowsAffected()
 	return n, nil

@@ -7,7 +7,6 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"strings"
 	"time"
 
@@ -63,7 +62,7 @@ func ParseRole(s string) (Role, error) {
 	case RoleAdmin, RoleUser:
 		return r, nil
 	}
-	return "", fmt.Errorf("store: role %q: want %q or %q: %w", s, RoleAdmin, RoleUser, errdefs.ErrInvalidArgument)
+	return "", errorf("store: role %q: want %q or %q: %w", s, RoleAdmin, RoleUser, errdefs.ErrInvalidArgument)
 }
 
 // validKey reports whether plaintext is KeyPrefix followed by exactly 40
@@ -124,7 +123,7 @@ func (s *Store) NewKey(ctx context.Context, name string, role Role) (string, Key
 // error wrapping errdefs.ErrInvalidArgument; the error never contains the key.
 func (s *Store) AddKey(ctx context.Context, name, plaintext string) (Key, error) {
 	if !validKey(plaintext) {
-		return Key{}, fmt.Errorf("store: add key %q: key must be %q followed by %d lowercase hex digits: %w",
+		return Key{}, errorf("store: add key %q: key must be %q followed by %d lowercase hex digits: %w",
 			name, KeyPrefix, keyHexLen, errdefs.ErrInvalidArgument)
 	}
 	return s.insertKey(ctx, name, plaintext, RoleAdmin)
@@ -137,21 +136,21 @@ func (s *Store) insertKey(ctx context.Context, name, plaintext string, role Role
 	prefix := plaintext[len(KeyPrefix) : len(KeyPrefix)+prefixLen]
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return Key{}, fmt.Errorf("store: add key: %w", err)
+		return Key{}, errorf("store: add key: %w", err)
 	}
 	defer tx.Rollback()
 	if _, err := tx.ExecContext(ctx,
 		`INSERT INTO api_keys (id, name, prefix, hash, created, role) VALUES (?, ?, ?, ?, ?, ?)
 		 ON CONFLICT (hash) DO NOTHING`,
 		"key_"+randomHex(8), name, prefix, h, toNanos(time.Now()), string(role)); err != nil {
-		return Key{}, fmt.Errorf("store: add key: %w", err)
+		return Key{}, errorf("store: add key: %w", err)
 	}
 	k, err := scanKey(tx.QueryRowContext(ctx, `SELECT `+keyColumns+` FROM api_keys WHERE hash = ?`, h))
 	if err != nil {
-		return Key{}, fmt.Errorf("store: add key: %w", err)
+		return Key{}, errorf("store: add key: %w", err)
 	}
 	if err := tx.Commit(); err != nil {
-		return Key{}, fmt.Errorf("store: add key: %w", err)
+		return Key{}, errorf("store: add key: %w", err)
 	}
 	return k, nil
 }
@@ -187,15 +186,15 @@ func scanKey(r rowScanner) (Key, error) {
 // wrapping errdefs.ErrNotFound; the error never contains the key.
 func (s *Store) VerifyKey(ctx context.Context, plaintext string) (Key, error) {
 	if !validKey(plaintext) {
-		return Key{}, fmt.Errorf("store: verify key: unknown key: %w", errdefs.ErrNotFound)
+		return Key{}, errorf("store: verify key: unknown key: %w", errdefs.ErrNotFound)
 	}
 	k, err := scanKey(s.db.QueryRowContext(ctx,
 		`SELECT `+keyColumns+` FROM api_keys WHERE hash = ? AND revoked IS NULL`, hashKey(plaintext)))
 	if errors.Is(err, sql.ErrNoRows) {
-		return Key{}, fmt.Errorf("store: verify key: unknown or revoked key: %w", errdefs.ErrNotFound)
+		return Key{}, errorf("store: verify key: unknown or revoked key: %w", errdefs.ErrNotFound)
 	}
 	if err != nil {
-		return Key{}, fmt.Errorf("store: verify key: %w", err)
+		return Key{}, errorf("store: verify key: %w", err)
 	}
 	return k, nil
 }
@@ -205,10 +204,10 @@ func (s *Store) VerifyKey(ctx context.Context, plaintext string) (Key, error) {
 func (s *Store) GetKey(ctx context.Context, id string) (Key, error) {
 	k, err := scanKey(s.db.QueryRowContext(ctx, `SELECT `+keyColumns+` FROM api_keys WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
-		return Key{}, fmt.Errorf("store: key %q: %w", id, errdefs.ErrNotFound)
+		return Key{}, errorf("store: key %q: %w", id, errdefs.ErrNotFound)
 	}
 	if err != nil {
-		return Key{}, fmt.Errorf("store: key %q: %w", id, err)
+		return Key{}, errorf("store: key %q: %w", id, err)
 	}
 	return k, nil
 }
@@ -217,19 +216,19 @@ func (s *Store) GetKey(ctx context.Context, id string) (Key, error) {
 func (s *Store) ListKeys(ctx context.Context) ([]Key, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT `+keyColumns+` FROM api_keys ORDER BY created, id`)
 	if err != nil {
-		return nil, fmt.Errorf("store: list keys: %w", err)
+		return nil, errorf("store: list keys: %w", err)
 	}
 	defer rows.Close()
 	var keys []Key
 	for rows.Next() {
 		k, err := scanKey(rows)
 		if err != nil {
-			return nil, fmt.Errorf("store: list keys: %w", err)
+			return nil, errorf("store: list keys: %w", err)
 		}
 		keys = append(keys, k)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("store: list keys: %w", err)
+		return nil, errorf("store: list keys: %w", err)
 	}
 	return keys, nil
 }
@@ -242,12 +241,12 @@ func (s *Store) ListKeys(ctx context.Context) ([]Key, error) {
 // are left alone; the key just stops authenticating.
 func (s *Store) RevokeKey(ctx context.Context, idOrPrefix string) error {
 	if idOrPrefix == "" {
-		return fmt.Errorf("store: revoke key: empty id: %w", errdefs.ErrInvalidArgument)
+		return errorf("store: revoke key: empty id: %w", errdefs.ErrInvalidArgument)
 	}
 	prefix := strings.TrimPrefix(idOrPrefix, KeyPrefix)
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("store: revoke key: %w", err)
+		return errorf("store: revoke key: %w", err)
 	}
 	defer tx.Rollback()
 
@@ -256,40 +255,40 @@ func (s *Store) RevokeKey(ctx context.Context, idOrPrefix string) error {
 	if errors.Is(err, sql.ErrNoRows) {
 		rows, err := tx.QueryContext(ctx, `SELECT id FROM api_keys WHERE prefix = ?`, prefix)
 		if err != nil {
-			return fmt.Errorf("store: revoke key: %w", err)
+			return errorf("store: revoke key: %w", err)
 		}
 		var ids []string
 		for rows.Next() {
 			var x string
 			if err := rows.Scan(&x); err != nil {
 				rows.Close()
-				return fmt.Errorf("store: revoke key: %w", err)
+				return errorf("store: revoke key: %w", err)
 			}
 			ids = append(ids, x)
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
-			return fmt.Errorf("store: revoke key: %w", err)
+			return errorf("store: revoke key: %w", err)
 		}
 		switch len(ids) {
 		case 0:
-			return fmt.Errorf("store: revoke key %q: %w", idOrPrefix, errdefs.ErrNotFound)
+			return errorf("store: revoke key %q: %w", idOrPrefix, errdefs.ErrNotFound)
 		case 1:
 			id = ids[0]
 		default:
-			return fmt.Errorf("store: revoke key %q: prefix matches %d keys, use the key ID: %w",
+			return errorf("store: revoke key %q: prefix matches %d keys, use the key ID: %w",
 				idOrPrefix, len(ids), errdefs.ErrInvalidArgument)
 		}
 	} else if err != nil {
-		return fmt.Errorf("store: revoke key: %w", err)
+		return errorf("store: revoke key: %w", err)
 	}
 
 	if _, err := tx.ExecContext(ctx,
 		`UPDATE api_keys SET revoked = ? WHERE id = ? AND revoked IS NULL`, toNanos(time.Now()), id); err != nil {
-		return fmt.Errorf("store: revoke key: %w", err)
+		return errorf("store: revoke key: %w", err)
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("store: revoke key: %w", err)
+		return errorf("store: revoke key: %w", err)
 	}
 	return nil
 }
@@ -299,7 +298,7 @@ func (s *Store) RevokeKey(ctx context.Context, idOrPrefix string) error {
 func (s *Store) CountKeys(ctx context.Context) (int, error) {
 	var n int
 	if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM api_keys WHERE revoked IS NULL`).Scan(&n); err != nil {
-		return 0, fmt.Errorf("store: count keys: %w", err)
+		return 0, errorf("store: count keys: %w", err)
 	}
 	return n, nil
 }
@@ -317,7 +316,7 @@ type KeyRecord struct {
 func (s *Store) ExportKeys(ctx context.Context) ([]KeyRecord, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT `+keyColumns+`, hash FROM api_keys ORDER BY created, id`)
 	if err != nil {
-		return nil, fmt.Errorf("store: export keys: %w", err)
+		return nil, errorf("store: export keys: %w", err)
 	}
 	defer rows.Close()
 	var out []KeyRecord
@@ -329,7 +328,7 @@ func (s *Store) ExportKeys(ctx context.Context) ([]KeyRecord, error) {
 			role    string
 		)
 		if err := rows.Scan(&r.ID, &r.Name, &r.Prefix, &created, &revoked, &role, &r.Hash); err != nil {
-			return nil, fmt.Errorf("store: export keys: %w", err)
+			return nil, errorf("store: export keys: %w", err)
 		}
 		r.Created = fromNanos(created)
 		r.Role = Role(role)
@@ -340,7 +339,7 @@ func (s *Store) ExportKeys(ctx context.Context) ([]KeyRecord, error) {
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("store: export keys: %w", err)
+		return nil, errorf("store: export keys: %w", err)
 	}
 	return out, nil
 }
@@ -353,11 +352,11 @@ func (s *Store) ExportKeys(ctx context.Context) ([]KeyRecord, error) {
 // never brought back.
 func (s *Store) ImportKey(ctx context.Context, r KeyRecord) error {
 	if len(r.Hash) != sha256.Size || !strings.HasPrefix(r.ID, "key_") {
-		return fmt.Errorf("store: import key %q: malformed: %w", r.ID, errdefs.ErrInvalidArgument)
+		return errorf("store: import key %q: malformed: %w", r.ID, errdefs.ErrInvalidArgument)
 	}
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("store: import key: %w", err)
+		return errorf("store: import key: %w", err)
 	}
 	defer tx.Rollback()
 	var id string
@@ -372,22 +371,22 @@ func (s *Store) ImportKey(ctx context.Context, r KeyRecord) error {
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO api_keys (id, name, prefix, hash, created, role) VALUES (?, ?, ?, ?, ?, ?)`,
 			r.ID, r.Name, r.Prefix, r.Hash, toNanos(r.Created), string(role)); err != nil {
-			return fmt.Errorf("store: import key %s: %w", r.ID, err)
+			return errorf("store: import key %s: %w", r.ID, err)
 		}
 	case err != nil:
-		return fmt.Errorf("store: import key: %w", err)
+		return errorf("store: import key: %w", err)
 	case id != r.ID:
 		if _, err := tx.ExecContext(ctx, `UPDATE api_keys SET id = ? WHERE id = ?`, r.ID, id); err != nil {
-			return fmt.Errorf("store: import key: the key %s here is %s in the cluster, and sandboxes or volumes here name it: %v: %w", id, r.ID, err, errdefs.ErrFailedPrecondition)
+			return errorf("store: import key: the key %s here is %s in the cluster, and sandboxes or volumes here name it: %v: %w", id, r.ID, err, errdefs.ErrFailedPrecondition)
 		}
 	}
 	if r.Revoked != nil {
 		if _, err := tx.ExecContext(ctx, `UPDATE api_keys SET revoked = ? WHERE id = ? AND revoked IS NULL`, toNanos(*r.Revoked), r.ID); err != nil {
-			return fmt.Errorf("store: import key %s: %w", r.ID, err)
+			return errorf("store: import key %s: %w", r.ID, err)
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("store: import key: %w", err)
+		return errorf("store: import key: %w", err)
 	}
 	return nil
 }

@@ -218,40 +218,40 @@ func collectSandboxes(rows *sql.Rows) ([]Sandbox, error) {
 // errdefs.ErrInvalidArgument.
 func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox) error {
 	if !validSandboxID(sb.ID) {
-		return fmt.Errorf("store: create sandbox %q: malformed id: %w", sb.ID, errdefs.ErrInvalidArgument)
+		return errorf("store: create sandbox %q: malformed id: %w", sb.ID, errdefs.ErrInvalidArgument)
 	}
 	if sb.State == "" {
 		sb.State = StateRunning
 	}
 	if !validState(sb.State) {
-		return fmt.Errorf("store: create sandbox %s: unknown state %q: %w", sb.ID, sb.State, errdefs.ErrInvalidArgument)
+		return errorf("store: create sandbox %s: unknown state %q: %w", sb.ID, sb.State, errdefs.ErrInvalidArgument)
 	}
 	if sb.EndAt.IsZero() {
-		return fmt.Errorf("store: create sandbox %s: no end time: %w", sb.ID, errdefs.ErrInvalidArgument)
+		return errorf("store: create sandbox %s: no end time: %w", sb.ID, errdefs.ErrInvalidArgument)
 	}
 	if sb.StartedAt.IsZero() {
 		sb.StartedAt = time.Now()
 	}
 	meta, err := encodeMap(sb.Metadata)
 	if err != nil {
-		return fmt.Errorf("store: create sandbox %s: metadata: %w", sb.ID, err)
+		return errorf("store: create sandbox %s: metadata: %w", sb.ID, err)
 	}
 	envs, err := encodeMap(sb.EnvVars)
 	if err != nil {
-		return fmt.Errorf("store: create sandbox %s: envVars: %w", sb.ID, err)
+		return errorf("store: create sandbox %s: envVars: %w", sb.ID, err)
 	}
 	allow, err := encodeList(sb.AllowOut)
 	if err != nil {
-		return fmt.Errorf("store: create sandbox %s: allowOut: %w", sb.ID, err)
+		return errorf("store: create sandbox %s: allowOut: %w", sb.ID, err)
 	}
 	deny, err := encodeList(sb.DenyOut)
 	if err != nil {
-		return fmt.Errorf("store: create sandbox %s: denyOut: %w", sb.ID, err)
+		return errorf("store: create sandbox %s: denyOut: %w", sb.ID, err)
 	}
 	mounts := []byte("[]")
 	if len(sb.VolumeMounts) > 0 {
 		if mounts, err = json.Marshal(sb.VolumeMounts); err != nil {
-			return fmt.Errorf("store: create sandbox %s: volumeMounts: %w", sb.ID, err)
+			return errorf("store: create sandbox %s: volumeMounts: %w", sb.ID, err)
 		}
 	}
 	_, err = s.db.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
@@ -263,11 +263,11 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox) error {
 		sb.State, nullString(sb.KeyID), sb.Runtime, !sb.AutoPauseFilesystem, string(mounts))
 	switch {
 	case isUniqueViolation(err):
-		return fmt.Errorf("store: create sandbox %s: %w", sb.ID, errdefs.ErrAlreadyExists)
+		return errorf("store: create sandbox %s: %w", sb.ID, errdefs.ErrAlreadyExists)
 	case isForeignKeyViolation(err):
-		return fmt.Errorf("store: create sandbox %s: unknown key id %q: %w", sb.ID, sb.KeyID, errdefs.ErrInvalidArgument)
+		return errorf("store: create sandbox %s: unknown key id %q: %w", sb.ID, sb.KeyID, errdefs.ErrInvalidArgument)
 	case err != nil:
-		return fmt.Errorf("store: create sandbox %s: %w", sb.ID, err)
+		return errorf("store: create sandbox %s: %w", sb.ID, err)
 	}
 	return nil
 }
@@ -284,10 +284,10 @@ func (s *Store) GetSandbox(ctx context.Context, keyID, id string) (Sandbox, erro
 	}
 	sb, err := scanSandbox(s.db.QueryRowContext(ctx, q, args...))
 	if errors.Is(err, sql.ErrNoRows) {
-		return Sandbox{}, fmt.Errorf("store: sandbox %s: %w", id, errdefs.ErrNotFound)
+		return Sandbox{}, errorf("store: sandbox %s: %w", id, errdefs.ErrNotFound)
 	}
 	if err != nil {
-		return Sandbox{}, fmt.Errorf("store: get sandbox %s: %w", id, err)
+		return Sandbox{}, errorf("store: get sandbox %s: %w", id, err)
 	}
 	return sb, nil
 }
@@ -296,14 +296,14 @@ func (s *Store) GetSandbox(ctx context.Context, keyID, id string) (Sandbox, erro
 func (s *Store) updateOne(ctx context.Context, what, id, q string, args ...any) error {
 	res, err := s.db.ExecContext(ctx, q, args...)
 	if err != nil {
-		return fmt.Errorf("store: %s %s: %w", what, id, err)
+		return errorf("store: %s %s: %w", what, id, err)
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
-		return fmt.Errorf("store: %s %s: %w", what, id, err)
+		return errorf("store: %s %s: %w", what, id, err)
 	}
 	if n == 0 {
-		return fmt.Errorf("store: sandbox %s: %w", id, errdefs.ErrNotFound)
+		return errorf("store: sandbox %s: %w", id, errdefs.ErrNotFound)
 	}
 	if s.onChange != nil {
 		s.onChange(ctx, id)
@@ -328,10 +328,10 @@ func (s *Store) ExtendEndAt(ctx context.Context, id string, t time.Time) (time.T
 		`UPDATE sandboxes SET end_at = max(end_at, ?) WHERE id = ? RETURNING end_at`,
 		toNanos(t), id).Scan(&n)
 	if errors.Is(err, sql.ErrNoRows) {
-		return time.Time{}, fmt.Errorf("store: sandbox %s: %w", id, errdefs.ErrNotFound)
+		return time.Time{}, errorf("store: sandbox %s: %w", id, errdefs.ErrNotFound)
 	}
 	if err != nil {
-		return time.Time{}, fmt.Errorf("store: extend end time of %s: %w", id, err)
+		return time.Time{}, errorf("store: extend end time of %s: %w", id, err)
 	}
 	if s.onChange != nil {
 		s.onChange(ctx, id)
@@ -344,7 +344,7 @@ func (s *Store) ExtendEndAt(ctx context.Context, id string, t time.Time) (time.T
 // errdefs.ErrNotFound. Setting the state the sandbox already has succeeds.
 func (s *Store) SetState(ctx context.Context, id, state string) error {
 	if !validState(state) {
-		return fmt.Errorf("store: set state of %s: unknown state %q: %w", id, state, errdefs.ErrInvalidArgument)
+		return errorf("store: set state of %s: unknown state %q: %w", id, state, errdefs.ErrInvalidArgument)
 	}
 	return s.updateOne(ctx, "set state of", id, `UPDATE sandboxes SET state = ? WHERE id = ?`, state, id)
 }
@@ -355,7 +355,7 @@ func (s *Store) SetState(ctx context.Context, id, state string) error {
 // without the other. Errors are SetState's.
 func (s *Store) SetStateRuntime(ctx context.Context, id, state, runtime string) error {
 	if !validState(state) {
-		return fmt.Errorf("store: set state of %s: unknown state %q: %w", id, state, errdefs.ErrInvalidArgument)
+		return errorf("store: set state of %s: unknown state %q: %w", id, state, errdefs.ErrInvalidArgument)
 	}
 	return s.updateOne(ctx, "set state of", id, `UPDATE sandboxes SET state = ?, runtime = ? WHERE id = ?`, state, runtime, id)
 }
@@ -373,11 +373,11 @@ func (s *Store) SetRuntime(ctx context.Context, id, runtime string) error {
 func (s *Store) SetEgress(ctx context.Context, id string, allowInternet *bool, allowOut, denyOut []string) error {
 	allow, err := encodeList(allowOut)
 	if err != nil {
-		return fmt.Errorf("store: set egress of %s: %w", id, err)
+		return errorf("store: set egress of %s: %w", id, err)
 	}
 	deny, err := encodeList(denyOut)
 	if err != nil {
-		return fmt.Errorf("store: set egress of %s: %w", id, err)
+		return errorf("store: set egress of %s: %w", id, err)
 	}
 	return s.updateOne(ctx, "set egress of", id,
 		`UPDATE sandboxes SET allow_internet_access = ?, allow_out = ?, deny_out = ? WHERE id = ?`,
@@ -397,11 +397,11 @@ func (s *Store) ExpiredSandboxes(ctx context.Context, now time.Time) ([]Sandbox,
 	rows, err := s.db.QueryContext(ctx, `SELECT `+sandboxColumns+` FROM sandboxes
 		WHERE state = 'running' AND end_at <= ? ORDER BY end_at, id`, toNanos(now))
 	if err != nil {
-		return nil, fmt.Errorf("store: expired sandboxes: %w", err)
+		return nil, errorf("store: expired sandboxes: %w", err)
 	}
 	out, err := collectSandboxes(rows)
 	if err != nil {
-		return nil, fmt.Errorf("store: expired sandboxes: %w", err)
+		return nil, errorf("store: expired sandboxes: %w", err)
 	}
 	return out, nil
 }
@@ -411,11 +411,11 @@ func (s *Store) ExpiredSandboxes(ctx context.Context, now time.Time) ([]Sandbox,
 func (s *Store) AllSandboxes(ctx context.Context) ([]Sandbox, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT `+sandboxColumns+` FROM sandboxes ORDER BY started_at, id`)
 	if err != nil {
-		return nil, fmt.Errorf("store: all sandboxes: %w", err)
+		return nil, errorf("store: all sandboxes: %w", err)
 	}
 	out, err := collectSandboxes(rows)
 	if err != nil {
-		return nil, fmt.Errorf("store: all sandboxes: %w", err)
+		return nil, errorf("store: all sandboxes: %w", err)
 	}
 	return out, nil
 }
@@ -433,19 +433,19 @@ func (s *Store) CountSandboxes(ctx context.Context) ([]SandboxCount, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT state, template_id, COUNT(*) FROM sandboxes
 		GROUP BY state, template_id ORDER BY state, template_id`)
 	if err != nil {
-		return nil, fmt.Errorf("store: count sandboxes: %w", err)
+		return nil, errorf("store: count sandboxes: %w", err)
 	}
 	defer rows.Close()
 	var out []SandboxCount
 	for rows.Next() {
 		var c SandboxCount
 		if err := rows.Scan(&c.State, &c.TemplateID, &c.Count); err != nil {
-			return nil, fmt.Errorf("store: count sandboxes: %w", err)
+			return nil, errorf("store: count sandboxes: %w", err)
 		}
 		out = append(out, c)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("store: count sandboxes: %w", err)
+		return nil, errorf("store: count sandboxes: %w", err)
 	}
 	return out, nil
 }
@@ -505,7 +505,7 @@ func (c cursor) encode() string {
 }
 
 func decodeCursor(tok string) (cursor, error) {
-	bad := fmt.Errorf("store: invalid next token: %w", errdefs.ErrInvalidArgument)
+	bad := errorf("store: invalid next token: %w", errdefs.ErrInvalidArgument)
 	raw, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(tok, "="))
 	if err != nil {
 		return cursor{}, bad
@@ -540,7 +540,7 @@ func (s *Store) ListSandboxes(ctx context.Context, f ListFilter) ([]Sandbox, str
 	case "asc":
 		asc = true
 	default:
-		return nil, "", fmt.Errorf("store: list sandboxes: order %q: %w", f.Order, errdefs.ErrInvalidArgument)
+		return nil, "", errorf("store: list sandboxes: order %q: %w", f.Order, errdefs.ErrInvalidArgument)
 	}
 	limit := f.Limit
 	switch {
@@ -567,7 +567,7 @@ func (s *Store) ListSandboxes(ctx context.Context, f ListFilter) ([]Sandbox, str
 	ph := make([]string, 0, len(states))
 	for _, st := range states {
 		if !validState(st) {
-			return nil, "", fmt.Errorf("store: list sandboxes: state %q: %w", st, errdefs.ErrInvalidArgument)
+			return nil, "", errorf("store: list sandboxes: state %q: %w", st, errdefs.ErrInvalidArgument)
 		}
 		ph = append(ph, "?")
 		args = append(args, st)
@@ -595,7 +595,7 @@ func (s *Store) ListSandboxes(ctx context.Context, f ListFilter) ([]Sandbox, str
 			return nil, "", err
 		}
 		if c.asc != asc {
-			return nil, "", fmt.Errorf("store: invalid next token: issued for another order: %w", errdefs.ErrInvalidArgument)
+			return nil, "", errorf("store: invalid next token: issued for another order: %w", errdefs.ErrInvalidArgument)
 		}
 		op := "<"
 		if asc {
@@ -616,11 +616,11 @@ func (s *Store) ListSandboxes(ctx context.Context, f ListFilter) ([]Sandbox, str
 
 	rows, err := s.db.QueryContext(ctx, q, args...)
 	if err != nil {
-		return nil, "", fmt.Errorf("store: list sandboxes: %w", err)
+		return nil, "", errorf("store: list sandboxes: %w", err)
 	}
 	items, err := collectSandboxes(rows)
 	if err != nil {
-		return nil, "", fmt.Errorf("store: list sandboxes: %w", err)
+		return nil, "", errorf("store: list sandboxes: %w", err)
 	}
 	if len(items) <= limit {
 		return items, "", nil

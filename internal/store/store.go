@@ -91,21 +91,21 @@ func Open(ctx context.Context, path string) (*Store, error) {
 // database at an older schema version.
 func openWith(ctx context.Context, path string, migs []string) (*Store, error) {
 	if path == "" || path == ":memory:" || strings.ContainsRune(path, '?') {
-		return nil, fmt.Errorf("store: database path %q: %w", path, errdefs.ErrInvalidArgument)
+		return nil, errorf("store: database path %q: %w", path, errdefs.ErrInvalidArgument)
 	}
 	abs, err := filepath.Abs(path)
 	if err != nil {
-		return nil, fmt.Errorf("store: database path %q: %w", path, err)
+		return nil, errorf("store: database path %q: %w", path, err)
 	}
 	// Create the file ourselves so that it is born 0600: it holds sandbox
 	// access tokens. SQLite gives the -wal and -shm files the mode of the
 	// database file.
 	f, err := os.OpenFile(abs, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("store: open %s: %w", abs, err)
+		return nil, errorf("store: open %s: %w", abs, err)
 	}
 	if err := f.Close(); err != nil {
-		return nil, fmt.Errorf("store: open %s: %w", abs, err)
+		return nil, errorf("store: open %s: %w", abs, err)
 	}
 
 	// The path is absolute, so it never starts with "file:" and the driver
@@ -119,7 +119,7 @@ func openWith(ctx context.Context, path string, migs []string) (*Store, error) {
 	}, "&")
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
-		return nil, fmt.Errorf("store: open %s: %w", abs, err)
+		return nil, errorf("store: open %s: %w", abs, err)
 	}
 	// A few connections, kept: SQLite serves one writer at a time anyway,
 	// and a connection's descriptors (the database, its -wal and -shm)
@@ -132,7 +132,7 @@ func openWith(ctx context.Context, path string, migs []string) (*Store, error) {
 	s := &Store{db: db}
 	if err := s.migrateRetrying(ctx, migs); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("store: open %s: %w", abs, err)
+		return nil, errorf("store: open %s: %w", abs, err)
 	}
 	return s, nil
 }
@@ -344,6 +344,32 @@ func isBusy(err error) bool {
 	c := sqliteCode(err) & 0xff
 	return c == sqlite3.SQLITE_BUSY || c == sqlite3.SQLITE_LOCKED
 }
+
+// errorf is fmt.Errorf for the store's errors: one whose cause is the
+// database locked past busyTimeout (another process holds its write lock)
+// also matches errdefs.ErrUnavailable, and says so, so that a client is
+// told to try again (503) rather than of an internal error; one whose
+// cause is the disk full matches errdefs.ErrResourceExhausted.
+func errorf(format string, args ...any) error {
+	err := fmt.Errorf(format, args...)
+	if isBusy(err) {
+		return &busyError{err}
+	}
+	if sqliteCode(err)&0xff == sqlite3.SQLITE_FULL {
+		// Said as the disk it is, and as a want of resources (not 500).
+		return fmt.Errorf("%w (the disk of the server's data dir is full): %w", err, errdefs.ErrResourceExhausted)
+	}
+	return err
+}
+
+// busyError is a store error whose cause is the database locked.
+type busyError struct{ err error }
+
+func (e *busyError) Error() string {
+	return e.err.Error() + fmt.Sprintf(" (the database stayed locked by another process for %s; try again)", busyTimeout)
+}
+
+func (e *busyError) Unwrap() []error { return []error{e.err, errdefs.ErrUnavailable} }
 
 func isUniqueViolation(err error) bool {
 	c := sqliteCode(err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
@@ -51,7 +50,7 @@ func scanVolume(r rowScanner) (Volume, error) {
 // are checked against E2B's rules by the caller, not here.
 func (s *Store) CreateVolume(ctx context.Context, v *Volume) error {
 	if !validSandboxID(v.ID) || v.Name == "" || v.Token == "" {
-		return fmt.Errorf("store: create volume %q (%q): %w", v.ID, v.Name, errdefs.ErrInvalidArgument)
+		return errorf("store: create volume %q (%q): %w", v.ID, v.Name, errdefs.ErrInvalidArgument)
 	}
 	if v.Created.IsZero() {
 		v.Created = time.Now().UTC()
@@ -60,11 +59,11 @@ func (s *Store) CreateVolume(ctx context.Context, v *Volume) error {
 		v.ID, v.Name, nullString(v.KeyID), v.Token, toNanos(v.Created))
 	switch {
 	case isUniqueViolation(err):
-		return fmt.Errorf("store: create volume %q: a volume with this name or id exists: %w", v.Name, errdefs.ErrAlreadyExists)
+		return errorf("store: create volume %q: a volume with this name or id exists: %w", v.Name, errdefs.ErrAlreadyExists)
 	case isForeignKeyViolation(err):
-		return fmt.Errorf("store: create volume %q: unknown key id %q: %w", v.Name, v.KeyID, errdefs.ErrInvalidArgument)
+		return errorf("store: create volume %q: unknown key id %q: %w", v.Name, v.KeyID, errdefs.ErrInvalidArgument)
 	case err != nil:
-		return fmt.Errorf("store: create volume %q: %w", v.Name, err)
+		return errorf("store: create volume %q: %w", v.Name, err)
 	}
 	return nil
 }
@@ -90,10 +89,10 @@ func (s *Store) getVolume(ctx context.Context, keyID, col, val string) (Volume, 
 	}
 	v, err := scanVolume(s.db.QueryRowContext(ctx, q, val, keyID))
 	if errors.Is(err, sql.ErrNoRows) {
-		return Volume{}, fmt.Errorf("store: volume %s: %w", val, errdefs.ErrNotFound)
+		return Volume{}, errorf("store: volume %s: %w", val, errdefs.ErrNotFound)
 	}
 	if err != nil {
-		return Volume{}, fmt.Errorf("store: get volume %s: %w", val, err)
+		return Volume{}, errorf("store: get volume %s: %w", val, err)
 	}
 	return v, nil
 }
@@ -109,19 +108,19 @@ func (s *Store) ListVolumes(ctx context.Context, keyID string) ([]Volume, error)
 	}
 	rows, err := s.db.QueryContext(ctx, q+` ORDER BY created, id`, args...)
 	if err != nil {
-		return nil, fmt.Errorf("store: list volumes: %w", err)
+		return nil, errorf("store: list volumes: %w", err)
 	}
 	defer rows.Close()
 	out := []Volume{}
 	for rows.Next() {
 		v, err := scanVolume(rows)
 		if err != nil {
-			return nil, fmt.Errorf("store: list volumes: %w", err)
+			return nil, errorf("store: list volumes: %w", err)
 		}
 		out = append(out, v)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("store: list volumes: %w", err)
+		return nil, errorf("store: list volumes: %w", err)
 	}
 	return out, nil
 }
@@ -132,14 +131,14 @@ func (s *Store) VolumeUsers(ctx context.Context, id string) ([]string, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT DISTINCT sandboxes.id FROM sandboxes, json_each(sandboxes.volume_mounts) AS m
 		WHERE json_extract(m.value, '$.volume') = ? ORDER BY sandboxes.id`, id)
 	if err != nil {
-		return nil, fmt.Errorf("store: users of volume %s: %w", id, err)
+		return nil, errorf("store: users of volume %s: %w", id, err)
 	}
 	defer rows.Close()
 	var ids []string
 	for rows.Next() {
 		var sid string
 		if err := rows.Scan(&sid); err != nil {
-			return nil, fmt.Errorf("store: users of volume %s: %w", id, err)
+			return nil, errorf("store: users of volume %s: %w", id, err)
 		}
 		ids = append(ids, sid)
 	}
@@ -154,29 +153,29 @@ func (s *Store) VolumeUsers(ctx context.Context, id string) ([]string, error) {
 func (s *Store) DeleteVolume(ctx context.Context, keyID, id string) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("store: delete volume %s: %w", id, err)
+		return errorf("store: delete volume %s: %w", id, err)
 	}
 	defer tx.Rollback()
 	var n int
 	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM volumes WHERE id = ? AND (? = '' OR key_id = ?)`, id, keyID, keyID).Scan(&n); err != nil {
-		return fmt.Errorf("store: delete volume %s: %w", id, err)
+		return errorf("store: delete volume %s: %w", id, err)
 	}
 	if n == 0 {
-		return fmt.Errorf("store: volume %s: %w", id, errdefs.ErrNotFound)
+		return errorf("store: volume %s: %w", id, errdefs.ErrNotFound)
 	}
 	var users int
 	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM sandboxes, json_each(sandboxes.volume_mounts) AS m
 		WHERE json_extract(m.value, '$.volume') = ?`, id).Scan(&users); err != nil {
-		return fmt.Errorf("store: delete volume %s: %w", id, err)
+		return errorf("store: delete volume %s: %w", id, err)
 	}
 	if users > 0 {
-		return fmt.Errorf("store: volume %s is mounted in %d sandbox(es): %w", id, users, errdefs.ErrFailedPrecondition)
+		return errorf("store: volume %s is mounted in %d sandbox(es): %w", id, users, errdefs.ErrFailedPrecondition)
 	}
 	if _, err := tx.ExecContext(ctx, `DELETE FROM volumes WHERE id = ?`, id); err != nil {
-		return fmt.Errorf("store: delete volume %s: %w", id, err)
+		return errorf("store: delete volume %s: %w", id, err)
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("store: delete volume %s: %w", id, err)
+		return errorf("store: delete volume %s: %w", id, err)
 	}
 	return nil
 }

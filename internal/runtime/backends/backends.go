@@ -10,6 +10,7 @@ import (
 	"log/slog"
 
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
+	"github.com/hutch-sandbox/hutch/internal/fault"
 	"github.com/hutch-sandbox/hutch/internal/runtime"
 	"github.com/hutch-sandbox/hutch/internal/runtime/gvisor"
 	"github.com/hutch-sandbox/hutch/internal/runtime/native"
@@ -28,6 +29,8 @@ type Options struct {
 	SandboxBinary string
 	// Default is the backend sandboxes run on unless told ("" is native).
 	Default string
+	// Faults are the fault points armed (a test hook, package fault).
+	Faults fault.Points
 	// Logger is told which backends are missing and why; nil for none.
 	Logger *slog.Logger
 }
@@ -47,7 +50,7 @@ func Open(opts Options) (*runtime.Set, *native.Runtime, error) {
 	if !known {
 		return nil, nil, fmt.Errorf("runtime %q: want one of %v: %w", opts.Default, Names, errdefs.ErrInvalidArgument)
 	}
-	nrt, err := native.New(native.Options{DataDir: opts.DataDir, Templates: opts.Templates, SandboxBinary: opts.SandboxBinary})
+	nrt, err := native.New(native.Options{DataDir: opts.DataDir, Templates: opts.Templates, SandboxBinary: opts.SandboxBinary, Faults: opts.Faults})
 	if err != nil {
 		return nil, nil, err
 	}

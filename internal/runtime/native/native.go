@@ -28,6 +28,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
+	"github.com/hutch-sandbox/hutch/internal/fault"
 	"github.com/hutch-sandbox/hutch/internal/runtime"
 	"github.com/hutch-sandbox/hutch/internal/template"
 )
@@ -52,6 +53,8 @@ type Options struct {
 	// again when first used: one not built from this binary's source is
 	// not used.
 	SandboxBinary string
+	// Faults are the fault points armed (a test hook, package fault).
+	Faults fault.Points
 }
 
 // Runtime is the native backend. It is safe for concurrent use, and several
@@ -79,6 +82,8 @@ type Runtime struct {
 	// from, by size, opened once (diskMu); see diskLayer.
 	diskMu sync.Mutex
 	disks  map[int64]*os.File
+
+	faults fault.Points // see Options.Faults
 }
 
 var _ runtime.Runtime = (*Runtime)(nil)
@@ -98,7 +103,7 @@ func New(opts Options) (*Runtime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
-	rt := &Runtime{dataDir: abs, templates: opts.Templates, sandboxBin: opts.SandboxBinary, uidRegistry: UIDRegistry, subIDFiles: subIDFiles, criu: "criu"}
+	rt := &Runtime{dataDir: abs, templates: opts.Templates, sandboxBin: opts.SandboxBinary, faults: opts.Faults, uidRegistry: UIDRegistry, subIDFiles: subIDFiles, criu: "criu"}
 	rt.adoptLegacyClaims()
 	// 0711: sandboxes' own uids must traverse to their layers, never list them.
 	for _, d := range []string{rt.dataDir, filepath.Join(rt.dataDir, "sandboxes"), filepath.Join(rt.dataDir, "empty")} {
@@ -311,6 +316,7 @@ func (rt *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.San
 	if err := rt.writeRecord(rec); err != nil {
 		return nil, err
 	}
+	rt.faults.At(fault.NativeCreateRecorded)
 
 	self, err := rt.selfExe()
 	if err != nil {
@@ -409,6 +415,7 @@ func (rt *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.San
 	if err := rt.writeRecord(rec); err != nil {
 		return nil, err
 	}
+	rt.faults.At(fault.NativeCreateInit)
 	var mounts []int
 	defer func() {
 		for _, fd := range mounts {
