@@ -147,6 +147,14 @@ func (m *Manager) pauseCheckpoint(ctx context.Context, l *live, rec *store.Sandb
 	if err != nil {
 		return err
 	}
+	unlock, err := m.lockOp(ctx, checkpointsOp)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if err := m.admitCheckpoint(ctx, rec.KeyID, id, l.sbx, true); err != nil {
+		return err
+	}
 	dir := m.checkpointDir(pausedName(id))
 	os.RemoveAll(dir) // a crashed pause's
 	if err := cp.Checkpoint(ctx, id, dir); err != nil {
@@ -236,6 +244,14 @@ func (m *Manager) captureCheckpoint(ctx context.Context, l *live, info runtimeIn
 			return nil, err
 		}
 		build, backend = st.TemplateID, st.Runtime
+		unlock, err := m.lockOp(ctx, checkpointsOp)
+		if err != nil {
+			return nil, err
+		}
+		defer unlock()
+		if err := m.admitCheckpoint(ctx, keyID, snap.Sandbox, l.sbx, false); err != nil {
+			return nil, fmt.Errorf("snapshot of sandbox %s: %w", snap.Sandbox, err)
+		}
 		if err := cp.Checkpoint(ctx, snap.Sandbox, dir); err != nil {
 			os.RemoveAll(dir)
 			return nil, fmt.Errorf("snapshot of sandbox %s: %w", snap.Sandbox, err)

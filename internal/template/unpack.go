@@ -310,3 +310,22 @@ func Extract(ctx context.Context, root string, r io.Reader) error {
 	}
 	return nil
 }
+
+// RoomFor reports, as an error wrapping errdefs.ErrResourceExhausted,
+// whether the file system holding dir lacks need bytes above the floor
+// every writer of the store keeps (room): what writes beside the store
+// something of a size it knows beforehand (a sandbox's checkpoint) checks
+// it first. what names the write for the message.
+func RoomFor(dir, what string, need int64) error {
+	if err := room(dir); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	free, err := freeBytes(dir)
+	if err != nil {
+		return nil // unknown: the write itself will say
+	}
+	if need+minFree > free {
+		return fmt.Errorf("%s needs about %d MiB of disk and %d MiB to spare, and %d MiB are free: %w: %w", what, need>>20, minFree>>20, free>>20, errNoRoom, errdefs.ErrResourceExhausted)
+	}
+	return nil
+}

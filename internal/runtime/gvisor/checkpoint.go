@@ -56,6 +56,10 @@ func (rt *Runtime) restoreSpec(checkpoint, dir string, rec *record) (*specs.Spec
 	m := []specs.LinuxIDMapping{{ContainerID: 0, HostID: uint32(rec.HostID), Size: uint32(rec.IDs)}}
 	s.Linux.UIDMappings, s.Linux.GIDMappings = m, m
 	s.Linux.CgroupsPath = rt.cgroupsPath(rec.ID)
+	// The limits as this runtime sets them, not as the checkpoint's
+	// runtime did: a checkpoint of an older one restores under today's
+	// bounds (pids.max, TCP buffers: review 23).
+	s.Linux.Resources = resources(rec)
 	return &s, nil
 }
 

@@ -30,7 +30,9 @@
 //     a namespace of the sandbox's own; checkpoints keep its listening
 //     sockets.
 //   - pids.max counts runsc's own host threads and crashes the sandbox
-//     when reached: guest processes are bounded with RLIMIT_NPROC.
+//     when reached: guest processes are bounded with RLIMIT_NPROC, which
+//     counts per uid (root inside switches uids), so pids.max bounds them
+//     too, at a multiple of the limit with room for runsc (hostPids).
 //   - Checkpoint/restore keeps every process's memory (10 MiB: 28 ms to
 //     save, 15 MB image, 90-120 ms to restore); one image restores any
 //     number of times (fork); only PID 1's tree is restored, so envd

@@ -427,10 +427,18 @@ func (rt *Runtime) mountRoot(ctx context.Context, dir, hostname string, rec *rec
 func mountPoints(dir, hostname string, rec *record) error {
 	like := func(p string) (mode uint32, uid, gid int) {
 		for i := len(rec.TemplateLayers) - 1; i >= 0; i-- {
-			var st unix.Stat_t
-			if unix.Lstat(filepath.Join(rec.TemplateLayers[i], p), &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
-				return st.Mode & 0o7777, int(st.Uid), int(st.Gid)
+			st, err := layerDir(rec.TemplateLayers[i], p)
+			if errors.Is(err, unix.ENOENT) {
+				continue // not in this layer: a lower one may have it
 			}
+			if err != nil {
+				// A symlink or other non-directory on the way hides the
+				// lower layers' entries there, as in the overlay; what it
+				// points at (on the host, out of the layer) is never looked
+				// at (review 23, F5).
+				break
+			}
+			return st.Mode & 0o7777, int(st.Uid), int(st.Gid)
 		}
 		return 0o755, 0, 0
 	}
@@ -494,6 +502,33 @@ func mountPoints(dir, hostname string, rec *record) error {
 		}
 	}
 	return nil
+}
+
+// layerDir stats directory p of a template layer, every component of it
+// looked up in the layer and none followed if a symlink (a template's
+// symlink, absolute or climbing, would otherwise have the host's root
+// stat any host directory and copy its owner and mode into the
+// sandbox). It fails with ENOENT when p is not in the layer, ELOOP when a
+// component is a symlink, ENOTDIR when one (or p) is not a directory.
+func layerDir(layer, p string) (*unix.Stat_t, error) {
+	root, err := unix.Open(layer, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(root)
+	fd, err := unix.Openat2(root, rel(p), &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_BENEATH,
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, err
+	}
+	return &st, nil
 }
 
 // tmpMarker keeps /tmp from being empty: see mountPoints.

@@ -3,12 +3,14 @@ package gvisor
 import (
 	"fmt"
 	"hash/fnv"
+	"os"
 	"path/filepath"
 	"strconv"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/hutch-sandbox/hutch/internal/runtime/gvisor/link"
+	"github.com/hutch-sandbox/hutch/internal/runtime/native"
 )
 
 // envGuestInit marks the sandbox binary's run as a gVisor sandbox's PID 1
@@ -40,9 +42,9 @@ func (rt *Runtime) ociSpec(dir string, rec *record, proc *process, hostname stri
 	}
 	rlimits := []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: 1 << 20, Soft: 1 << 20}}
 	if rec.Resources.Pids > 0 {
-		// pids.max counts the host's tasks of runsc (its own threads
-		// included) and crashes the sandbox when reached: the sentry's
-		// own limit on its processes bounds them instead.
+		// The inner, friendly bound: fork fails with EAGAIN inside. It is
+		// per uid, so root inside, who may switch uids, is bounded only by
+		// hostPids (resources).
 		n := uint64(rec.Resources.Pids)
 		rlimits = append(rlimits, specs.POSIXRlimit{Type: "RLIMIT_NPROC", Hard: n, Soft: n})
 	}
@@ -103,12 +105,25 @@ func (rt *Runtime) cgroupsPath(id string) string {
 	return fmt.Sprintf("/hutch-gvisor/%08x/%s", h.Sum32(), id)
 }
 
-// resources are the sandbox's cgroup limits. Pids are bounded with
-// RLIMIT_NPROC instead (ociSpec).
+// resources are the sandbox's cgroup limits.
 func resources(rec *record) *specs.LinuxResources {
 	r := &specs.LinuxResources{}
+	if p := rec.Resources.Pids; p > 0 {
+		n := hostPids(p)
+		r.Pids = &specs.LinuxPids{Limit: &n}
+	}
 	if m := rec.Resources.MemoryBytes; m > 0 {
 		r.Memory = &specs.LinuxMemory{Limit: &m, Swap: &m}
+		if tcp := native.TCPMemory(m); tcp > 0 && cgroupV1Memory() {
+			// The sandbox's sockets are the host's (--network=host), made
+			// by the Sentry in this cgroup. Cgroup v1 charges their
+			// buffers only once memory.kmem.tcp.limit_in_bytes is set,
+			// and only those of sockets made after: runsc sets it when it
+			// makes the cgroup, before the sandbox runs (review 23, F3: 634
+			// MB of buffers on the host, 46 MB charged). v2 charges them
+			// with the rest.
+			r.Memory.KernelTCP = &tcp
+		}
 	}
 	if c := rec.Resources.CPUs; c > 0 {
 		period := uint64(100000)
@@ -116,4 +131,39 @@ func resources(rec *record) *specs.LinuxResources {
 		r.CPU = &specs.LinuxCPU{Period: &period, Quota: &quota}
 	}
 	return r
+}
+
+// hostPids is the pids.max of runsc's cgroup for a sandbox limited to
+// pids processes and threads: the outer bound on the host's tasks a
+// sandbox makes (review 23, F1). The inner one, RLIMIT_NPROC, counts per
+// uid, and root inside switches uids for a fresh budget each time; under
+// systrap every guest address space is a stub process on the host, so
+// without this a sandbox's host tasks were bounded only by its memory
+// (2,462 tasks for a 512 MiB one).
+//
+// Measured here (runsc systrap, 2 cores): a sandbox idle is 25 host tasks
+// (the Sentry's and gofer's threads, a few stubs); each guest process
+// adds 2 (its stub process and that stub's thread serving it: 50
+// processes 133, 200 processes 431), each guest thread that runs adds at
+// most 1 (64 busy threads 94), a blocked one nothing (400 threads 26).
+// So a sandbox within --pids under one uid needs at most about
+// 2*pids + 25: three times pids plus room for runsc's own threads (which
+// grow with load) keeps that clear of the bound, which ends the sandbox
+// when reached — pids.max counts runsc's own threads too, and the Sentry
+// does not survive a failed clone of its own. What reaches it is a
+// sandbox that switched uids past its limit; it ends whole, and the
+// server reports it gone.
+func hostPids(pids int64) int64 {
+	return 3*pids + runscTasks
+}
+
+// runscTasks is room for runsc's own host tasks, beyond what the guest's
+// make: see hostPids.
+const runscTasks = 128
+
+// cgroupV1Memory reports whether the memory controller is cgroup v1's
+// (a v1 or hybrid host), where TCP buffers have a limit of their own.
+func cgroupV1Memory() bool {
+	_, err := os.Stat("/sys/fs/cgroup/memory/memory.kmem.tcp.limit_in_bytes")
+	return err == nil
 }

@@ -76,12 +76,12 @@ func joinCgroup(m cgroups.Manager, pid int) error {
 // connections nobody reads. Cgroup v2 charges socket memory with the rest
 // by default. opencontainers/cgroups leaves this file alone, so it is
 // written here. The limit is a quarter of the sandbox's memory limit
-// (tcpMemory), not all of it: the kernel also counts every socket buffer
+// (TCPMemory), not all of it: the kernel also counts every socket buffer
 // host-wide against net.ipv4.tcp_mem, a few percent of the host's memory,
 // and five 512 MiB sandboxes each queueing their limit pushed it past its
 // hard ceiling, stalling the host's own connections (review 2, A9).
 func limitTCPMemory(m cgroups.Manager, memory int64) error {
-	limit := tcpMemory(memory)
+	limit := TCPMemory(memory)
 	if limit <= 0 || cgroups.IsCgroup2UnifiedMode() {
 		return nil
 	}
@@ -96,10 +96,11 @@ func limitTCPMemory(m cgroups.Manager, memory int64) error {
 	return nil
 }
 
-// tcpMemory is how much socket buffer memory a sandbox with the given
+// TCPMemory is how much socket buffer memory a sandbox with the given
 // memory limit may hold on a cgroup v1 host: a quarter of it (what a
 // thousand connections moving data at full speed use), 0 for no limit.
-func tcpMemory(memory int64) int64 {
+// The gvisor backend bounds runsc's host sockets with it too.
+func TCPMemory(memory int64) int64 {
 	if memory <= 0 {
 		return 0
 	}
