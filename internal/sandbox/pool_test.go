@@ -10,7 +10,10 @@ import (
 // demand, and waits out the quiet period after a hand-out only while the
 // pool is at least half full.
 func TestRefillWait(t *testing.T) {
-	recent := time.Now().UnixNano()
+	// recent stands for "now", read when each case runs: one read once
+	// for all could be past the quiet period by a later case on a loaded
+	// host.
+	const recent = -1
 	tests := []struct {
 		name     string
 		cold     int32
@@ -32,6 +35,9 @@ func TestRefillWait(t *testing.T) {
 			m.cold.Store(tc.cold)
 			p := &pool{size: tc.size}
 			p.idle.Store(tc.idle)
+			if tc.lastTake == recent {
+				tc.lastTake = time.Now().UnixNano()
+			}
 			p.lastTake.Store(tc.lastTake)
 			// Well under refillQuiet: a refill that waits has not proceeded.
 			ctx, cancel := context.WithTimeout(context.Background(), refillQuiet/3)
