@@ -210,7 +210,9 @@ func (l *load) churn(ctx context.Context) {
 	wg.Wait()
 }
 
-// clients: cfg.clients clients at once for cfg.duration.
+// clients: cfg.clients clients at once for cfg.duration; every
+// cfg.longEvery-th keeps a long-lived sandbox and alternates cycles with
+// rounds on it, the others only cycle.
 func (l *load) clients(ctx context.Context) {
 	start := time.Now()
 	end := start.Add(l.cfg.duration)
@@ -231,7 +233,13 @@ func (l *load) clients(ctx context.Context) {
 					l.kill(l.o, long)
 				}
 			}()
+			keepsOne := l.cfg.longEvery > 0 && k%l.cfg.longEvery == 0
 			for j := 0; time.Now().Before(end) && ctx.Err() == nil; j++ {
+				if !keepsOne {
+					l.made.Add(1)
+					l.cycle(ctx, c.Client, l.o, fmt.Sprintf("%d-%d", k, j), "")
+					continue
+				}
 				if long == nil {
 					s, err := l.create(l.o, "create", c.Client, l.cfg.duration+10*time.Minute)
 					if err != nil {

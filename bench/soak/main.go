@@ -8,9 +8,10 @@
 //     resolver for a name, so that it has network flows), has a file
 //     written and read back (compared), and is killed;
 //   - clients: -clients SDK clients (default 200, each with connections of
-//     its own) for -duration (default 10 min), each keeping one long-lived
-//     sandbox and alternating a full cycle (create, command, file, kill)
-//     with a round on its long-lived sandbox (-long-cmds commands, a file
+//     its own) for -duration (default 10 min), each in a loop of full
+//     cycles (create, command, file, kill); every -long-every-th client
+//     (default every second) also keeps one long-lived sandbox and
+//     alternates its cycles with rounds on it (-long-cmds commands, a file
 //     written and read back); -ramp spreads the clients' starts.
 //
 // Every operation's latency (p50/p95/p99, max) and failures are reported,
@@ -58,19 +59,20 @@ type config struct {
 	key                      string
 	prefix                   string
 
-	n        int
-	duration time.Duration
-	workers  int
-	clients  int
-	ramp     time.Duration
-	longCmds int
-	dns      bool
-	warmup   int
-	settle   time.Duration
-	jsonOut  string
-	keep     bool
-	note     string
-	plant    bool
+	n         int
+	duration  time.Duration
+	workers   int
+	clients   int
+	ramp      time.Duration
+	longCmds  int
+	longEvery int
+	dns       bool
+	warmup    int
+	settle    time.Duration
+	jsonOut   string
+	keep      bool
+	note      string
+	plant     bool
 }
 
 func main() { os.Exit(realMain()) }
@@ -94,6 +96,7 @@ func realMain() int {
 	flag.IntVar(&cfg.clients, "clients", 200, "clients: concurrent SDK clients")
 	flag.DurationVar(&cfg.ramp, "ramp", 10*time.Second, "clients: the clients' starts are spread over this")
 	flag.IntVar(&cfg.longCmds, "long-cmds", 3, "clients: commands per round on a long-lived sandbox")
+	flag.IntVar(&cfg.longEvery, "long-every", 2, "clients: every Nth client keeps a long-lived sandbox (0: none); 200 clients each with one and a cycle's would pass the node's default cap of sandboxes (one per 64 MiB: 376 here)")
 	flag.BoolVar(&cfg.dns, "dns", true, "each command also looks a name up through the sandbox's resolver (network flows)")
 	flag.IntVar(&cfg.warmup, "warmup", 0, "sandboxes churned before the baseline (default 2 × the pool, at least 4)")
 	flag.DurationVar(&cfg.settle, "settle", 2*time.Minute, "how long the server may take to settle after the run")
@@ -200,8 +203,8 @@ func run(ctx context.Context, cfg *config, prefix netip.Prefix, srv *server) int
 	case "churn":
 		fmt.Printf("run: %d sandboxes over %s, %d workers; each: create, command, file write + read back, kill\n", cfg.n, cfg.duration, cfg.workers)
 	case "clients":
-		fmt.Printf("run: %d SDK clients for %s (starts over %s); each: a long-lived sandbox, and alternately a cycle (create, command, file, kill) and a round on it (%d commands, a file)\n",
-			cfg.clients, cfg.duration, cfg.ramp, cfg.longCmds)
+		fmt.Printf("run: %d SDK clients for %s (starts over %s); each: cycles (create, command, file, kill); every %d%s also a long-lived sandbox, a round on it (%d commands, a file) between its cycles\n",
+			cfg.clients, cfg.duration, cfg.ramp, cfg.longEvery, ordinal(cfg.longEvery), cfg.longCmds)
 	}
 	harness.PrintLoad("before")
 
@@ -339,6 +342,20 @@ func run(ctx context.Context, cfg *config, prefix netip.Prefix, srv *server) int
 	}
 	fmt.Println("soak: ok: no failure, nothing left behind")
 	return 0
+}
+
+func ordinal(n int) string {
+	switch {
+	case n%100 >= 11 && n%100 <= 13:
+		return "th"
+	case n%10 == 1:
+		return "st"
+	case n%10 == 2:
+		return "nd"
+	case n%10 == 3:
+		return "rd"
+	}
+	return "th"
 }
 
 func netnsDesc() string {
