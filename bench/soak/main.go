@@ -257,6 +257,7 @@ func run(ctx context.Context, cfg *config, prefix netip.Prefix, srv *server) int
 	if err := l.quiet(ctx, cfg.settle); err != nil {
 		fmt.Println("warning: after the run:", err)
 	}
+	fmt.Printf("==> quiet after %.0f s (no sandbox listed, the pool full)\n", time.Since(t1).Seconds())
 	if cfg.plant {
 		var id string
 		l.mu.Lock()
@@ -282,6 +283,14 @@ func run(ctx context.Context, cfg *config, prefix netip.Prefix, srv *server) int
 		if total(leaks) == 0 || time.Now().After(deadline) || ctx.Err() != nil {
 			break
 		}
+		// Still settling: say what, so that a slow class shows.
+		var left []string
+		for _, lk := range leaks {
+			if lk.Count > 0 {
+				left = append(left, fmt.Sprintf("%s %d", lk.Class, lk.Count))
+			}
+		}
+		fmt.Printf("  settling (%.0f s): %s\n", time.Since(t1).Seconds(), strings.Join(left, ", "))
 		time.Sleep(2 * time.Second)
 	}
 	rep.SettleSeconds = time.Since(t1).Seconds()
