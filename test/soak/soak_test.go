@@ -2,14 +2,15 @@
 // the harness of bench/soak.sh (bench/soak), built from this checkout and
 // run as that script runs it, against a `hutch serve` with networking it
 // starts in a network namespace of the test's own: 150 sandboxes churned
-// (create, command, file written and read back, kill), then 20 SDK
-// clients for 20 s, each with no failed operation and nothing left behind
+// over 10 s (create, command, file written and read back, kill), then 20
+// SDK clients for 15 s, each with no failed operation and nothing left behind
 // in any class the harness checks. A third run plants one leak of several
 // classes after its sandboxes are killed and must fail naming each: checks
 // that cannot see a leak would pass whatever the server did.
 //
-// Cost: about a minute and a half on two CPUs (two builds, ~175 sandboxes
-// in the runs, their warm-ups and settling).
+// Cost: 90 s on the two busy CPUs of the benches (two builds, ~170
+// sandboxes in the runs, their warm-ups and settling; 131 s with runs of
+// 20 s each, before they were shortened).
 package soak_test
 
 import (
@@ -143,14 +144,14 @@ func TestSoak(t *testing.T) {
 	cycle := []string{"create", "command", "file write", "file read", "kill"}
 
 	t.Run("churn", func(t *testing.T) {
-		r, out, ok := soak(t, ns, bin, hutch, "-n", "150", "-duration", "20s", "churn")
+		r, out, ok := soak(t, ns, bin, hutch, "-n", "150", "-duration", "10s", "-warmup", "4", "churn")
 		clean(t, r, out, ok, 150, cycle...)
 		if r.Sandboxes != 150 {
 			t.Errorf("%d sandboxes churned, want 150", r.Sandboxes)
 		}
 	})
 	t.Run("clients", func(t *testing.T) {
-		r, out, ok := soak(t, ns, bin, hutch, "-clients", "20", "-duration", "20s", "-ramp", "2s", "clients")
+		r, out, ok := soak(t, ns, bin, hutch, "-clients", "20", "-duration", "15s", "-ramp", "2s", "-warmup", "4", "clients")
 		clean(t, r, out, ok, 20, append(cycle, "command (long-lived)", "file write (long-lived)", "file read (long-lived)")...)
 	})
 	t.Run("planted leaks are found", func(t *testing.T) {
