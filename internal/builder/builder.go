@@ -32,6 +32,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -135,7 +136,7 @@ type Build struct {
 // maxLogBytes of them, and says how many more it did not keep.
 const (
 	maxLogEntries = 20000
-	maxLogBytes   = 8 << 20
+	maxLogBytes   = 2 << 20
 )
 
 // Options configure a Builder.
@@ -211,6 +212,9 @@ func (b *Builder) Request(keyID string, r Request) (*Build, error) {
 		_, _, err := template.ParseRef(r.Name)
 		return nil, err
 	}
+	if len(r.Tags) > maxTags {
+		return nil, fmt.Errorf("a build takes at most %d tags; this one has %d: %w", maxTags, len(r.Tags), errdefs.ErrInvalidArgument)
+	}
 	for _, t := range r.Tags {
 		if !template.ValidName(t) {
 			return nil, fmt.Errorf("template tag %q: %w", t, errdefs.ErrInvalidArgument)
@@ -233,6 +237,15 @@ func (b *Builder) Request(keyID string, r Request) (*Build, error) {
 	b.pruneLocked()
 	if id, ok := b.running[r.Name]; ok {
 		return nil, fmt.Errorf("template %s is being built (build %s); wait for it to finish: %w", r.Name, id, errdefs.ErrAlreadyExists)
+	}
+	waiting := 0
+	for _, o := range b.builds {
+		if o.KeyID == keyID && o.Status == StatusWaiting {
+			waiting++
+		}
+	}
+	if waiting >= maxWaitingPerKey {
+		return nil, fmt.Errorf("%d builds of this key were requested and not started, the most one key may have; start or let them expire: %w", waiting, errdefs.ErrResourceExhausted)
 	}
 	bd := &Build{ID: template.NewBuildID(), Template: r.Name, Tags: r.Tags, KeyID: keyID, Status: StatusWaiting, Created: time.Now().UTC(), req: r}
 	b.builds[bd.ID] = bd
@@ -398,6 +411,18 @@ func (e *Error) Error() string {
 const (
 	maxSteps        = 512
 	maxBuildsPerKey = 4
+	// maxWaitingPerKey bounds the builds a key requested and has not
+	// started, which the server keeps for an hour; maxTags the names one
+	// build gives its template (300 requests of 100,000 tags each took
+	// the server to 1.4 GB, review 27 round 2, G1 and G5).
+	maxWaitingPerKey = 32
+	maxTags          = 64
+	// maxFailure bounds a failure's message, which quotes the step (a
+	// RUN of 15 MB made a 30 MB status, G2).
+	maxFailure = 8 << 10
+	// maxFinishedPerKey is how many finished builds of a key, logs and
+	// all, the server keeps (finishedTTL at most).
+	maxFinishedPerKey = 32
 )
 
 // keyCapLocked refuses another running build of keyID past
@@ -495,12 +520,18 @@ func (b *Builder) finish(bd *Build, t *template.Template, fail *Failure) {
 			Message: fmt.Sprintf("… %d more log lines were not kept (a build keeps %d lines, %d MiB)", bd.cut, maxLogEntries, maxLogBytes>>20)})
 	}
 	if fail != nil {
+		if len(fail.Message) > maxFailure {
+			f := *fail
+			f.Message = f.Message[:maxFailure/2] + fmt.Sprintf(" …[%d bytes cut]… ", len(f.Message)-maxFailure) + f.Message[len(f.Message)-maxFailure/2:]
+			fail = &f
+		}
 		bd.Status, bd.Reason = StatusError, fail
 		bd.logs = append(bd.logs, LogEntry{Time: bd.Finished, Level: "error", Message: "build failed: " + fail.Message, Step: fail.Step})
 	} else {
 		bd.Status, bd.Result = StatusReady, t
 	}
 	delete(b.running, bd.Template)
+	b.pruneLocked()
 	b.cond.Broadcast()
 }
 
@@ -914,6 +945,24 @@ func (b *Builder) pruneLocked() {
 			if now.Sub(bd.Finished) > finishedTTL {
 				delete(b.builds, id)
 			}
+		}
+	}
+	// And a key's finished builds, each with its log, beyond its newest
+	// maxFinishedPerKey (sixty builds of full logs held a gigabyte, G2):
+	// a ready one's status comes from the store after.
+	byKey := map[string][]*Build{}
+	for _, bd := range b.builds {
+		if bd.Status == StatusReady || bd.Status == StatusError {
+			byKey[bd.KeyID] = append(byKey[bd.KeyID], bd)
+		}
+	}
+	for _, bds := range byKey {
+		if len(bds) <= maxFinishedPerKey {
+			continue
+		}
+		slices.SortFunc(bds, func(x, y *Build) int { return y.Finished.Compare(x.Finished) })
+		for _, bd := range bds[maxFinishedPerKey:] {
+			delete(b.builds, bd.ID)
 		}
 	}
 }

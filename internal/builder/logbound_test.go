@@ -79,3 +79,50 @@ func TestBuildBounds(t *testing.T) {
 		t.Errorf("another key's first build: %v", err)
 	}
 }
+
+// TestRequestBounds: what a key may keep in the server's memory through
+// builds it requests (review 27 round 2): tags per build, builds requested
+// and never started, finished builds with their logs, a failure's message.
+func TestRequestBounds(t *testing.T) {
+	b := New(Options{Store: template.Open(t.TempDir())})
+	tags := make([]string, maxTags+1)
+	for i := range tags {
+		tags[i] = fmt.Sprint("t", i)
+	}
+	if _, err := b.Request("k1", Request{Name: "many-tags", Tags: tags}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("%d tags: %v, want ErrInvalidArgument", len(tags), err)
+	}
+	for i := range maxWaitingPerKey {
+		if _, err := b.Request("k1", Request{Name: fmt.Sprint("w", i)}); err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+	}
+	if _, err := b.Request("k1", Request{Name: "one-more"}); !errors.Is(err, errdefs.ErrResourceExhausted) {
+		t.Errorf("waiting build %d of a key: %v, want ErrResourceExhausted", maxWaitingPerKey+1, err)
+	}
+	if _, err := b.Request("k2", Request{Name: "other-key"}); err != nil {
+		t.Errorf("another key's request: %v", err)
+	}
+	// Finished builds: a key keeps its newest maxFinishedPerKey.
+	for i := range maxFinishedPerKey + 5 {
+		bd := &Build{ID: fmt.Sprint("f", i), KeyID: "k3", Template: fmt.Sprint("f", i), Status: StatusBuilding}
+		b.mu.Lock()
+		b.builds[bd.ID] = bd
+		b.mu.Unlock()
+		b.finish(bd, nil, &Failure{Step: "1", Message: strings.Repeat("m", 100<<10)})
+		if n := len(bd.Reason.Message); n > maxFailure+64 {
+			t.Fatalf("a failure kept %d bytes of message", n)
+		}
+	}
+	b.mu.Lock()
+	n := 0
+	for _, bd := range b.builds {
+		if bd.KeyID == "k3" {
+			n++
+		}
+	}
+	b.mu.Unlock()
+	if n != maxFinishedPerKey {
+		t.Errorf("the server keeps %d finished builds of a key, want %d", n, maxFinishedPerKey)
+	}
+}

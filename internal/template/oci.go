@@ -271,13 +271,36 @@ func pickImage(idx v1.ImageIndex, plat v1.Platform, depth int) (v1.Image, error)
 	return nil, fmt.Errorf("no image for %s (the index has %s): %w", plat.String(), strings.Join(seen, ", "), errdefs.ErrNotFound)
 }
 
+// maxConfigSize bounds an image's config blob: go-containerregistry reads
+// it whole, at whatever size the manifest declares, and a registry serving
+// a 1.5 GB config took the server to 6 GB (review 27 round 2, G8). Real
+// configs are kilobytes; a long history, a few hundred.
+const maxConfigSize = 4 << 20
+
+// configFile is img's config, refused past maxConfigSize before it is
+// read.
+func configFile(img v1.Image) (*v1.ConfigFile, error) {
+	m, err := img.Manifest()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", err, errdefs.ErrInvalidArgument)
+	}
+	if m.Config.Size > maxConfigSize || m.Config.Size < 0 {
+		return nil, fmt.Errorf("the image's config is %d bytes, past the %d this server reads: %w", m.Config.Size, maxConfigSize, errdefs.ErrInvalidArgument)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", err, errdefs.ErrInvalidArgument)
+	}
+	return cf, nil
+}
+
 // ImportLayers puts img's layers into the store, fetching only those it
 // lacks, and returns their ids, bottom first. Each is checked against the
 // diff id the image's config names. desc names the image in the log.
 func (s *Store) ImportLayers(ctx context.Context, img v1.Image, desc string, progress io.Writer) ([]string, error) {
-	cf, err := img.ConfigFile()
+	cf, err := configFile(img)
 	if err != nil {
-		return nil, fmt.Errorf("image %s: config: %w: %w", desc, err, errdefs.ErrInvalidArgument)
+		return nil, fmt.Errorf("image %s: config: %w", desc, err)
 	}
 	if cf.OS != "" && cf.OS != "linux" {
 		return nil, fmt.Errorf("image %s is for %s, not linux: %w", desc, cf.OS, errdefs.ErrInvalidArgument)
@@ -372,9 +395,9 @@ func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
 // and User as the defaults (root and / when the image sets none), and
 // Entrypoint followed by Cmd as Cmd.
 func ImageConfig(img v1.Image) (Config, error) {
-	cf, err := img.ConfigFile()
+	cf, err := configFile(img)
 	if err != nil {
-		return Config{}, fmt.Errorf("image config: %w: %w", err, errdefs.ErrInvalidArgument)
+		return Config{}, fmt.Errorf("image config: %w", err)
 	}
 	c := cf.Config
 	cfg := Config{
