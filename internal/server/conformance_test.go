@@ -256,6 +256,11 @@ func testTemplateAPI(t *testing.T, call caller) {
 	call("POST", "/v2/templates/"+name+"/builds/"+build.BuildID, `{"fromImage":"docker.io/library/alpine","fromTemplate":"base"}`, valid, 400)
 	call("POST", "/v2/templates/"+name+"/builds/"+build.BuildID, `{"fromTemplate":"base","steps":[{"type":"MAGIC","args":[]}]}`, valid, 400)
 	call("POST", "/v2/templates/base/builds/"+build.BuildID, `{"fromTemplate":"base"}`, valid, 404)
+	// A body past the bound to a build that does not exist: 404, the
+	// body never read (review 27 round 2, G4); to a waiting build: 413.
+	big := `{"fromTemplate":"base","steps":[{"type":"RUN","args":["` + strings.Repeat("x", 5<<20) + `"]}]}`
+	call("POST", "/v2/templates/"+name+"/builds/no-such-build", big, valid, 404)
+	call("POST", "/v2/templates/"+name+"/builds/"+build.BuildID, big, valid, 413)
 	call("POST", "/v2/templates/"+name+"/builds/"+build.BuildID, `{"fromTemplate":"base","force":false,"steps":[]}`, valid, 202)
 	call("POST", "/v2/templates/"+name+"/builds/"+build.BuildID, `{"fromTemplate":"base"}`, valid, 400)
 	deadline := time.Now().Add(time.Minute)
