@@ -30,7 +30,20 @@ type ControlPlane struct {
 // Start starts a control plane with keys API keys (at least one) and
 // stops it, killing its sandboxes, when the test ends. It needs root
 // (testenv.RequireRoot).
-func Start(t *testing.T, keys int) *ControlPlane {
+func Start(t testing.TB, keys int) *ControlPlane {
+	t.Helper()
+	return StartWith(t, keys, Options{})
+}
+
+// Options tune a control plane beyond Start's defaults.
+type Options struct {
+	// MaxPerKey caps each key's running sandboxes (0: no cap): a fuzz
+	// target that may create sandboxes at every input stays within it.
+	MaxPerKey int
+}
+
+// StartWith is Start with opts.
+func StartWith(t testing.TB, keys int, opts Options) *ControlPlane {
 	t.Helper()
 	testenv.RequireRoot(t, "namespaces, cgroups and mounts")
 	dir := t.TempDir()
@@ -40,7 +53,7 @@ func Start(t *testing.T, keys int) *ControlPlane {
 	templates := testenv.TemplatesDir()
 	ctx := context.Background()
 	s, err := serve.Open(ctx, serve.Config{DataDir: dir, Templates: templates,
-		Resources: runtime.Resources{MemoryBytes: 256 << 20, CPUs: 1, Pids: 256}})
+		Resources: runtime.Resources{MemoryBytes: 256 << 20, CPUs: 1, Pids: 256}, MaxPerKey: opts.MaxPerKey})
 	if err != nil {
 		t.Fatal(err)
 	}
