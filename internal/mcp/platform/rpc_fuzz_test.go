@@ -17,21 +17,14 @@ import (
 // and without one every sandbox tool would stop at "not found".
 const sandboxPlaceholder = "SBX"
 
-// FuzzPlatformRPC: any body posted to `hutch mcp`'s streamable HTTP
-// endpoint (the handler `hutch mcp --http` serves, bearer key and all) is
-// answered without a 5xx and in JSON-RPC (a call that is accepted gets its
-// response), and the server still lists its tools afterwards
-// (mcptest.CheckPost). Behind it runs a real control plane with real
-// sandboxes (servertest), capped at three per key: sandbox_create makes
-// them, and "SBX" in an input is the id of a running one, so commands run
-// and files are read and written for real. That sandbox is replaced every
-// 256 inputs (and when an input killed or paused it), so what an input
-// started in it does not outlive many more.
-func FuzzPlatformRPC(f *testing.F) {
+// platformSeeds are JSON-RPC messages for the platform server's fuzz
+// targets: every method a client sends, every kind of tool, valid and
+// not, on the kept sandbox ("SBX"), and messages that are not JSON-RPC.
+func platformSeeds() []string {
 	call := func(id, tool, args string) string {
 		return `{"jsonrpc":"2.0","id":` + id + `,"method":"tools/call","params":{"name":"` + tool + `","arguments":` + args + `}}`
 	}
-	for _, s := range []string{
+	return []string{
 		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"c","version":"1"}}}`,
 		`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
 		`{"jsonrpc":"2.0","id":2,"method":"tools/list"}`,
@@ -60,43 +53,81 @@ func FuzzPlatformRPC(f *testing.F) {
 		`[{"jsonrpc":"2.0","id":1,"method":"ping"}]`,
 		`{"jsonrpc":"2.0","id":null,"method":"ping"}`,
 		`{}`, `null`, ``,
-	} {
+	}
+}
+
+// FuzzPlatformRPC: any body posted to `hutch mcp`'s streamable HTTP
+// endpoint (the handler `hutch mcp --http` serves, bearer key and all) is
+// answered without a 5xx and in JSON-RPC (a call that is accepted gets its
+// response), and the server still lists its tools afterwards
+// (mcptest.CheckPost). Behind it runs a real control plane with real
+// sandboxes (servertest), capped at three per key: sandbox_create makes
+// them, and "SBX" in an input is the id of a running one, so commands run
+// and files are read and written for real. That sandbox is replaced every
+// 256 inputs (and when an input killed or paused it), so what an input
+// started in it does not outlive many more.
+func FuzzPlatformRPC(f *testing.F) {
+	for _, s := range platformSeeds() {
 		f.Add([]byte(s))
 	}
 	cp := servertest.StartWith(f, 1, servertest.Options{MaxPerKey: 3})
-	c, err := sdk.NewClient(sdk.Config{APIURL: cp.URL, APIKey: cp.Keys[0]})
-	if err != nil {
-		f.Fatal(err)
-	}
+	kept := newKeptSandbox(f, cp)
 	h, err := NewHTTPHandler(HTTPOptions{Config: sdk.Config{APIURL: cp.URL}})
 	if err != nil {
 		f.Fatal(err)
 	}
 	header := http.Header{"Authorization": {"Bearer " + cp.Keys[0]}}
-	ctx := context.Background()
-	var sbx string
-	renew := func(t testing.TB) {
-		if sbx != "" {
-			c.Kill(ctx, sbx)
-		}
-		sb, err := c.Create(ctx, sdk.CreateOptions{Template: "base", Timeout: 10 * time.Minute})
-		if err != nil {
-			t.Fatalf("create the sandbox inputs use: %v", err)
-		}
-		sbx = sb.ID
-	}
-	n := 0
 	f.Fuzz(func(t *testing.T, body []byte) {
-		if n++; sbx == "" || n%256 == 0 {
-			renew(t)
-		}
-		uses := bytes.Contains(body, []byte(sandboxPlaceholder))
-		body = bytes.ReplaceAll(body, []byte(sandboxPlaceholder), []byte(sbx))
+		body = kept.use(t, body)
+		defer kept.check(t, body)
 		mcptest.CheckPost(t, h, "/mcp", header, body)
-		if uses {
-			if info, err := c.GetInfo(ctx, sbx); err != nil || info.State != "running" {
-				renew(t)
-			}
-		}
 	})
+}
+
+// keptSandbox is the running sandbox fuzz inputs name as "SBX".
+type keptSandbox struct {
+	c  *sdk.Client
+	id string
+	n  int // inputs since it was made
+}
+
+func newKeptSandbox(f *testing.F, cp *servertest.ControlPlane) *keptSandbox {
+	c, err := sdk.NewClient(sdk.Config{APIURL: cp.URL, APIKey: cp.Keys[0]})
+	if err != nil {
+		f.Fatal(err)
+	}
+	return &keptSandbox{c: c}
+}
+
+// renew kills the kept sandbox and makes another.
+func (k *keptSandbox) renew(t testing.TB) {
+	ctx := context.Background()
+	if k.id != "" {
+		k.c.Kill(ctx, k.id)
+	}
+	sb, err := k.c.Create(ctx, sdk.CreateOptions{Template: "base", Timeout: 10 * time.Minute})
+	if err != nil {
+		t.Fatalf("create the sandbox inputs use: %v", err)
+	}
+	k.id, k.n = sb.ID, 0
+}
+
+// use returns input with "SBX" replaced by the kept sandbox's id, making
+// a new sandbox first every 256 inputs.
+func (k *keptSandbox) use(t testing.TB, input []byte) []byte {
+	if k.n++; k.id == "" || k.n > 256 {
+		k.renew(t)
+	}
+	return bytes.ReplaceAll(input, []byte(sandboxPlaceholder), []byte(k.id))
+}
+
+// check makes a new sandbox if input (as use returned it) named the kept
+// one and it is no longer running (the input killed or paused it).
+func (k *keptSandbox) check(t testing.TB, input []byte) {
+	if !bytes.Contains(input, []byte(k.id)) {
+		return
+	}
+	if info, err := k.c.GetInfo(context.Background(), k.id); err != nil || info.State != "running" {
+		k.renew(t)
+	}
 }

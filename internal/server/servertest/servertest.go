@@ -9,6 +9,7 @@ package servertest
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -40,6 +41,8 @@ type Options struct {
 	// MaxPerKey caps each key's running sandboxes (0: no cap): a fuzz
 	// target that may create sandboxes at every input stays within it.
 	MaxPerKey int
+	// Logger receives the control plane's log; nil discards it.
+	Logger *slog.Logger
 }
 
 // StartWith is Start with opts.
@@ -53,7 +56,7 @@ func StartWith(t testing.TB, keys int, opts Options) *ControlPlane {
 	templates := testenv.TemplatesDir()
 	ctx := context.Background()
 	s, err := serve.Open(ctx, serve.Config{DataDir: dir, Templates: templates,
-		Resources: runtime.Resources{MemoryBytes: 256 << 20, CPUs: 1, Pids: 256}, MaxPerKey: opts.MaxPerKey})
+		Resources: runtime.Resources{MemoryBytes: 256 << 20, CPUs: 1, Pids: 256}, MaxPerKey: opts.MaxPerKey, Logger: opts.Logger})
 	if err != nil {
 		t.Fatal(err)
 	}
