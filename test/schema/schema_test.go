@@ -65,6 +65,9 @@ var checks = []string{
 func TestOpenAPI(t *testing.T) {
 	testenv.RequireRoot(t, "hutch serve runs sandboxes: namespaces, cgroups and mounts")
 	python := hutchtest.PythonVenv(t, "requirements.txt")
+	// Snapshots, pauses, forks and the template API write to the server's
+	// template store: one of the test's own, not the machine's.
+	t.Setenv(testenv.TemplatesEnv, testenv.PrivateTemplates(t))
 	s := hutchtest.StartServe(t, hutchBin.Path(t), "--warm", "0", "--max-sandboxes-per-key", strconv.Itoa(maxSandboxes))
 	config, err := filepath.Abs("schemathesis.toml")
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hutch-sandbox/hutch/internal/mcp/mcptest"
 	"github.com/hutch-sandbox/hutch/internal/server/servertest"
+	"github.com/hutch-sandbox/hutch/internal/testenv"
 	"github.com/hutch-sandbox/hutch/sdk"
 )
 
@@ -61,16 +62,17 @@ func platformSeeds() []string {
 // answered without a 5xx and in JSON-RPC (a call that is accepted gets its
 // response), and the server still lists its tools afterwards
 // (mcptest.CheckPost). Behind it runs a real control plane with real
-// sandboxes (servertest), capped at three per key: sandbox_create makes
-// them, and "SBX" in an input is the id of a running one, so commands run
-// and files are read and written for real. That sandbox is replaced every
-// 256 inputs (and when an input killed or paused it), so what an input
-// started in it does not outlive many more.
+// sandboxes (servertest) on a template store of its own (an input may
+// snapshot, pause or fork), capped at three sandboxes per key:
+// sandbox_create makes them, and "SBX" in an input is the id of a running
+// one, so commands run and files are read and written for real. That
+// sandbox is replaced every 256 inputs (and when an input killed or paused
+// it), so what an input started in it does not outlive many more.
 func FuzzPlatformRPC(f *testing.F) {
 	for _, s := range platformSeeds() {
 		f.Add([]byte(s))
 	}
-	cp := servertest.StartWith(f, 1, servertest.Options{MaxPerKey: 3})
+	cp := servertest.StartWith(f, 1, servertest.Options{MaxPerKey: 3, Templates: testenv.PrivateTemplates(f)})
 	kept := newKeptSandbox(f, cp)
 	h, err := NewHTTPHandler(HTTPOptions{Config: sdk.Config{APIURL: cp.URL}})
 	if err != nil {

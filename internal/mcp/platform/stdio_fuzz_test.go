@@ -14,6 +14,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/hutch-sandbox/hutch/internal/server/servertest"
+	"github.com/hutch-sandbox/hutch/internal/testenv"
 	"github.com/hutch-sandbox/hutch/sdk"
 )
 
@@ -139,7 +140,7 @@ func FuzzPlatformStdio(f *testing.F) {
 	}
 	f.Add([]byte("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}\n{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/list\"}"))
 	f.Add([]byte("not json\n{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}"))
-	cp := servertest.StartWith(f, 1, servertest.Options{MaxPerKey: 3})
+	cp := servertest.StartWith(f, 1, servertest.Options{MaxPerKey: 3, Templates: testenv.PrivateTemplates(f)})
 	kept := newKeptSandbox(f, cp)
 	srv := NewServer(Options{Client: func(context.Context, *mcp.CallToolRequest) (*sdk.Client, error) { return kept.c, nil }})
 	f.Fuzz(func(t *testing.T, input []byte) {

@@ -41,6 +41,8 @@ type Options struct {
 	// MaxPerKey caps each key's running sandboxes (0: no cap): a fuzz
 	// target that may create sandboxes at every input stays within it.
 	MaxPerKey int
+	// Templates is the template store; "" is testenv.TemplatesDir().
+	Templates string
 	// Logger receives the control plane's log; nil discards it.
 	Logger *slog.Logger
 }
@@ -53,7 +55,10 @@ func StartWith(t testing.TB, keys int, opts Options) *ControlPlane {
 	// Sandboxes' uids must traverse to their layers.
 	os.Chmod(filepath.Dir(dir), 0o711)
 	os.Chmod(dir, 0o711)
-	templates := testenv.TemplatesDir()
+	templates := opts.Templates
+	if templates == "" {
+		templates = testenv.TemplatesDir()
+	}
 	ctx := context.Background()
 	s, err := serve.Open(ctx, serve.Config{DataDir: dir, Templates: templates,
 		Resources: runtime.Resources{MemoryBytes: 256 << 20, CPUs: 1, Pids: 256}, MaxPerKey: opts.MaxPerKey, Logger: opts.Logger})
