@@ -61,7 +61,11 @@ func StartWith(t testing.TB, keys int, opts Options) *ControlPlane {
 	}
 	ctx := context.Background()
 	s, err := serve.Open(ctx, serve.Config{DataDir: dir, Templates: templates,
-		Resources: runtime.Resources{MemoryBytes: 256 << 20, CPUs: 1, Pids: 256}, MaxPerKey: opts.MaxPerKey, Logger: opts.Logger})
+		Resources: runtime.Resources{MemoryBytes: 256 << 20, CPUs: 1, Pids: 256}, MaxPerKey: opts.MaxPerKey, Logger: opts.Logger,
+		// The test binary is the sandboxes' init and envd (envdtest), not
+		// gVisor's shim: a sandbox asking for gvisor is refused (400), as
+		// on a server without it, not started on a shim that is not one.
+		Runtimes: []string{"native"}})
 	if err != nil {
 		t.Fatal(err)
 	}
