@@ -8,12 +8,21 @@
 #
 # Usage: ./scripts/fuzz.sh [DURATION] [PATTERN]   (PATTERN: a grep -E on
 # "package target", to run some targets only)
+# FUZZ_PARALLEL (default 2) is how many fuzzing workers each target runs:
+# FUZZ_PARALLEL=1 for a long run that keeps to one core beside other work.
+# FUZZ_MINIMIZE (default 10s) bounds the minimizing of each new input
+# (go test's -fuzzminimizetime): the targets with a real server behind
+# them (FuzzPlatformRPC, FuzzPlatformStdio) find "new" coverage in the
+# server's own goroutines all the time and spend their run minimizing it
+# unless it is 1x.
 set -eu
 cd "$(dirname "$0")/.."
 GO=$(command -v go || echo /usr/local/go/bin/go)
 export CGO_ENABLED=0
 time=${1:-10s}
 only=${2:-.}
+parallel=${FUZZ_PARALLEL:-2}
+minimize=${FUZZ_MINIMIZE:-10s}
 
 targets=$(
 	for dir in $(git ls-files '*_test.go' | xargs grep -l '^func Fuzz' | xargs -n1 dirname | sort -u); do
@@ -30,7 +39,7 @@ echo "$targets" | while read -r pkg name; do
 	# Minimizing what a target found is bounded too: on a slow target
 	# (the redaction's regular expressions on large inputs) the default
 	# minute passes with no execution counted.
-	out=$("$GO" test -run '^$' -fuzz "^$name\$" -fuzztime "$time" -fuzzminimizetime 10s -parallel 2 "$pkg" 2>&1) || {
+	out=$("$GO" test -run '^$' -fuzz "^$name\$" -fuzztime "$time" -fuzzminimizetime "$minimize" -parallel "$parallel" "$pkg" 2>&1) || {
 		if ! echo "$out" | grep -q 'Failing input written' && echo "$out" | grep -q 'context deadline exceeded'; then
 			# Go's fuzzer reports its own deadline, reached while it
 			# minimized a new input, as a failure, with no failing

@@ -9,6 +9,7 @@ package servertest
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -30,17 +31,41 @@ type ControlPlane struct {
 // Start starts a control plane with keys API keys (at least one) and
 // stops it, killing its sandboxes, when the test ends. It needs root
 // (testenv.RequireRoot).
-func Start(t *testing.T, keys int) *ControlPlane {
+func Start(t testing.TB, keys int) *ControlPlane {
+	t.Helper()
+	return StartWith(t, keys, Options{})
+}
+
+// Options tune a control plane beyond Start's defaults.
+type Options struct {
+	// MaxPerKey caps each key's running sandboxes (0: no cap): a fuzz
+	// target that may create sandboxes at every input stays within it.
+	MaxPerKey int
+	// Templates is the template store; "" is testenv.TemplatesDir().
+	Templates string
+	// Logger receives the control plane's log; nil discards it.
+	Logger *slog.Logger
+}
+
+// StartWith is Start with opts.
+func StartWith(t testing.TB, keys int, opts Options) *ControlPlane {
 	t.Helper()
 	testenv.RequireRoot(t, "namespaces, cgroups and mounts")
 	dir := t.TempDir()
 	// Sandboxes' uids must traverse to their layers.
 	os.Chmod(filepath.Dir(dir), 0o711)
 	os.Chmod(dir, 0o711)
-	templates := testenv.TemplatesDir()
+	templates := opts.Templates
+	if templates == "" {
+		templates = testenv.TemplatesDir()
+	}
 	ctx := context.Background()
 	s, err := serve.Open(ctx, serve.Config{DataDir: dir, Templates: templates,
-		Resources: runtime.Resources{MemoryBytes: 256 << 20, CPUs: 1, Pids: 256}})
+		Resources: runtime.Resources{MemoryBytes: 256 << 20, CPUs: 1, Pids: 256}, MaxPerKey: opts.MaxPerKey, Logger: opts.Logger,
+		// The test binary is the sandboxes' init and envd (envdtest), not
+		// gVisor's shim: a sandbox asking for gvisor is refused (400), as
+		// on a server without it, not started on a shim that is not one.
+		Runtimes: []string{"native"}})
 	if err != nil {
 		t.Fatal(err)
 	}
