@@ -2,6 +2,7 @@ package escape
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -14,7 +15,6 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
-	"github.com/hutch-sandbox/hutch/internal/testenv"
 	"github.com/hutch-sandbox/hutch/internal/testenv/ocitest"
 	"github.com/hutch-sandbox/hutch/sdk"
 )
@@ -66,7 +66,7 @@ print("finished: yes")
 for f in /proc/[0-9]*/fd/* /proc/[0-9]*/cwd /proc/[0-9]*/exe /proc/[0-9]*/map_files/*; do readlink "$f"; done 2>/dev/null
 cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline /proc/[0-9]*/maps 2>/dev/null | tr '\0' '\n'; echo listed`)
 		want(t, out, "listed")
-		absent(t, out, s.srv.DataDir, testenv.TemplatesDir(), "/var/lib/hutch", filepath.Dir(s.secretPath))
+		absent(t, out, s.srv.DataDir, s.templates, "/var/lib/hutch", filepath.Dir(s.secretPath))
 	}},
 	{"leaked-descriptors", "host files", func(t *testing.T, s *suite, b string) {
 		// A command starts with its three standard streams and nothing
@@ -222,7 +222,7 @@ for name, p in (("self-exe", "/proc/self/exe"), ("init-exe", "/proc/1/exe"), ("e
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { s.client.DestroyVolume(t.Context(), v.ID) })
+		t.Cleanup(func() { s.client.DestroyVolume(context.Background(), v.ID) })
 		mounts := []sdk.VolumeMount{{Name: v.Name, Path: "/mnt/v"}}
 		a := s.sandbox(t, b, sdk.CreateOptions{Volumes: mounts})
 		c := s.sandbox(t, b, sdk.CreateOptions{Volumes: mounts})
@@ -328,7 +328,7 @@ for name, p in (("self-exe", "/proc/self/exe"), ("init-exe", "/proc/1/exe"), ("e
 				t.Errorf("build from %s: %v, want it refused at its base step: %s", ref, err, tc.want)
 			}
 		}
-		for _, p := range []string{"/etc/evil", "/evil", filepath.Join(testenv.TemplatesDir(), "etc", "evil"), filepath.Join(testenv.TemplatesDir(), "layers", "etc", "evil"), filepath.Join(testenv.TemplatesDir(), "evil")} {
+		for _, p := range []string{"/etc/evil", "/evil", filepath.Join(s.templates, "etc", "evil"), filepath.Join(s.templates, "layers", "etc", "evil"), filepath.Join(s.templates, "evil")} {
 			if _, err := os.Lstat(p); err == nil {
 				t.Errorf("a hostile layer wrote %s", p)
 			}

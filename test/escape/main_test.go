@@ -70,6 +70,8 @@ type suite struct {
 	registry     string
 	// top is the test the suite belongs to: what it starts lives as long.
 	top *testing.T
+	// templates is the server's template store, the suite's own.
+	templates string
 }
 
 // startSuite starts the server and the host's bait.
@@ -82,6 +84,14 @@ func startSuite(t *testing.T) *suite {
 	os.Chmod(filepath.Dir(tmp), 0o711)
 	os.Chmod(tmp, 0o711)
 	s.srv = hutchtest.NewServer(t, hutchBin.Path(t), filepath.Join(tmp, "data"))
+	// A store of the suite's own: the attempts build, snapshot and fork,
+	// and the machine's store is every other suite's.
+	s.templates = testenv.PrivateTemplates(t)
+	for i, e := range s.srv.Env {
+		if strings.HasPrefix(e, "HUTCH_TEMPLATES=") {
+			s.srv.Env[i] = "HUTCH_TEMPLATES=" + s.templates
+		}
+	}
 	s.srv.Wrap = s.ns.Wrap()
 	s.srv.Client = &http.Client{Transport: &http.Transport{DialContext: s.ns.DialContext}}
 	s.srv.Args = []string{"--domain", hutchtest.TestDomain,

@@ -1,6 +1,7 @@
 package escape
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -12,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hutch-sandbox/hutch/internal/testenv"
 	"github.com/hutch-sandbox/hutch/sdk"
 )
 
@@ -269,13 +269,13 @@ print("neighbour-inotify:", "OK" if r >= 0 else errno.errorcode[ctypes.get_errno
 		sbx := s.sandbox(t, b, sdk.CreateOptions{})
 		run(t, sbx, "root", "truncate -s 200G /tmp/sparse && echo end >> /tmp/sparse")
 		var before syscall.Statfs_t
-		syscall.Statfs(testenv.TemplatesDir(), &before)
+		syscall.Statfs(s.templates, &before)
 		snap, err := s.client.CreateSnapshot(t.Context(), sbx.ID, sdk.SnapshotOptions{Name: unique("sparse")})
 		var after syscall.Statfs_t
-		syscall.Statfs(testenv.TemplatesDir(), &after)
+		syscall.Statfs(s.templates, &after)
 		t.Logf("snapshot: %+v %v", snap, err)
 		if err == nil {
-			t.Cleanup(func() { s.client.DeleteSnapshot(t.Context(), snap.ID) })
+			t.Cleanup(func() { s.client.DeleteSnapshot(context.Background(), snap.ID) })
 		}
 		if used := (int64(before.Bavail) - int64(after.Bavail)) * before.Bsize; used > 2<<30 {
 			t.Errorf("the snapshot took %d MiB of the store's disk", used>>20)
