@@ -13,10 +13,9 @@ import (
 	"testing"
 	"time"
 
-	v1 "github.com/google/go-containerregistry/pkg/v1"
-
 	"github.com/hutch-sandbox/hutch/internal/testenv/ocitest"
 	"github.com/hutch-sandbox/hutch/sdk"
+	"github.com/hutch-sandbox/hutch/test/internal/hutchtest"
 )
 
 // fileAttempts go for the host's files: through paths, /proc, descriptors,
@@ -309,23 +308,14 @@ for name, p in (("self-exe", "/proc/self/exe"), ("init-exe", "/proc/1/exe"), ("e
 		reg := s.reg(t)
 		var shadow syscall.Stat_t
 		syscall.Stat("/etc/shadow", &shadow)
-		for _, tc := range []struct {
-			name  string
-			layer func(testing.TB) v1.Layer
-			want  string
-		}{
-			{"dotdot", ocitest.DotDotLayer, `layer entry "../../etc/evil": climbs out of the root with ".."`},
-			{"absolute", ocitest.AbsolutePathLayer, `layer entry "/etc/evil": is an absolute path`},
-			{"symlink", ocitest.SymlinkEscapeLayer, `layer entry "x": symlink to "../../../../etc" points outside the root`},
-			{"hardlink", ocitest.HardlinkEscapeLayer, `layer entry "shadow": hard link target climbs out of the root with ".."`},
-		} {
-			ref := reg + "/hostile-" + b + "/" + tc.name + ":1"
-			s.push(t, ref, ocitest.Image(t, ocitest.ImageConfig{}, tc.layer(t)))
-			name := unique("hostile-" + tc.name)
+		for _, tc := range hutchtest.HostileImages() {
+			ref := reg + "/hostile-" + b + "/" + tc.Name + ":1"
+			s.push(t, ref, ocitest.Image(t, ocitest.ImageConfig{}, tc.Layer(t)))
+			name := unique("hostile-" + tc.Name)
 			_, err := s.client.BuildTemplate(t.Context(), sdk.TemplateBuild{Name: name, FromImage: ref, Steps: []sdk.TemplateStep{{Type: "RUN", Args: []string{"true"}}}})
 			var be *sdk.BuildError
-			if !errors.As(err, &be) || be.Step != "base" || !strings.Contains(be.Message, tc.want) {
-				t.Errorf("build from %s: %v, want it refused at its base step: %s", ref, err, tc.want)
+			if !errors.As(err, &be) || be.Step != "base" || !strings.Contains(be.Message, tc.Refusal) {
+				t.Errorf("build from %s: %v, want it refused at its base step: %s", ref, err, tc.Refusal)
 			}
 		}
 		for _, p := range []string{"/etc/evil", "/evil", filepath.Join(s.templates, "etc", "evil"), filepath.Join(s.templates, "layers", "etc", "evil"), filepath.Join(s.templates, "evil")} {

@@ -38,6 +38,7 @@ import (
 	"testing"
 
 	"github.com/hutch-sandbox/hutch/internal/template"
+	"github.com/hutch-sandbox/hutch/test/internal/hutchtest"
 )
 
 // pyPrelude defines helpers for the Python attempts:
@@ -67,38 +68,8 @@ def attempt(name, fn, *args):
         print(f"{name}: {errno.errorcode.get(e.errno, str(e.errno))}", flush=True)
 `
 
-// visibilityScript lists every process the sandbox can see: it prints
-// whether a process with argv element $M is among them (in /proc and in
-// ps), and whether its own control process (sleep $C) is, which proves the
-// scan itself works.
-const visibilityScript = pyPrelude + `
-import time
-m, c = os.environ["M"], os.environ["C"]
-ctl = subprocess.Popen(["sleep", c])
-for _ in range(200):  # until the control's exec has set its argv
-    pids, hits, ctl_seen = [], [], False
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        pids.append(int(d))
-        try:
-            argv = open(f"/proc/{d}/cmdline", "rb").read().decode().split("\0")
-        except OSError:
-            continue
-        if m in argv:
-            hits.append(d)
-        if c in argv:
-            ctl_seen = True
-    if ctl_seen:
-        break
-    time.sleep(0.01)
-ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
-ctl.kill()
-print("control-seen:", ctl_seen and c in ps)
-print("marker-in-proc:", hits)
-print("marker-in-ps:", m in ps)
-print("pid-count:", len(pids))
-`
+// visibilityScript is hutchtest.ProcessScan with the Python helpers.
+const visibilityScript = pyPrelude + hutchtest.ProcessScan
 
 // escapeCase is one attempt: argv runs in a fresh sandbox made with flags
 // (as the template's user unless flags say --user), and check looks at

@@ -20,8 +20,6 @@ import (
 	"testing"
 	"time"
 
-	v1 "github.com/google/go-containerregistry/pkg/v1"
-
 	"github.com/hutch-sandbox/hutch/internal/testenv"
 	"github.com/hutch-sandbox/hutch/internal/testenv/ocitest"
 	"github.com/hutch-sandbox/hutch/sdk"
@@ -141,28 +139,19 @@ func TestHostileImage(t *testing.T) {
 	if err := syscall.Stat("/etc/shadow", &shadow); err != nil {
 		t.Fatal(err)
 	}
-	for _, tc := range []struct {
-		name  string
-		layer func(testing.TB) v1.Layer
-		want  string
-	}{
-		{"dotdot", ocitest.DotDotLayer, `layer entry "../../etc/evil": climbs out of the root with ".."`},
-		{"absolute", ocitest.AbsolutePathLayer, `layer entry "/etc/evil": is an absolute path`},
-		{"symlink-escape", ocitest.SymlinkEscapeLayer, `layer entry "x": symlink to "../../../../etc" points outside the root`},
-		{"hardlink-escape", ocitest.HardlinkEscapeLayer, `layer entry "shadow": hard link target climbs out of the root with ".."`},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			ref := reg + "/hostile/" + tc.name + ":1"
+	for _, tc := range hutchtest.HostileImages() {
+		t.Run(tc.Name, func(t *testing.T) {
+			ref := reg + "/hostile/" + tc.Name + ":1"
 			// The hostile layer alone: a sound layer below it would be
 			// kept in the store (a retry resumes after it).
-			ocitest.Push(t, ref, ocitest.Image(t, ocitest.ImageConfig{}, tc.layer(t)))
-			name := e.name(tc.name)
+			ocitest.Push(t, ref, ocitest.Image(t, ocitest.ImageConfig{}, tc.Layer(t)))
+			name := e.name(tc.Name)
 			_, err := e.client.BuildTemplate(t.Context(), sdk.TemplateBuild{
 				Name: name, FromImage: ref, Steps: []sdk.TemplateStep{{Type: "RUN", Args: []string{"true"}}},
 			})
 			var be *sdk.BuildError
-			if !errors.As(err, &be) || be.Step != "base" || !strings.Contains(be.Message, tc.want) {
-				t.Errorf("build from %s: %v\nwant a build error at step base saying %s", ref, err, tc.want)
+			if !errors.As(err, &be) || be.Step != "base" || !strings.Contains(be.Message, tc.Refusal) {
+				t.Errorf("build from %s: %v\nwant a build error at step base saying %s", ref, err, tc.Refusal)
 			}
 			noTemplate(t, name)
 			for _, p := range escapes(t) {
