@@ -38,6 +38,10 @@ const (
 	// CreateRecorded: the store has the sandbox; the client has no
 	// answer yet.
 	CreateRecorded = "create.recorded"
+	// NativeCreateClaimed: the native runtime made the sandbox's
+	// directory, wrote a first record and claimed its uid range; no
+	// cgroup, no process yet.
+	NativeCreateClaimed = "native.create.claimed"
 	// NativeCreateRecorded: the native runtime wrote the sandbox's state
 	// and made its cgroup and directories; no process runs yet.
 	NativeCreateRecorded = "native.create.recorded"
@@ -97,7 +101,7 @@ const (
 // Steps are every point, in the order of the operations' steps.
 var Steps = []string{
 	CreateStarted, CreateInitialized, CreateRecorded,
-	NativeCreateRecorded, NativeCreateInit,
+	NativeCreateClaimed, NativeCreateRecorded, NativeCreateInit,
 	KillUnrecorded, KillStopped,
 	PauseFrozen, PauseCaptured, PauseCheckpointed, PauseRecorded,
 	ResumeStarted, ResumeRestored, ResumeThawed, ResumeRecorded,

@@ -43,6 +43,7 @@ var stepCases = map[string][]stepCase{
 	fault.CreateStarted:        both("", opCreate),
 	fault.CreateInitialized:    both("", opCreate),
 	fault.CreateRecorded:       both("", opCreate),
+	fault.NativeCreateClaimed:  {{"native", "", opCreate}},
 	fault.NativeCreateRecorded: {{"native", "", opCreate}},
 	fault.NativeCreateInit:     {{"native", "", opCreate}},
 	fault.KillUnrecorded:       both("", opKill),

@@ -274,12 +274,22 @@ func (rt *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.San
 		}
 	}()
 	undo.add(func() { os.RemoveAll(dir) })
+	// A first record before anything is claimed: a crash from here on
+	// leaves a sandbox that lists (set-up not finished) and that a
+	// restart or `hutch rm` removes, not a directory no list shows,
+	// holding a uid claim for good (the soak's SIGQUIT run, issue 23).
+	early := &record{ID: spec.ID, Template: tpl.Name, TemplateID: tpl.ID, Created: time.Now().UTC(),
+		Slot: unclaimedSlot, Command: spec.Process.Args, Labels: spec.Labels}
+	if err := rt.writeRecord(early); err != nil {
+		return nil, err
+	}
 
 	slot, err := rt.claimSlot(spec.ID)
 	if err != nil {
 		return nil, err
 	}
 	undo.add(func() { rt.releaseSlot(slot, spec.ID) })
+	rt.faults.At(fault.NativeCreateClaimed)
 	rec := &record{
 		ID: spec.ID, Template: tpl.Name, TemplateID: tpl.ID, TemplateLayers: tpl.LowerDirs(), Created: time.Now().UTC(),
 		Slot: slot, Command: spec.Process.Args, Resources: spec.Resources, Labels: spec.Labels,

@@ -107,6 +107,10 @@ func (rt *Runtime) claimSlotFor(owner string) (int, error) {
 	}
 }
 
+// unclaimedSlot is a first record's slot: its sandbox has claimed none
+// yet (Create writes the record first).
+const unclaimedSlot = -1
+
 // staleClaim reports whether slot's claim belongs to no sandbox: its
 // sandbox directory is gone, or that sandbox's record names another slot.
 // A directory without a record yet is a sandbox being made: not stale.
@@ -126,8 +130,8 @@ func (rt *Runtime) staleClaim(file string, slot int) bool {
 	var r struct {
 		Slot int `json:"uidSlot"`
 	}
-	if json.Unmarshal(st, &r) != nil {
-		return false
+	if json.Unmarshal(st, &r) != nil || r.Slot == unclaimedSlot {
+		return false // a first record: the sandbox is claiming it now
 	}
 	return r.Slot != slot
 }
