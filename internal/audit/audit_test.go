@@ -3,9 +3,11 @@ package audit
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -121,5 +123,35 @@ func TestBound(t *testing.T) {
 	}
 	if small := []byte(`{"cmd":"ls"}`); string(bound(small)) != string(small) {
 		t.Errorf("bound changed a small detail")
+	}
+}
+
+// TestNoRoomDrops: while the data dir's disk is down to its floor (Room
+// says so) events are dropped, not written, and written again once there
+// is room (review 27 round 2, G3: nothing bounded the trail's disk).
+func TestNoRoomDrops(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	var full atomic.Bool
+	l := New(Options{Store: st, Room: func() error {
+		if full.Load() {
+			return errors.New("no room")
+		}
+		return nil
+	}})
+	defer l.Close()
+	full.Store(true)
+	for range 10 {
+		l.Record(Event{KeyID: "key_a", Kind: KindAPI, Action: "sandbox.create"})
+	}
+	l.Flush()
+	if all, _ := l.List(ctx, store.EventFilter{Limit: 100}); len(all) != 0 {
+		t.Errorf("%d events written with no room", len(all))
+	}
+	full.Store(false)
+	l.Record(Event{KeyID: "key_a", Kind: KindAPI, Action: "sandbox.kill"})
+	l.Flush()
+	if all, _ := l.List(ctx, store.EventFilter{Limit: 100}); len(all) != 1 || all[0].Action != "sandbox.kill" {
+		t.Errorf("with room again: %+v", all)
 	}
 }

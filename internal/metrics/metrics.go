@@ -331,7 +331,8 @@ func (m *Metrics) AuditEvents(kind string, n int) {
 	m.auditEvents.WithLabelValues(kind).Add(float64(n))
 }
 
-// AuditLost counts n audit events the store refused.
+// AuditLost counts n audit events the store refused, or that were
+// dropped while the disk had no room.
 func (m *Metrics) AuditLost(n int) {
 	if m == nil {
 		return

@@ -200,7 +200,8 @@ func Open(ctx context.Context, cfg Config) (_ *Server, retErr error) {
 	}
 	s.Metrics = metrics.New(logger)
 	if !cfg.NoAudit {
-		s.Audit = audit.New(audit.Options{Store: s.Store, Logger: logger, Metrics: s.Metrics, Retention: cfg.AuditRetention})
+		s.Audit = audit.New(audit.Options{Store: s.Store, Logger: logger, Metrics: s.Metrics, Retention: cfg.AuditRetention,
+			Room: func() error { return template.RoomFor(cfg.DataDir, "the audit trail", 0) }})
 	}
 	vols, err := volume.NewWithCap(s.Store, cfg.DataDir, cfg.VolumeSize, cfg.MaxVolumesPerKey, logger)
 	if err != nil {
