@@ -100,6 +100,11 @@ type Options struct {
 	// Faults are the fault points armed (a test hook, package fault):
 	// the server kills itself at each step named.
 	Faults fault.Points
+	// Removed, when set, is called with the id of each sandbox removed
+	// for good (killed, expired, ended), once its record is gone: what
+	// other parts keep per sandbox (OpenSandbox's execd, its command
+	// logs) goes with it.
+	Removed func(id string)
 	Logger *slog.Logger
 }
 
@@ -152,6 +157,8 @@ type Manager struct {
 	crash func(step string)
 	// faults are Options.Faults.
 	faults fault.Points
+	// removed is Options.Removed.
+	removed func(id string)
 }
 
 // step marks a point of a create, kill, pause, resume, snapshot or fork
@@ -203,7 +210,7 @@ func New(opts Options) (*Manager, error) {
 		resources: opts.Resources, logger: logger, timers: map[string]*time.Timer{}, ops: map[string]*opLock{}, dropping: map[string]chan struct{}{}, live: map[string]*live{}, warm: opts.Warm, net: opts.Network,
 		run: newSlots(opts.MaxPerKey, opts.MaxSandboxes, false), frozen: newSlots(opts.MaxPerKey, opts.MaxSandboxes, true),
 		readyTimeout: opts.ReadyTimeout, volumes: opts.Volumes, reg: opts.Registry, snapshotTTL: opts.SnapshotTTL, pausedTTL: opts.PausedRetention,
-		metrics: opts.Metrics, maxTotal: opts.MaxSandboxes, faults: opts.Faults,
+		metrics: opts.Metrics, maxTotal: opts.MaxSandboxes, faults: opts.Faults, removed: opts.Removed,
 	}
 	if m.readyTimeout <= 0 {
 		m.readyTimeout = DefaultReadyTimeout
@@ -942,6 +949,9 @@ func (m *Manager) removeLocked(ctx context.Context, id string) error {
 		l.route.close()
 	}
 	m.step(fault.KillUnrecorded)
+	if m.removed != nil {
+		m.removed(id)
+	}
 	if m.reg != nil {
 		if err := m.reg.Delete(ctx, id); err != nil {
 			// The cluster reconciles it: a record this node does not
