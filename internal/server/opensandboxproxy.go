@@ -82,7 +82,7 @@ func (s *Server) osbProxy(w http.ResponseWriter, r *http.Request) {
 	}
 	r2 := r.Clone(r.Context())
 	r2.URL.Path, r2.URL.RawPath = rest, ""
-	s.execd.Serve(w, r2, id, transport, token)
+	s.execd.ServeSandbox(w, r2, id, transport, token)
 }
 
 // execdAllowed reports whether r may use the execd of a sandbox of key

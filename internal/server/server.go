@@ -112,10 +112,10 @@ type Server struct {
 // Execd serves OpenSandbox's in-sandbox API (execd) for one sandbox at a
 // time by calling its envd (internal/osbexecd implements it).
 type Execd interface {
-	// Serve answers r, whose path is execd's own ("/ping", "/command"),
+	// ServeSandbox answers r, whose path is execd's own ("/ping", "/command"),
 	// for sandbox id, whose envd transport reaches and whose envd access
 	// token is token ("" for none). The caller authenticated r.
-	Serve(w http.ResponseWriter, r *http.Request, id string, transport http.RoundTripper, token string)
+	ServeSandbox(w http.ResponseWriter, r *http.Request, id string, transport http.RoundTripper, token string)
 	// Forget drops what is kept for sandbox id, which is gone.
 	Forget(id string)
 }
