@@ -105,7 +105,7 @@ type Options struct {
 	// other parts keep per sandbox (OpenSandbox's execd, its command
 	// logs) goes with it.
 	Removed func(id string)
-	Logger *slog.Logger
+	Logger  *slog.Logger
 }
 
 // Manager runs the sandboxes of one control plane. It is safe for
