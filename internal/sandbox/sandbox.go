@@ -714,6 +714,15 @@ func (m *Manager) limitsOf(tpl *template.Template, own Resources) Limits {
 		MemoryMB: int(r.MemoryBytes >> 20), DiskMB: int(r.DiskBytes >> 20)}
 }
 
+// cpuOf is defaults with sb's own CPU quota, if it asked for one: its
+// metrics count the cores it may use.
+func cpuOf(sb *Sandbox, defaults runtime.Resources) runtime.Resources {
+	if sb.Limits.CPUMillis > 0 {
+		defaults.CPUs = float64(sb.Limits.CPUMillis) / 1000
+	}
+	return defaults
+}
+
 // ownResources is what sb was granted: a sandbox booted again (a resume
 // of its files) keeps it, even if the server's defaults changed since.
 func ownResources(sb *Sandbox) Resources {
@@ -726,7 +735,7 @@ func (m *Manager) adopt(sbx runtime.Sandbox, rt *route, sb *Sandbox, internal bo
 	end := sb.EndAt
 	rt.setToken(sb.EnvdAccessToken)
 	l := &live{keyID: sb.KeyID, sbx: sbx, internal: internal, paused: sb.State == StatePaused, autoResume: sb.Lifecycle.AutoResume,
-		route: rt, metrics: newSeries(sbx, m.resources), trafficToken: sb.TrafficAccessToken, maskHost: sb.Network.MaskRequestHost}
+		route: rt, metrics: newSeries(sbx, cpuOf(sb, m.resources)), trafficToken: sb.TrafficAccessToken, maskHost: sb.Network.MaskRequestHost}
 	m.mu.Lock()
 	m.live[sbx.ID()] = l
 	m.mu.Unlock()
