@@ -57,7 +57,7 @@ func (h *Handler) upload(w http.ResponseWriter, r *http.Request, c *call) {
 		answered <- answer{resp, err}
 	}()
 
-	ops, err := transcodeUpload(in, out)
+	ops, err := transcodeUpload(in, out, h.namesChecker(r.Context(), c))
 	if err == nil {
 		err = out.Close()
 	}
@@ -103,9 +103,10 @@ func (h *Handler) upload(w http.ResponseWriter, r *http.Request, c *call) {
 // transcodeUpload copies execd's upload parts from in to envd's form in
 // out (a "file" part per file, named by its target path), checking each
 // metadata part, and returns the owner and mode to set on each file in
-// order. Errors reading in are the client's (400, or 413 past the bound);
+// order; checkNames refuses owners the sandbox lacks. Errors reading in
+// are the client's (400, or 413 past the bound);
 // errEnvdAnswered means envd stopped reading.
-func transcodeUpload(in *multipart.Reader, out *multipart.Writer) ([]permOp, error) {
+func transcodeUpload(in *multipart.Reader, out *multipart.Writer, checkNames func(owner, group string) error) ([]permOp, error) {
 	var pending []fileMetadata
 	var ops []permOp
 	seen := map[string]bool{}
@@ -140,6 +141,9 @@ func transcodeUpload(in *multipart.Reader, out *multipart.Writer) ([]permOp, err
 				return nil, &apiError{http.StatusBadRequest, codeInvalidMetadata, fmt.Sprintf("path %q contains a line break, which uploads do not support", meta.Path)}
 			}
 			if _, err := checkPermission(meta.Path, permission{Owner: meta.Owner, Group: meta.Group, Mode: meta.Mode}); err != nil {
+				return nil, err
+			}
+			if err := checkNames(meta.Owner, meta.Group); err != nil {
 				return nil, err
 			}
 			pending = append(pending, meta)
