@@ -127,6 +127,11 @@ func (s *Server) osbCreate(w http.ResponseWriter, r *http.Request) {
 	}
 	sb, err := s.mgr.Create(r.Context(), cr)
 	if err != nil {
+		if req.SnapshotID != "" && (errdefs.IsNotFound(err) || errors.Is(err, errdefs.ErrPermissionDenied)) {
+			// Another key's snapshot is answered as none at all: no
+			// probing of what other keys have (review: 403 against 404).
+			err = osbapi.Errorf(http.StatusNotFound, osbapi.CodeSnapshotNotFound, fmt.Sprintf("snapshot %q does not exist", req.SnapshotID))
+		}
 		osbapi.Write(w, s.logger, err)
 		return
 	}
