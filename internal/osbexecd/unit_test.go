@@ -18,7 +18,9 @@ var errConnRefused = errors.New("connection refused")
 
 func newRecorder() *httptest.ResponseRecorder { return httptest.NewRecorder() }
 
-func httpRequest(method, target string) *http.Request { return httptest.NewRequest(method, target, nil) }
+func httpRequest(method, target string) *http.Request {
+	return httptest.NewRequest(method, target, nil)
+}
 
 func TestUTF8Carry(t *testing.T) {
 	euro := []byte("€") // 3 bytes
