@@ -32,6 +32,20 @@ type Envd struct {
 	// Token is envd's access token (header X-Access-Token), "" when it
 	// has none.
 	Token string
+	// Metrics, when set, is the sandbox's latest sample as the host
+	// measures it (its cgroup: the cores and memory it was granted),
+	// false when there is none yet; GET /metrics answers it instead of
+	// envd's view from inside, which sees the host's memory.
+	Metrics func(ctx context.Context) (Metrics, bool)
+}
+
+// Metrics is one sample of a sandbox's use, as execd's GET /metrics
+// reports it.
+type Metrics struct {
+	CPUCount    float64
+	CPUUsedPct  float64
+	MemTotalMiB float64
+	MemUsedMiB  float64
 }
 
 // Options configures a Handler. Every zero field takes the default its
