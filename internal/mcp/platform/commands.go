@@ -425,7 +425,13 @@ func (s *Server) interrupt(ctx context.Context, req *mcp.CallToolRequest, in Int
 	if err != nil {
 		return nil, InterruptOutput{}, err
 	}
-	pidText, err := sbx.Files.Read(ctx, path.Join(jobDir(in.CommandID), "pid"), &sdk.FileOptions{User: "root"})
+	pidFile := path.Join(jobDir(in.CommandID), "pid")
+	pidText, err := sbx.Files.Read(ctx, pidFile, &sdk.FileOptions{User: "root"})
+	// Just started, before its script wrote the pid: wait for it.
+	for deadline := time.Now().Add(5 * time.Second); errors.Is(err, sdk.ErrNotFound) && time.Now().Before(deadline) && s.tagRunning(ctx, sbx, in.CommandID); {
+		time.Sleep(50 * time.Millisecond)
+		pidText, err = sbx.Files.Read(ctx, pidFile, &sdk.FileOptions{User: "root"})
+	}
 	if errors.Is(err, sdk.ErrNotFound) {
 		return nil, InterruptOutput{}, fmt.Errorf("no command %s in sandbox %s", in.CommandID, in.SandboxID)
 	}
