@@ -103,7 +103,7 @@ type InterruptOutput struct {
 
 // Execution is command_run's result in OpenSandbox's shape.
 type Execution struct {
-	ID       string             `json:"id,omitempty" jsonschema:"a background command's id: pass it to command_output and command_interrupt"`
+	ID       string             `json:"id,omitempty" jsonschema:"a background command's id: pass it to command_output (as command_id) and to command_interrupt"`
 	Result   []ExecutionResult  `json:"result" jsonschema:"always empty for commands"`
 	Error    *ExecutionError    `json:"error,omitempty" jsonschema:"set when the command failed: value is its exit status"`
 	Complete *ExecutionComplete `json:"complete,omitempty" jsonschema:"set when the command succeeded, or a background one started"`

@@ -316,8 +316,9 @@ func (s *Server) create(ctx context.Context, req *mcp.CallToolRequest, in Create
 		}
 	}
 	sbx, err := c.Create(ctx, opts)
-	if errors.Is(err, sdk.ErrNotFound) && opts.Image != "" {
-		return nil, CreateOutput{}, fmt.Errorf("%w (this hutch serve may not answer OpenSandbox's lifecycle API, which image, resource, entrypoint and network_policy need)", err)
+	lifecycle := in.Image != "" || in.Resource != nil || in.Entrypoint != nil || in.NetworkPolicy != nil || in.AuthUsername != "" || in.Extensions != nil
+	if errors.Is(err, sdk.ErrNotFound) && lifecycle {
+		return nil, CreateOutput{}, fmt.Errorf("%w (or this hutch serve does not answer OpenSandbox's lifecycle API, /v1, which image, resource, entrypoint and network_policy need)", err)
 	}
 	if err != nil {
 		return nil, CreateOutput{}, err
