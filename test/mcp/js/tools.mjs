@@ -202,7 +202,7 @@ run(async () => {
     assert.equal((await tool.okText('file_read', { sandbox_id: id, path: 'branch.txt' })).includes('before the branch'), true)
     log('sandbox_snapshot/fork/pause/resume')
   } finally {
-    assert.deepEqual(await tool.ok('sandbox_kill', { sandbox_id: id }), { killed: true })
+    assert.deepEqual(await tool.ok('sandbox_kill', { sandbox_id: id }), { killed: true, status: 'killed' })
   }
   assert.match(await tool.fails('sandbox_kill', { sandbox_id: id }), /not found/)
   await tool.fails('sandbox_healthcheck', { sandbox_id: id })
