@@ -2,6 +2,9 @@ package sandbox
 
 import (
 	"fmt"
+	goruntime "runtime"
+
+	"github.com/hutch-sandbox/hutch/internal/runtime"
 
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
 )
@@ -140,4 +143,42 @@ func (m *Manager) running(keyID string) (key, total int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.run.held[keyID], m.run.all
+}
+
+// Bounds on the resources a create may ask for (CreateRequest.Resources):
+// below them a sandbox cannot run envd and a shell usefully.
+const (
+	minCPUMillis = 100
+	minMemoryMB  = 64
+)
+
+// maxResources is max with its zero fields filled in: this host's cores,
+// and a quarter of its memory but at least every sandbox's own.
+func maxResources(defaults, bound runtime.Resources) runtime.Resources {
+	if bound.CPUs <= 0 {
+		bound.CPUs = float64(goruntime.NumCPU())
+	}
+	if bound.MemoryBytes <= 0 {
+		bound.MemoryBytes = max(int64(hostMemory()/4), defaults.MemoryBytes, 512<<20)
+	}
+	return bound
+}
+
+// CheckResources refuses resources a sandbox may not ask for here: a
+// quota below a tenth of a core or above the server's bound
+// (Options.MaxResources), memory below 64 MiB or above its bound. One
+// sandbox must not take the host whole. The error is an
+// errdefs.ErrInvalidArgument that names the bound.
+func (m *Manager) CheckResources(r Resources) error {
+	if c := r.CPUMillis; c != 0 {
+		if most := int(m.maxResources.CPUs * 1000); c < minCPUMillis || c > most {
+			return fmt.Errorf("cpu %dm: want %dm to %dm (this server's bound; hutch serve --max-cpus): %w", c, minCPUMillis, most, errdefs.ErrInvalidArgument)
+		}
+	}
+	if mb := r.MemoryMB; mb != 0 {
+		if most := int(m.maxResources.MemoryBytes >> 20); mb < minMemoryMB || mb > most {
+			return fmt.Errorf("memory %d MiB: want %d MiB to %d MiB (this server's bound; hutch serve --max-memory): %w", mb, minMemoryMB, most, errdefs.ErrInvalidArgument)
+		}
+	}
+	return nil
 }
