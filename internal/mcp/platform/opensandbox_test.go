@@ -507,7 +507,7 @@ func TestOpenSandboxCreate(t *testing.T) {
 	}
 	res := structured(t, call0(t, cs, "sandbox_create", map[string]any{
 		"image": "base", "env": map[string]string{"GREETING": "hi"}, "metadata": map[string]string{"task": "osb"},
-		"resource": map[string]string{"cpu": "1", "memory": "256Mi"}, "entrypoint": []string{"sleep", "1234"},
+		"resource": map[string]string{"cpu": "1", "memory": "128Mi"}, "entrypoint": []string{"sleep", "1234"},
 		"timeout_seconds": 120, "ready_timeout_seconds": 20,
 	}))
 	id, _ := res["sandbox_id"].(string)
@@ -515,15 +515,26 @@ func TestOpenSandboxCreate(t *testing.T) {
 	status, _ := info["status"].(map[string]any)
 	md, _ := info["metadata"].(map[string]any)
 	if id == "" || info["id"] != id || status["state"] != "Running" || md["task"] != "osb" || md[MetadataKey] != "true" ||
-		fmt.Sprint(info["entrypoint"]) != "[sleep 1234]" || res["expires_in_seconds"].(float64) > 121 {
+		fmt.Sprint(info["entrypoint"]) != "[sleep 1234]" || res["expires_in_seconds"].(float64) > 121 || res["memory_mb"] != 128.0 {
 		t.Fatalf("sandbox_create = %v", res)
 	}
 	sbx, err := c.Connect(context.Background(), id, sdk.ConnectOptions{Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := inSandbox(t, sbx, "echo $GREETING; cat /sys/fs/cgroup/memory.max"); got != fmt.Sprintf("hi\n%d\n", 256<<20) {
-		t.Errorf("env and memory limit: %q", got)
+	if got := inSandbox(t, sbx, "echo $GREETING"); got != "hi\n" {
+		t.Errorf("env: %q", got)
+	}
+	// 200 MB fits in the server's default of 256 MB, not in 128 MiB.
+	const alloc = `python3 -c 'b = b"x" * (200 << 20); print(len(b) >> 20)'`
+	if _, err := sbx.Commands.Run(context.Background(), alloc, nil); err == nil {
+		t.Error("200 MB allocated within a memory limit of 128 MiB")
+	}
+	other := ok[SandboxInfo](t, cs, "sandbox_create", nil)
+	if osbx, err := c.Connect(context.Background(), other.SandboxID, sdk.ConnectOptions{Timeout: time.Second}); err != nil {
+		t.Fatal(err)
+	} else if got := inSandbox(t, osbx, alloc); got != "200\n" {
+		t.Errorf("200 MB in a sandbox of the default limit: %q", got)
 	}
 	var found bool
 	for deadline := time.Now().Add(10 * time.Second); !found && time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
