@@ -341,6 +341,11 @@ func TestOpenSandboxShapeResults(t *testing.T) {
 		}
 		fails(t, cs, "file_move", map[string]any{"sandbox_id": id, "entries": []any{map[string]any{"source": "/home/user/b/nothing", "destination": "/home/user/b/x"}}}, "entries[0]")
 		fails(t, cs, "file_write", map[string]any{"sandbox_id": id, "path": "/home/user/b/m", "content": "x", "mode": 999}, "not a mode")
+		// An owner the sandbox lacks leaves the file as it was.
+		fails(t, cs, "file_write", map[string]any{"sandbox_id": id, "path": "/home/user/b/2", "content": "new", "owner": "nosuchuser"}, "nosuchuser")
+		if got := inSandbox(t, sbx, "ls -A /home/user/b; cat /home/user/b/2"); got != "2\ndir\n" {
+			t.Errorf("after a write for an unknown owner: %q, want the file as it was and nothing else", got)
+		}
 	})
 
 	t.Run("one shape per thing", func(t *testing.T) {
