@@ -520,7 +520,7 @@ func TestOpenSandboxCreate(t *testing.T) {
 	status, _ := info["status"].(map[string]any)
 	md, _ := info["metadata"].(map[string]any)
 	if id == "" || info["id"] != id || status["state"] != "Running" || md["task"] != "osb" || md[MetadataKey] != "true" ||
-		fmt.Sprint(info["entrypoint"]) != "[sleep 1234]" || res["expires_in_seconds"].(float64) > 121 || res["memory_mb"] != 128.0 {
+		fmt.Sprint(info["entrypoint"]) != "[sleep 1234]" || fmt.Sprint(info["image"]) != "map[image:base]" || res["expires_in_seconds"].(float64) > 121 || res["memory_mb"] != 128.0 {
 		t.Fatalf("sandbox_create = %v", res)
 	}
 	sbx, err := c.Connect(context.Background(), id, sdk.ConnectOptions{Timeout: time.Second})
