@@ -133,7 +133,7 @@ func TestBackgroundCommand(t *testing.T) {
 	hs := newHarness(t, Options{})
 	start := time.Now()
 	s, status, body := hs.openStream(context.Background(), "/command", map[string]any{
-		"command": "echo start; echo warn >&2; sleep 1; echo done; exit 4", "background": true,
+		"command": "echo start; sleep 0.2; echo warn >&2; sleep 0.8; echo done; exit 4", "background": true,
 	})
 	if s == nil {
 		t.Fatalf("status %d: %s", status, body)
@@ -156,7 +156,7 @@ func TestBackgroundCommand(t *testing.T) {
 		t.Errorf("a running command's exit_code and finished_at must be null: %s", b)
 	}
 	st = hs.waitStatus(ex.id, 10*time.Second)
-	if deref(st.ExitCode) != 4 || st.Error != "exit status 4" || st.Content != "echo start; echo warn >&2; sleep 1; echo done; exit 4" {
+	if deref(st.ExitCode) != 4 || st.Error != "exit status 4" || st.Content != "echo start; sleep 0.2; echo warn >&2; sleep 0.8; echo done; exit 4" {
 		t.Errorf("final status %+v", st)
 	}
 

@@ -173,8 +173,9 @@ func (h *Handler) Forget(id string) {
 
 // call is one request being served.
 type call struct {
-	id     string
-	envd   Envd
+	id   string
+	envd Envd
+	// st is the sandbox's state, for /command and /session requests only.
 	st     *sandboxState
 	params map[string]string
 }
@@ -268,7 +269,13 @@ func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, id string, e Env
 			writeError(w, http.StatusMethodNotAllowed, codeMethodNotAllowed, r.Method+" is not allowed on "+path)
 			return
 		}
-		fn(h, w, r, &call{id: id, envd: e, st: h.state(id), params: params})
+		c := &call{id: id, envd: e, params: params}
+		if len(segs) > 0 && (segs[0] == "command" || segs[0] == "session") {
+			// Only commands and sessions keep state: a file request for
+			// a sandbox that is gone leaves nothing behind.
+			c.st = h.state(id)
+		}
+		fn(h, w, r, c)
 		return
 	}
 	writeError(w, http.StatusNotFound, codeNotFound, "no such endpoint: "+path)

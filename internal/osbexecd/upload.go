@@ -118,7 +118,7 @@ func transcodeUpload(in *multipart.Reader, out *multipart.Writer, checkNames fun
 		if err != nil {
 			return nil, clientBodyError(err)
 		}
-		switch part.FormName() {
+		switch formName(part) {
 		case "metadata":
 			b, err := io.ReadAll(io.LimitReader(part, 64<<10+1))
 			if err != nil {
@@ -210,4 +210,22 @@ func clientBodyError(err error) error {
 		return err
 	}
 	return &apiError{http.StatusBadRequest, codeInvalidFile, fmt.Sprintf("reading the multipart body: %v", err)}
+}
+
+// formName is the part's form field name. Clients escape a filename in
+// Content-Disposition in ways Go's parser may refuse (httpx writes a raw
+// backslash); the name is then read from the header directly, since the
+// filename is not used.
+func formName(part *multipart.Part) string {
+	if n := part.FormName(); n != "" {
+		return n
+	}
+	cd := part.Header.Get("Content-Disposition")
+	for _, param := range strings.Split(cd, ";") {
+		k, v, ok := strings.Cut(strings.TrimSpace(param), "=")
+		if ok && strings.EqualFold(k, "name") {
+			return strings.Trim(v, `"`)
+		}
+	}
+	return ""
 }
