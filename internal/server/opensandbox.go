@@ -665,7 +665,9 @@ func (s *Server) osbGetSnapshot(w http.ResponseWriter, r *http.Request) {
 func (s *Server) osbDeleteSnapshot(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("snapshotId")
 	if err := s.mgr.DeleteSnapshot(r.Context(), keyID(r), id); err != nil {
-		if errdefs.IsNotFound(err) {
+		// An id no snapshot can have names none, as for GET (the spec's
+		// delete has no 400).
+		if errdefs.IsNotFound(err) || errors.Is(err, errdefs.ErrInvalidArgument) {
 			err = osbapi.Errorf(http.StatusNotFound, osbapi.CodeSnapshotNotFound, fmt.Sprintf("snapshot %q does not exist", id))
 		}
 		osbapi.Write(w, s.logger, err)

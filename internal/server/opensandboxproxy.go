@@ -50,6 +50,15 @@ func (s *Server) osbProxy(w http.ResponseWriter, r *http.Request) {
 			"Hutch runs no egress sidecar: a sandbox's egress policy is set at create (networkPolicy) and enforced on the host; see docs/opensandbox.md"))
 		return
 	default:
+		if !s.osbReachable(id) {
+			// The path names the sandbox: one that is not here is this
+			// path's 404, in the body OpenSandbox's clients read, not the
+			// edge's 502 (which the router still answers for a sandbox
+			// that stops on the way, or a port nobody listens on).
+			osbapi.Write(w, s.logger, osbapi.Errorf(http.StatusNotFound, osbapi.CodeNotFound,
+				fmt.Sprintf("sandbox %s does not exist, or is not running", id)))
+			return
+		}
 		r2 := r.Clone(r.Context())
 		r2.URL.Path, r2.URL.RawPath = rest, ""
 		// The SDKs send their credentials to every endpoint (the
@@ -101,6 +110,17 @@ func (s *Server) osbProxy(w http.ResponseWriter, r *http.Request) {
 		return float64(m.CPUCount), m.CPUUsedPct, float64(m.MemTotal) / (1 << 20), float64(m.MemUsed) / (1 << 20), true
 	}
 	s.execd.ServeSandbox(w, r2, id, transport, token, metrics)
+}
+
+// osbReachable reports whether the router may reach sandbox id's ports:
+// it runs here, or is paused to be resumed by traffic (the router decides
+// then whether this request may wake it).
+func (s *Server) osbReachable(id string) bool {
+	if _, ok := s.mgr.Ingress(id); ok {
+		return true
+	}
+	_, _, wakes := s.mgr.WakeRules(id)
+	return wakes
 }
 
 // execdAllowed reports whether r may use the execd of a sandbox of key
