@@ -231,15 +231,22 @@ func osbNetwork(np *osbapi.NetworkPolicy) (sandbox.Network, error) {
 			return n, osbapi.BadRequest(fmt.Sprintf("networkPolicy.egress[%d].action: want allow or deny, got %q", i, rule.Action))
 		}
 	}
+	// A deny default joins the deny rules, which it makes redundant but
+	// does not drop: the policy answered (osbPolicy) is the one given.
+	denyAll := func() {
+		if !slices.Contains(n.DenyOut, "0.0.0.0/0") {
+			n.DenyOut = append(n.DenyOut, "0.0.0.0/0")
+		}
+	}
 	switch np.DefaultAction {
 	case "allow":
 	case "deny":
-		n.DenyOut = []string{"0.0.0.0/0"}
+		denyAll()
 	case "":
 		// The spec: an empty policy allows everything; rules without a
 		// default deny the rest.
 		if len(np.Egress) > 0 {
-			n.DenyOut = []string{"0.0.0.0/0"}
+			denyAll()
 		}
 	default:
 		return n, osbapi.BadRequest(fmt.Sprintf("networkPolicy.defaultAction: want allow or deny, got %q", np.DefaultAction))

@@ -179,6 +179,10 @@ type e2bSandbox struct {
 	EndAt           time.Time         `json:"endAt"`
 	EnvdAccessToken string            `json:"envdAccessToken"`
 	State           string            `json:"state"`
+	Network         *struct {
+		AllowOut []string `json:"allowOut"`
+		DenyOut  []string `json:"denyOut"`
+	} `json:"network"`
 }
 
 // create makes a sandbox through /v1 with body, which must succeed.
@@ -517,7 +521,13 @@ func TestOpenSandboxSandboxes(t *testing.T) {
 			Endpoint string
 			Headers  map[string]string
 		}
-		o.osb("GET", "/v1/sandboxes/"+a.ID+"/endpoints/44772", "", key).decode(t, &ep)
+		r := o.osb("GET", "/v1/sandboxes/"+a.ID+"/endpoints/44772", "", key)
+		r.decode(t, &ep)
+		// The SDKs then send policy calls to /networkpolicy, not to a
+		// sidecar's port.
+		if origin := r.header.Get("OPEN-SANDBOX-ORIGIN"); origin != "template" {
+			t.Errorf("OPEN-SANDBOX-ORIGIN %q, want template", origin)
+		}
 		token := o.e2bGet(a.ID, key).EnvdAccessToken
 		if ep.Endpoint != host+"/v1/sandboxes/"+a.ID+"/proxy/44772" || token == "" || ep.Headers["X-EXECD-ACCESS-TOKEN"] != token {
 			t.Errorf("execd endpoint %+v; want %s/v1/sandboxes/%s/proxy/44772 with X-EXECD-ACCESS-TOKEN %q (E2B's envdAccessToken)", ep, host, a.ID, token)
@@ -641,6 +651,88 @@ func TestOpenSandboxSandboxes(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode/100 != 2 {
 			t.Errorf("the resumed sandbox's envd answers %d", resp.StatusCode)
+		}
+	})
+
+	t.Run("network policy", func(t *testing.T) {
+		o := o.with(t)
+		type policy struct {
+			Status string `json:"status"`
+			Mode   string `json:"mode"`
+			Policy struct {
+				DefaultAction string `json:"defaultAction"`
+				Egress        []struct {
+					Action string `json:"action"`
+					Target string `json:"target"`
+				} `json:"egress"`
+			} `json:"policy"`
+		}
+		// rules is the policy as "default action:target ...".
+		rules := func(p policy) string {
+			out := p.Policy.DefaultAction
+			for _, r := range p.Policy.Egress {
+				out += " " + r.Action + ":" + r.Target
+			}
+			return out
+		}
+		path := "/v1/sandboxes/" + b.ID + "/networkpolicy"
+		steps := []struct {
+			method, body, mode, want string
+			allowOut, denyOut        []string // E2B's view
+		}{
+			{"GET", "", "allow_all", "allow", nil, nil},
+			{"PUT", `{"defaultAction":"deny","egress":[{"action":"allow","target":"1.1.1.1"},{"action":"allow","target":"example.com"}]}`,
+				"rules", "deny allow:1.1.1.1 allow:example.com", []string{"1.1.1.1", "example.com"}, []string{"0.0.0.0/0"}},
+			{"PATCH", `[{"action":"deny","target":"example.com"},{"action":"allow","target":"8.8.8.0/24"},{"action":"allow","target":"example.com"}]`,
+				"rules", "deny allow:1.1.1.1 allow:8.8.8.0/24 deny:example.com", []string{"1.1.1.1", "8.8.8.0/24"}, []string{"example.com", "0.0.0.0/0"}},
+			{"DELETE", `["example.com","never.example"]`, "rules", "deny allow:1.1.1.1 allow:8.8.8.0/24", []string{"1.1.1.1", "8.8.8.0/24"}, []string{"0.0.0.0/0"}},
+			{"PUT", `{"defaultAction":"deny"}`, "deny_all", "deny", nil, []string{"0.0.0.0/0"}},
+			{"PUT", `{"defaultAction":"allow","egress":[{"action":"deny","target":"bad.example.com"}]}`, "rules", "allow deny:bad.example.com", nil, []string{"bad.example.com"}},
+			{"PUT", `{}`, "allow_all", "allow", nil, nil},
+		}
+		for _, st := range steps {
+			r := o.osb(st.method, path, st.body, key)
+			var p policy
+			r.decode(t, &p)
+			if r.status != http.StatusOK || p.Status != "ok" || p.Mode != st.mode || sortedRules(rules(p)) != sortedRules(st.want) {
+				t.Errorf("%s %s: %d %s; want mode %s, policy %q", st.method, st.body, r.status, r.body, st.mode, st.want)
+			}
+			var allow, deny []string
+			if n := o.e2bGet(b.ID, key).Network; n != nil {
+				allow, deny = n.AllowOut, n.DenyOut
+			}
+			if !sameSet(allow, st.allowOut) || !sameSet(deny, st.denyOut) {
+				t.Errorf("after %s %s E2B sees allowOut %v, denyOut %v; want %v, %v", st.method, st.body, allow, deny, st.allowOut, st.denyOut)
+			}
+		}
+		for _, tc := range []struct {
+			method, body, key string
+			status            int
+			code              string
+		}{
+			{"PUT", `{"defaultAction":"maybe"}`, key, 400, "SANDBOX::INVALID_PARAMETER"},
+			{"PUT", `{"egress":[{"action":"log","target":"1.1.1.1"}]}`, key, 400, "SANDBOX::INVALID_PARAMETER"},
+			{"PATCH", `{"action":"allow"}`, key, 400, "SANDBOX::INVALID_PARAMETER"},
+			{"DELETE", ``, key, 400, "SANDBOX::INVALID_PARAMETER"},
+			{"PUT", `{}`, other, 404, "HUTCH::SANDBOX_NOT_FOUND"},
+			{"GET", ``, other, 404, "HUTCH::SANDBOX_NOT_FOUND"},
+			{"GET", ``, "", 401, "HUTCH::UNAUTHORIZED"},
+		} {
+			r := o.osb(tc.method, path, tc.body, tc.key)
+			if e := r.err(t); r.status != tc.status || e.Code != tc.code {
+				t.Errorf("%s %s: %d %s, want %d %s", tc.method, tc.body, r.status, r.body, tc.status, tc.code)
+			}
+		}
+		// A paused sandbox's network is not changed.
+		if r := o.osb("POST", "/v1/sandboxes/"+b.ID+"/pause", "", key); r.status != http.StatusAccepted {
+			t.Fatalf("pause: %d %s", r.status, r.body)
+		}
+		r := o.osb("PUT", path, `{"defaultAction":"deny"}`, key)
+		if e := r.err(t); r.status != http.StatusConflict || e.Code != "HUTCH::INVALID_STATE" {
+			t.Errorf("PUT on a paused sandbox: %d %s, want 409 HUTCH::INVALID_STATE", r.status, r.body)
+		}
+		if r := o.osb("POST", "/v1/sandboxes/"+b.ID+"/resume", "", key); r.status != http.StatusAccepted {
+			t.Fatalf("resume: %d %s", r.status, r.body)
 		}
 	})
 
@@ -1025,4 +1117,20 @@ func TestOpenSandboxProxy(t *testing.T) {
 	if r := o.osb("GET", path+"/echo", "", ""); r.status != http.StatusNotFound {
 		t.Errorf("a killed sandbox's port: %d %s, want 404", r.status, r.body)
 	}
+}
+
+// sameSet reports whether a and b hold the same strings, in any order.
+func sameSet(a, b []string) bool {
+	return slices.Equal(slices.Sorted(slices.Values(a)), slices.Sorted(slices.Values(b)))
+}
+
+// sortedRules is a policy written "default rule rule ..." with its rules
+// sorted: what a rule allows or denies does not depend on their order in
+// Hutch (allowOut wins over denyOut).
+func sortedRules(p string) string {
+	f := strings.Fields(p)
+	if len(f) > 1 {
+		slices.Sort(f[1:])
+	}
+	return strings.Join(f, " ")
 }
