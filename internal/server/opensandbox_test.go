@@ -1018,9 +1018,9 @@ type echoed struct {
 // sent into the sandbox; an unknown sandbox, a bad port and a port
 // nobody listens on are answered as the document says.
 func TestOpenSandboxProxy(t *testing.T) {
-	cp := servertest.Start(t, 1)
+	cp := servertest.Start(t, 2)
 	o := newOSBAPI(t, cp)
-	key := cp.Keys[0]
+	key, other := cp.Keys[0], cp.Keys[1]
 	body, _ := json.Marshal(map[string]any{"image": map[string]string{"uri": "base"}, "timeout": 600,
 		"entrypoint": []string{"python3", "-c", echoServer}})
 	sb := o.create(string(body), key)
@@ -1045,20 +1045,35 @@ func TestOpenSandboxProxy(t *testing.T) {
 	}
 
 	// What the SDKs send to an endpoint: their key and execd's token in
-	// headers, which must not reach the sandbox; everything else does.
+	// headers, which must not reach the sandbox, nor the key in E2B's
+	// headers; everything else does, an app's own Authorization too.
 	h := http.Header{"Open-Sandbox-Api-Key": {key}, "X-Execd-Access-Token": {token}, "X-Probe": {"kept"}}
-	for _, c := range []struct{ method, rest, body string }{
-		{"GET", "/echo?q=1", ""},
-		{"POST", "/echo", `{"hello":"sandbox"}`},
-		{"DELETE", "/echo", ""},
+	e2bKey := http.Header{"X-Api-Key": {key}, "Authorization": {"Bearer " + key}, "X-Probe": {"kept"}}
+	appAuth := http.Header{"Authorization": {"Bearer app-token"}, "X-Probe": {"kept"}}
+	for _, c := range []struct {
+		method, rest, body string
+		h                  http.Header
+	}{
+		{"GET", "/echo?q=1", "", h},
+		{"POST", "/echo", `{"hello":"sandbox"}`, h},
+		{"DELETE", "/echo", "", h},
+		{"GET", "/echo", "", e2bKey},
+		{"GET", "/app", "", appAuth},
 	} {
-		r := o.send(c.method, path+c.rest, c.body, h)
+		r := o.send(c.method, path+c.rest, c.body, c.h)
 		var e echoed
 		r.decode(t, &e)
 		if r.status != http.StatusOK || e.Path != c.rest || e.Body != c.body || e.Headers["x-probe"] != "kept" {
 			t.Errorf("%s %s: %d %s; want the sandbox's echo of %s with its body and X-Probe", c.method, c.rest, r.status, r.body, c.rest)
 		}
-		for _, secret := range []string{"open-sandbox-api-key", "x-execd-access-token"} {
+		// The answer is the API's origin's: a sandboxed one to a browser.
+		if csp := r.header.Get("Content-Security-Policy"); csp != "sandbox" {
+			t.Errorf("%s %s: Content-Security-Policy %q, want sandbox", c.method, c.rest, csp)
+		}
+		if c.rest == "/app" && e.Headers["authorization"] != "Bearer app-token" {
+			t.Errorf("the app's own Authorization did not reach it: %v", e.Headers)
+		}
+		for _, secret := range []string{"open-sandbox-api-key", "x-execd-access-token", "x-api-key"} {
 			if v, ok := e.Headers[secret]; ok {
 				t.Errorf("%s %s: the sandbox saw %s: %q", c.method, c.rest, secret, v)
 			}
@@ -1083,6 +1098,32 @@ func TestOpenSandboxProxy(t *testing.T) {
 	direct.decode(t, &e)
 	if direct.status != http.StatusOK || !slices.Equal(e.Seen, []string{"/direct"}) {
 		t.Errorf("port 18080 through E2B's router: %d %s; want it to have seen only /direct", direct.status, direct.body)
+	}
+
+	// execd (44772) takes the endpoint's token, or the owner's API key,
+	// and nothing else; whatever it is refused for reads as no sandbox.
+	ping := "/v1/sandboxes/" + sb.ID + "/proxy/44772/ping"
+	for _, tc := range []struct {
+		name   string
+		h      http.Header
+		status int
+	}{
+		{"the endpoint's token", http.Header{"X-Execd-Access-Token": {token}}, 200},
+		{"the owner's key", http.Header{"Open-Sandbox-Api-Key": {key}}, 200},
+		{"nothing", http.Header{}, 404},
+		{"another token", http.Header{"X-Execd-Access-Token": {strings.Repeat("0", len(token))}}, 404},
+		{"another key's key", http.Header{"Open-Sandbox-Api-Key": {other}}, 404},
+		{"a wrong token and the owner's key", http.Header{"X-Execd-Access-Token": {"nope"}, "Open-Sandbox-Api-Key": {key}}, 404},
+	} {
+		r := o.send("GET", ping, "", tc.h)
+		if r.status != tc.status {
+			t.Errorf("execd's /ping with %s: %d %s, want %d", tc.name, r.status, r.body, tc.status)
+		}
+		if tc.status == 404 {
+			if e := r.err(t); e.Code != "HUTCH::SANDBOX_NOT_FOUND" {
+				t.Errorf("execd's /ping with %s: code %q, want HUTCH::SANDBOX_NOT_FOUND", tc.name, e.Code)
+			}
+		}
 	}
 
 	// Hutch's own answers.
