@@ -322,7 +322,9 @@ func (s *Server) osbSandbox(sb *sandbox.Sandbox) osbapi.Sandbox {
 		state = osbapi.StatePaused
 	}
 	out.Status = osbapi.SandboxStatus{State: state}
-	if !sb.EndAt.IsZero() {
+	// A paused sandbox does not expire: the end its record keeps is the
+	// one it had, which a resume replaces.
+	if !sb.EndAt.IsZero() && state != osbapi.StatePaused {
 		end := sb.EndAt.UTC()
 		out.ExpiresAt = &end
 	}

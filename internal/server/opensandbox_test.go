@@ -608,6 +608,10 @@ func TestOpenSandboxSandboxes(t *testing.T) {
 		state := func() (osb, e2b string) {
 			var sb osbSandbox
 			o.osb("GET", "/v1/sandboxes/"+b.ID, "", key).decode(t, &sb)
+			// A paused sandbox does not expire; a running one does.
+			if (sb.ExpiresAt == nil) != (sb.Status.State == "Paused") {
+				t.Errorf("a %s sandbox answers expiresAt %v", sb.Status.State, sb.ExpiresAt)
+			}
 			return sb.Status.State, o.e2bGet(b.ID, key).State
 		}
 		steps := []struct {
