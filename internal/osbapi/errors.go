@@ -95,14 +95,15 @@ func Of(err error) *StatusError {
 	return &StatusError{Status: http.StatusInternalServerError, Code: CodeInternal, Message: MsgInternal, Err: err}
 }
 
-// Write answers err in OpenSandbox's error shape; 5xx causes are logged.
+// Write answers err in OpenSandbox's error shape; 5xx causes are logged
+// (but 501s: a client asking for what Hutch does not serve is no fault).
 // A nil err writes nothing.
 func Write(w http.ResponseWriter, logger *slog.Logger, err error) {
 	if err == nil {
 		return
 	}
 	se := Of(err)
-	if se.Status >= 500 && logger != nil {
+	if se.Status >= 500 && se.Status != http.StatusNotImplemented && logger != nil {
 		logger.Error("osbapi: request failed", "status", se.Status, "err", err)
 	}
 	WriteJSON(w, se.Status, ErrorResponse{Code: se.Code, Message: se.Message})

@@ -16,6 +16,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
+
 	"github.com/hutch-sandbox/hutch/internal/audit"
 	"github.com/hutch-sandbox/hutch/internal/builder"
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
@@ -262,7 +264,11 @@ func (s *Server) osbImage(ctx context.Context, keyID string, img *osbapi.ImageSp
 	if t, err := s.mgr.Template(img.URI); err == nil && t.MayUse(keyID) == nil && t.Snapshot == nil {
 		return img.URI, false, nil
 	}
-	name := imageTemplateName(keyID, img.URI)
+	if _, err := name.ParseReference(img.URI); err != nil {
+		return "", false, osbapi.Errorf(http.StatusBadRequest, osbapi.CodeImagePull,
+			fmt.Sprintf("image %q: no template of that name, and not an image reference: %v", img.URI, err))
+	}
+	tplName := imageTemplateName(keyID, img.URI)
 	if s.builder == nil || s.templates == nil {
 		return "", false, osbapi.Errorf(http.StatusBadRequest, osbapi.CodeImagePull,
 			fmt.Sprintf("image %q: no template of that name, and this server imports no images (no template store)", img.URI))
@@ -272,13 +278,13 @@ func (s *Server) osbImage(ctx context.Context, keyID string, img *osbapi.ImageSp
 		spec.Username, spec.Password = a.Username, a.Password
 	}
 	for {
-		if t, err := s.templates.Get(name); err == nil && t.MayUse(keyID) == nil {
-			return name, true, nil
+		if t, err := s.templates.Get(tplName); err == nil && t.MayUse(keyID) == nil {
+			return tplName, true, nil
 		}
-		_, err := s.builder.Run(ctx, keyID, builder.Request{Name: name}, spec, nil)
+		_, err := s.builder.Run(ctx, keyID, builder.Request{Name: tplName}, spec, nil)
 		switch {
 		case err == nil:
-			return name, true, nil
+			return tplName, true, nil
 		case errors.Is(err, errdefs.ErrAlreadyExists):
 			// Another create imports it now: wait for that one.
 			select {
@@ -450,6 +456,8 @@ func (s *Server) osbRenew(w http.ResponseWriter, r *http.Request) {
 	now := time.Now()
 	d := req.ExpiresAt.Sub(now)
 	switch {
+	case sb.State == sandbox.StatePaused:
+		err = osbapi.Errorf(http.StatusConflict, osbapi.CodeInvalidState, fmt.Sprintf("sandbox %s is paused and does not expire; resume it, then renew", sb.ID))
 	case req.ExpiresAt.IsZero():
 		err = osbapi.BadRequest("expiresAt: want an RFC 3339 time")
 	case d <= 0:
