@@ -78,7 +78,7 @@ func (m *Manager) captureSpooled(ctx context.Context, sbx runtime.Sandbox, lower
 // because a sparse file costs a sandbox no disk and a capture its whole
 // length.
 func (m *Manager) captureLimit(tpl *template.Template) int64 {
-	return 2 * m.resourcesOf(tpl).DiskBytes
+	return 2 * m.resourcesOf(tpl, Resources{}).DiskBytes
 }
 
 // guard bounds what a capture writes to w: at most limit bytes (0: no

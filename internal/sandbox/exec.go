@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -25,8 +26,10 @@ const DefaultReadyTimeout = 2 * time.Minute
 
 // ExecRequest is a command the host runs in a sandbox through its envd.
 type ExecRequest struct {
-	// Shell is run with /bin/sh -c.
+	// Shell is run with /bin/sh -c; Argv, when set, is run as it is
+	// instead (no shell).
 	Shell string
+	Argv  []string
 	User  string            // empty: envd's default user
 	Env   map[string]string // added to the sandbox's environment
 	Cwd   string            // empty: the user's home
@@ -35,6 +38,47 @@ type ExecRequest struct {
 	// Background returns as soon as the process started, leaving it
 	// running; its exit code is then not known.
 	Background bool
+	// token is envd's access token when the route does not have it yet
+	// (a sandbox not adopted yet).
+	token string
+}
+
+// maxEntrypoint bounds an entrypoint: its arguments and their bytes.
+const (
+	maxEntrypointArgs  = 256
+	maxEntrypointBytes = 64 << 10
+)
+
+// CheckEntrypoint refuses an entrypoint no sandbox can start: an empty
+// program name, or more than 256 arguments or 64 KiB.
+func CheckEntrypoint(argv []string) error {
+	if len(argv) == 0 {
+		return nil
+	}
+	n := 0
+	for _, a := range argv {
+		n += len(a)
+	}
+	switch {
+	case argv[0] == "":
+		return fmt.Errorf("entrypoint: the program name is empty: %w", errdefs.ErrInvalidArgument)
+	case len(argv) > maxEntrypointArgs || n > maxEntrypointBytes:
+		return fmt.Errorf("entrypoint: at most %d arguments and %d bytes: %w", maxEntrypointArgs, maxEntrypointBytes, errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// startEntrypoint starts argv in the background in the sandbox behind rt,
+// whose envd has token token: its main process. Nothing for an empty
+// argv. A program that cannot start is an errdefs.ErrInvalidArgument.
+func startEntrypoint(ctx context.Context, rt *route, token string, argv []string) error {
+	if len(argv) == 0 {
+		return nil
+	}
+	if _, err := execIn(ctx, rt, ExecRequest{Argv: argv, Background: true, token: token}); err != nil {
+		return fmt.Errorf("entrypoint %q did not start: %w: %w", argv, err, errdefs.ErrInvalidArgument)
+	}
+	return nil
 }
 
 // envdProcess is a client of a sandbox's process service on rt's control
@@ -46,6 +90,10 @@ func envdProcess(rt *route) processconnect.ProcessClient {
 // execIn runs req in the sandbox behind rt and returns its exit code.
 func execIn(ctx context.Context, rt *route, req ExecRequest) (int, error) {
 	cfg := &process.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", req.Shell}, Envs: req.Env}
+	if len(req.Argv) > 0 {
+		cfg.Cmd, cfg.Args = req.Argv[0], req.Argv[1:]
+		req.Shell = strings.Join(req.Argv, " ") // for the errors below
+	}
 	if req.Cwd != "" {
 		cfg.Cwd = &req.Cwd
 	}
@@ -54,7 +102,7 @@ func execIn(ctx context.Context, rt *route, req ExecRequest) (int, error) {
 	if req.User != "" {
 		msg.Header().Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(req.User+":")))
 	}
-	if tok := rt.accessToken(); tok != "" {
+	if tok := cmp.Or(req.token, rt.accessToken()); tok != "" {
 		msg.Header().Set(envdapi.HeaderAccessToken, tok)
 	}
 	sctx, cancel := context.WithCancel(ctx)

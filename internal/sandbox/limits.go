@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"fmt"
+	goruntime "runtime"
 
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
 )
@@ -140,4 +141,29 @@ func (m *Manager) running(keyID string) (key, total int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.run.held[keyID], m.run.all
+}
+
+// Bounds on the resources a create may ask for (CreateRequest.Resources):
+// below them a sandbox cannot run envd and a shell usefully.
+const (
+	minCPUMillis = 100
+	minMemoryMB  = 64
+)
+
+// CheckResources refuses resources a sandbox cannot be given here: a
+// quota below a tenth of a core or above this host's cores, memory below
+// 64 MiB or above this host's. The error is an errdefs.ErrInvalidArgument
+// that names the bound.
+func (m *Manager) CheckResources(r Resources) error {
+	if c := r.CPUMillis; c != 0 {
+		if most := goruntime.NumCPU() * 1000; c < minCPUMillis || c > most {
+			return fmt.Errorf("cpu %dm: want %dm to %dm (this host's %d cores): %w", c, minCPUMillis, most, goruntime.NumCPU(), errdefs.ErrInvalidArgument)
+		}
+	}
+	if mb := r.MemoryMB; mb != 0 {
+		if most := int(hostMemory() >> 20); mb < minMemoryMB || mb > most {
+			return fmt.Errorf("memory %d MiB: want %d MiB to %d MiB (this host's): %w", mb, minMemoryMB, most, errdefs.ErrInvalidArgument)
+		}
+	}
+	return nil
 }

@@ -3,6 +3,8 @@ package sandbox
 import (
 	"context"
 	"errors"
+	goruntime "runtime"
+	"strings"
 	"sync"
 	"testing"
 
@@ -131,5 +133,55 @@ func TestCreateCaps(t *testing.T) {
 	// A key with no sandbox has its slot.
 	if _, err := second.Create(ctx, CreateRequest{KeyID: keys["c"]}); err != nil {
 		t.Errorf("another key's create: %v", err)
+	}
+}
+
+func TestCheckResources(t *testing.T) {
+	m := &Manager{}
+	most := goruntime.NumCPU() * 1000
+	for _, tc := range []struct {
+		name string
+		r    Resources
+		want string // "" for no error, else a part of it
+	}{
+		{"none", Resources{}, ""},
+		{"half a core", Resources{CPUMillis: 500}, ""},
+		{"every core", Resources{CPUMillis: most}, ""},
+		{"a tenth", Resources{CPUMillis: 100}, ""},
+		{"too little cpu", Resources{CPUMillis: 99}, "want 100m"},
+		{"more cores than the host", Resources{CPUMillis: most + 1}, "this host's"},
+		{"512 MiB", Resources{MemoryMB: 512}, ""},
+		{"too little memory", Resources{MemoryMB: 63}, "want 64 MiB"},
+		{"more memory than the host", Resources{MemoryMB: 1 << 30}, "this host's"},
+	} {
+		err := m.CheckResources(tc.r)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want) || !errdefs.IsInvalidArgument(err)):
+			t.Errorf("%s: got %v, want an invalid argument saying %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+func TestCheckEntrypoint(t *testing.T) {
+	long := make([]string, maxEntrypointArgs+1)
+	for i := range long {
+		long[i] = "x"
+	}
+	for _, tc := range []struct {
+		name string
+		argv []string
+		ok   bool
+	}{
+		{"none", nil, true},
+		{"tail", []string{"tail", "-f", "/dev/null"}, true},
+		{"empty program", []string{"", "x"}, false},
+		{"too many arguments", long, false},
+		{"too many bytes", []string{strings.Repeat("x", maxEntrypointBytes+1)}, false},
+	} {
+		if err := CheckEntrypoint(tc.argv); (err == nil) != tc.ok || (err != nil && !errdefs.IsInvalidArgument(err)) {
+			t.Errorf("%s: %v", tc.name, err)
+		}
 	}
 }

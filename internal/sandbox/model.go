@@ -25,10 +25,24 @@ const (
 
 // Limits are the resources a sandbox was granted.
 type Limits struct {
-	CPUs     int
-	MemoryMB int
-	DiskMB   int
+	// CPUs is the quota in whole cores, rounded up (what E2B reports);
+	// CPUMillis is the exact quota in thousandths of a core when the
+	// sandbox asked for its own (Resources), else 0.
+	CPUs      int
+	CPUMillis int
+	MemoryMB  int
+	DiskMB    int
 }
+
+// Resources are the CPU and memory a create asks for, in place of the
+// server's defaults; a zero field keeps the default.
+type Resources struct {
+	CPUMillis int // thousandths of a core: 500 is half a core
+	MemoryMB  int
+}
+
+// IsZero reports whether r asks for nothing of its own.
+func (r Resources) IsZero() bool { return r == Resources{} }
 
 // Network is a sandbox's network policy.
 type Network struct {
@@ -110,6 +124,12 @@ type Sandbox struct {
 	// Runtime names the runtime backend the sandbox runs on ("native",
 	// "gvisor").
 	Runtime string
+	// Image is the image reference the sandbox's template was imported
+	// from for its create ("" when it asked for a template by name), and
+	// Entrypoint the argv of the main process its creator started (nil
+	// for none).
+	Image      string
+	Entrypoint []string
 }
 
 // VolumeMount is a volume mounted into a sandbox.
@@ -150,6 +170,7 @@ func toRecord(sb *Sandbox, info string) *store.Sandbox {
 		ID: sb.ID, TemplateID: sb.TemplateID, Alias: sb.Alias, KeyID: sb.KeyID, State: string(sb.State),
 		EnvdVersion: sb.EnvdVersion, EnvdAccessToken: sb.EnvdAccessToken, TrafficAccessToken: sb.TrafficAccessToken,
 		Secure: sb.Secure, CPUCount: sb.Limits.CPUs, MemoryMB: sb.Limits.MemoryMB, DiskSizeMB: sb.Limits.DiskMB,
+		CPUMillis: sb.Limits.CPUMillis, Image: sb.Image, Entrypoint: sb.Entrypoint,
 		AllowInternetAccess: sb.Network.Internet, AllowOut: sb.Network.AllowOut, DenyOut: sb.Network.DenyOut,
 		AllowPublicTraffic: sb.Network.PublicTraffic, MaskRequestHost: sb.Network.MaskRequestHost,
 		AutoPause: sb.Lifecycle.OnTimeout == OnTimeoutPause, AutoResume: sb.Lifecycle.AutoResume,
@@ -172,7 +193,8 @@ func fromRecord(rec *store.Sandbox) *Sandbox {
 	sb := &Sandbox{
 		ID: rec.ID, TemplateID: rec.TemplateID, Alias: rec.Alias, KeyID: rec.KeyID, State: State(rec.State),
 		EnvdVersion: rec.EnvdVersion, EnvdAccessToken: rec.EnvdAccessToken, TrafficAccessToken: rec.TrafficAccessToken,
-		Secure: rec.Secure, Limits: Limits{CPUs: rec.CPUCount, MemoryMB: rec.MemoryMB, DiskMB: rec.DiskSizeMB},
+		Secure: rec.Secure, Limits: Limits{CPUs: rec.CPUCount, CPUMillis: rec.CPUMillis, MemoryMB: rec.MemoryMB, DiskMB: rec.DiskSizeMB},
+		Image: rec.Image, Entrypoint: rec.Entrypoint,
 		Network: Network{Internet: rec.AllowInternetAccess, AllowOut: rec.AllowOut, DenyOut: rec.DenyOut,
 			PublicTraffic: rec.AllowPublicTraffic, MaskRequestHost: rec.MaskRequestHost},
 		Lifecycle: Lifecycle{OnTimeout: OnTimeoutKill, AutoResume: rec.AutoResume, PauseFilesystem: rec.AutoPauseFilesystem},

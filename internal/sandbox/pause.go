@@ -346,10 +346,14 @@ func (m *Manager) resumeFiles(ctx context.Context, rec *store.Sandbox, build, ba
 			if err != nil {
 				return nil, err
 			}
-			return m.startOn(ctx, rec.ID, tpl, mounts, backend)
+			return m.startOn(ctx, rec.ID, tpl, mounts, backend, ownResources(sb))
 		},
 		init: func(ctx context.Context, st *started, sb *Sandbox) error {
-			return m.initEnvd(ctx, st.route, sb, tpl)
+			if err := m.initEnvd(ctx, st.route, sb, tpl); err != nil {
+				return err
+			}
+			// Booted again: its main process too.
+			return startEntrypoint(ctx, st.route, sb.EnvdAccessToken, sb.Entrypoint)
 		},
 	})
 }

@@ -16,6 +16,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -98,7 +100,12 @@ type Options struct {
 	// Faults are the fault points armed (a test hook, package fault):
 	// the server kills itself at each step named.
 	Faults fault.Points
-	Logger *slog.Logger
+	// Removed, when set, is called with the id of each sandbox removed
+	// for good (killed, expired, ended), once its record is gone: what
+	// other parts keep per sandbox (OpenSandbox's execd, its command
+	// logs) goes with it.
+	Removed func(id string)
+	Logger  *slog.Logger
 }
 
 // Manager runs the sandboxes of one control plane. It is safe for
@@ -150,6 +157,8 @@ type Manager struct {
 	crash func(step string)
 	// faults are Options.Faults.
 	faults fault.Points
+	// removed is Options.Removed.
+	removed func(id string)
 }
 
 // step marks a point of a create, kill, pause, resume, snapshot or fork
@@ -201,7 +210,7 @@ func New(opts Options) (*Manager, error) {
 		resources: opts.Resources, logger: logger, timers: map[string]*time.Timer{}, ops: map[string]*opLock{}, dropping: map[string]chan struct{}{}, live: map[string]*live{}, warm: opts.Warm, net: opts.Network,
 		run: newSlots(opts.MaxPerKey, opts.MaxSandboxes, false), frozen: newSlots(opts.MaxPerKey, opts.MaxSandboxes, true),
 		readyTimeout: opts.ReadyTimeout, volumes: opts.Volumes, reg: opts.Registry, snapshotTTL: opts.SnapshotTTL, pausedTTL: opts.PausedRetention,
-		metrics: opts.Metrics, maxTotal: opts.MaxSandboxes, faults: opts.Faults,
+		metrics: opts.Metrics, maxTotal: opts.MaxSandboxes, faults: opts.Faults, removed: opts.Removed,
 	}
 	if m.readyTimeout <= 0 {
 		m.readyTimeout = DefaultReadyTimeout
@@ -243,6 +252,18 @@ type CreateRequest struct {
 	// empty is the template's, else the server's default. A template that
 	// needs another refuses it.
 	Runtime string
+	// Resources, when not zero, are the sandbox's own CPU and memory in
+	// place of the server's defaults (within this host's: CheckResources).
+	// Such a sandbox always starts on demand, never from the warm pool.
+	Resources Resources
+	// Image is recorded as the image reference Template was imported
+	// from, for the caller that imported it.
+	Image string
+	// Entrypoint, when set, is started in the background as the
+	// sandbox's main process (argv, no shell) once envd serves, as the
+	// template's default user; a create whose entrypoint cannot start
+	// fails. A resume that boots the sandbox again starts it again.
+	Entrypoint []string
 	// alias, when set, is reported as the name the template was asked
 	// for by (a fork's: its source's, not its build's id).
 	alias string
@@ -312,6 +333,12 @@ func (m *Manager) create(ctx context.Context, req CreateRequest, path *string) (
 	if req.Lifecycle.OnTimeout == "" {
 		req.Lifecycle.OnTimeout = OnTimeoutKill
 	}
+	if err := m.CheckResources(req.Resources); err != nil {
+		return nil, err
+	}
+	if err := CheckEntrypoint(req.Entrypoint); err != nil {
+		return nil, err
+	}
 	// The policy is parsed once, here; Recover parses it again from the
 	// record, after a restart.
 	egress, err := parseEgress(req.Network)
@@ -379,10 +406,11 @@ func (m *Manager) create(ctx context.Context, req CreateRequest, path *string) (
 		if st, err = m.restoreAs(ctx, newID(), tpl.Checkpoint, backend); err != nil {
 			return nil, err
 		}
-	} else if len(mounts) == 0 && backend == tpl.Runtime {
+	} else if len(mounts) == 0 && backend == tpl.Runtime && req.Resources.IsZero() {
 		// A warm sandbox was started without mounts, on the template's
-		// backend: one with volumes, or asked for on another backend,
-		// always starts on demand.
+		// backend, with the server's resources: one with volumes, asked
+		// for on another backend or with resources of its own always
+		// starts on demand.
 		st, pool = m.takeWarm(req.Template, tpl)
 	}
 	if st != nil && !st.alive(ctx) {
@@ -402,7 +430,7 @@ func (m *Manager) create(ctx context.Context, req CreateRequest, path *string) (
 		// Until this create is done: its sandbox's envd still starts.
 		m.cold.Add(1)
 		defer m.cold.Add(-1)
-		if st, err = m.startOn(ctx, newID(), tpl, mounts, backend); err != nil {
+		if st, err = m.startOn(ctx, newID(), tpl, mounts, backend, req.Resources); err != nil {
 			return nil, err
 		}
 	}
@@ -416,11 +444,10 @@ func (m *Manager) create(ctx context.Context, req CreateRequest, path *string) (
 	sb := &Sandbox{
 		ID: st.sbx.ID(), TemplateID: tpl.Name, Alias: alias, KeyID: req.KeyID, State: StateRunning,
 		EnvdVersion: envdapi.Version, Secure: req.Secure,
-		Limits: Limits{CPUs: int(max(m.resources.CPUs, 1)), MemoryMB: int(m.resources.MemoryBytes >> 20),
-			DiskMB: int(m.resourcesOf(tpl).DiskBytes >> 20)},
+		Limits:  m.limitsOf(tpl, req.Resources),
 		Network: req.Network, Lifecycle: req.Lifecycle,
 		Metadata: orEmpty(req.Metadata), Envs: orEmpty(req.Envs), StartedAt: time.Now().UTC(),
-		Volumes: req.Volumes,
+		Volumes: req.Volumes, Image: req.Image, Entrypoint: slices.Clone(req.Entrypoint),
 	}
 	sb.EndAt = sb.StartedAt.Add(req.Timeout)
 	if req.Secure {
@@ -442,6 +469,9 @@ func (m *Manager) create(ctx context.Context, req CreateRequest, path *string) (
 		}
 	}()
 	if err := m.initEnvdAs(ctx, st.route, sb, tpl, st.prevToken); err != nil {
+		return nil, err
+	}
+	if err := startEntrypoint(ctx, st.route, sb.EnvdAccessToken, sb.Entrypoint); err != nil {
 		return nil, err
 	}
 	info, _ := json.Marshal(runtimeInfo{Socket: st.route.api, Control: st.route.control, Backend: st.backend})
@@ -582,13 +612,13 @@ func (s *started) discard() {
 // two sockets the manager made in DataDir/sockets (see route): the control
 // socket as descriptor 3, the API socket as 4.
 func (m *Manager) start(ctx context.Context, tpl *template.Template, mounts []runtime.Mount) (_ *started, retErr error) {
-	return m.startOn(ctx, newID(), tpl, mounts, tpl.Runtime)
+	return m.startOn(ctx, newID(), tpl, mounts, tpl.Runtime, Resources{})
 }
 
 // startAs is start with the sandbox's id given: a sandbox paused without
 // its memory comes back under its own.
 func (m *Manager) startAs(ctx context.Context, id string, tpl *template.Template, mounts []runtime.Mount) (_ *started, retErr error) {
-	return m.startOn(ctx, id, tpl, mounts, tpl.Runtime)
+	return m.startOn(ctx, id, tpl, mounts, tpl.Runtime, Resources{})
 }
 
 // envdSockets makes sandbox id's envd sockets: listening, in this order
@@ -615,8 +645,9 @@ func (m *Manager) envdSockets(id string) (api, control string, files []*os.File,
 	return api, control, files, nil
 }
 
-// startOn is startAs on runtime backend backend ("" for the default).
-func (m *Manager) startOn(ctx context.Context, id string, tpl *template.Template, mounts []runtime.Mount, backend string) (_ *started, retErr error) {
+// startOn is startAs on runtime backend backend ("" for the default),
+// with the sandbox's own resources own (zero: the server's).
+func (m *Manager) startOn(ctx context.Context, id string, tpl *template.Template, mounts []runtime.Mount, backend string, own Resources) (_ *started, retErr error) {
 	if err := m.dataRoom(); err != nil {
 		return nil, err
 	}
@@ -634,7 +665,7 @@ func (m *Manager) startOn(ctx context.Context, id string, tpl *template.Template
 		}
 	}()
 	sbx, err := m.rt.Create(ctx, runtime.Spec{
-		ID: id, Runtime: backend, Template: tpl.ID, Resources: m.resourcesOf(tpl),
+		ID: id, Runtime: backend, Template: tpl.ID, Resources: m.resourcesOf(tpl, own),
 		Labels: map[string]string{controlPlaneLabel: "true"}, Mounts: mounts,
 		Process: runtime.Process{
 			Args: envdapi.Command(runtime.SelfExe, tpl.DefaultUser),
@@ -660,13 +691,33 @@ func (m *Manager) startOn(ctx context.Context, id string, tpl *template.Template
 	return st, nil
 }
 
-// resourcesOf returns the limits of a sandbox of tpl.
-func (m *Manager) resourcesOf(tpl *template.Template) runtime.Resources {
+// resourcesOf returns the limits of a sandbox of tpl with resources own.
+func (m *Manager) resourcesOf(tpl *template.Template, own Resources) runtime.Resources {
 	r := m.resources
 	if tpl.DiskSizeMB > 0 {
 		r.DiskBytes = int64(tpl.DiskSizeMB) << 20
 	}
+	if own.CPUMillis > 0 {
+		r.CPUs = float64(own.CPUMillis) / 1000
+	}
+	if own.MemoryMB > 0 {
+		r.MemoryBytes = int64(own.MemoryMB) << 20
+	}
 	return r
+}
+
+// limitsOf is what a sandbox of tpl with resources own is granted, as
+// the API reports it.
+func (m *Manager) limitsOf(tpl *template.Template, own Resources) Limits {
+	r := m.resourcesOf(tpl, own)
+	return Limits{CPUs: int(math.Ceil(max(r.CPUs, 1))), CPUMillis: own.CPUMillis,
+		MemoryMB: int(r.MemoryBytes >> 20), DiskMB: int(r.DiskBytes >> 20)}
+}
+
+// ownResources is what sb was granted: a sandbox booted again (a resume
+// of its files) keeps it, even if the server's defaults changed since.
+func ownResources(sb *Sandbox) Resources {
+	return Resources{CPUMillis: sb.Limits.CPUMillis, MemoryMB: sb.Limits.MemoryMB}
 }
 
 // adopt makes a running sandbox routable, starts sampling it and arms its
@@ -898,6 +949,9 @@ func (m *Manager) removeLocked(ctx context.Context, id string) error {
 		l.route.close()
 	}
 	m.step(fault.KillUnrecorded)
+	if m.removed != nil {
+		m.removed(id)
+	}
 	if m.reg != nil {
 		if err := m.reg.Delete(ctx, id); err != nil {
 			// The cluster reconciles it: a record this node does not
@@ -1251,4 +1305,34 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// PatchMetadata changes sandbox id's metadata as a JSON merge patch does:
+// each key of patch with a value sets it, each with nil removes it. The
+// sandbox is returned as it is afterwards. Keys and values are not
+// checked here: the protocol adapter applies its own rules.
+func (m *Manager) PatchMetadata(ctx context.Context, keyID, id string, patch map[string]*string) (*Sandbox, error) {
+	unlock, err := m.lockOp(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	rec, err := m.store.GetSandbox(ctx, keyID, id)
+	if err != nil {
+		return nil, err
+	}
+	meta := maps.Clone(rec.Metadata)
+	for k, v := range patch {
+		if v == nil {
+			delete(meta, k)
+		} else {
+			meta[k] = *v
+		}
+	}
+	if err := m.store.SetMetadata(ctx, id, meta); err != nil {
+		return nil, err
+	}
+	rec.Metadata = meta
+	m.republish(ctx, id)
+	return fromRecord(&rec), nil
 }

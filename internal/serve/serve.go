@@ -26,6 +26,7 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/fault"
 	"github.com/hutch-sandbox/hutch/internal/loopfs"
 	"github.com/hutch-sandbox/hutch/internal/metrics"
+	"github.com/hutch-sandbox/hutch/internal/osbexecd"
 	"github.com/hutch-sandbox/hutch/internal/runtime"
 	"github.com/hutch-sandbox/hutch/internal/runtime/backends"
 	"github.com/hutch-sandbox/hutch/internal/runtime/native"
@@ -216,13 +217,16 @@ func Open(ctx context.Context, cfg Config) (_ *Server, retErr error) {
 		s.Cluster = s.cluster.node
 		registry = s.Cluster
 	}
+	// OpenSandbox's execd, served from here through each sandbox's envd;
+	// what it keeps of a sandbox goes when the sandbox does.
+	execd := osbexecd.New(osbexecd.Options{Logger: logger})
 	s.Manager, err = sandbox.New(sandbox.Options{
 		Registry: registry,
 		Runtime:  rt, Runtimes: cfg.Runtimes, Store: s.Store, Templates: templates, DataDir: cfg.DataDir, Logger: logger,
 		Resources: cfg.Resources, Warm: cfg.Warm, Network: s.nets.manager(),
 		MaxSandboxes: cfg.MaxSandboxes, MaxPerKey: cfg.MaxPerKey, CABundle: cfg.CABundle, ReadyTimeout: cfg.ReadyTimeout,
 		SnapshotTTL: cfg.SnapshotTTL, PausedRetention: cfg.PausedRetention,
-		Volumes: vols, Metrics: s.Metrics, Faults: cfg.Faults,
+		Volumes: vols, Metrics: s.Metrics, Faults: cfg.Faults, Removed: execd.Forget,
 	})
 	if err != nil {
 		return nil, err
@@ -241,7 +245,7 @@ func Open(ctx context.Context, cfg Config) (_ *Server, retErr error) {
 	}
 	s.builder = builder.New(builder.Options{Store: templates, Manager: s.Manager, CABundle: cfg.CABundle, RegistryAllow: cfg.RegistryAllow, Metrics: s.Metrics, Faults: cfg.Faults, Logger: logger})
 	srv := server.New(server.Options{Manager: s.Manager, Domain: cfg.Domain, Logger: logger, Templates: templates, Builder: s.builder, Volumes: vols, Cluster: s.Cluster,
-		Metrics: s.Metrics, MetricsOnAPI: cfg.MetricsOnAPI, Audit: s.Audit})
+		Metrics: s.Metrics, MetricsOnAPI: cfg.MetricsOnAPI, Audit: s.Audit, Execd: execd})
 	s.Handler = srv
 	if s.cluster != nil {
 		s.cluster.serve(s, s.Cluster.PeerHandler(srv.Forwarded()), logger)

@@ -46,13 +46,24 @@ var auditRoutes = map[string]string{
 	"POST /api-keys":                                   "key.create",
 	"DELETE /api-keys/{apiKeyID}":                      "key.revoke",
 	"POST /console/session":                            "console.signin",
-	"DELETE /console/session":                          "console.signout",
+	// OpenSandbox's lifecycle API: the same actions under their names.
+	"POST /v1/sandboxes":                       "sandbox.create",
+	"DELETE /v1/sandboxes/{id}":                "sandbox.kill",
+	"POST /v1/sandboxes/{id}/renew-expiration": "sandbox.timeout",
+	"POST /v1/sandboxes/{id}/pause":            "sandbox.pause",
+	"POST /v1/sandboxes/{id}/resume":           "sandbox.resume",
+	"PATCH /v1/sandboxes/{id}/metadata":        "sandbox.metadata",
+	"POST /v1/sandboxes/{id}/snapshots":        "snapshot.create",
+	"DELETE /v1/snapshots/{snapshotId}":        "snapshot.delete",
+	"DELETE /console/session":                  "console.signout",
 }
 
 // notAudited are changing routes that are not actions of their own.
 var notAudited = map[string]bool{
 	// What a client reports is recorded by the handler itself.
 	"POST /events": true,
+	// The OpenSandbox SDKs' own create timings, kept nowhere.
+	"POST /v1/metrics/events": true,
 }
 
 // auditAction is the kind and action of pattern's calls, false for routes

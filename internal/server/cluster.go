@@ -63,7 +63,7 @@ func lookupContext(r *http.Request) context.Context {
 
 // apiSandboxID is the sandbox an API call's path names, if any.
 func apiSandboxID(path string) string {
-	id := pathID(path, "/v2/sandboxes/", "/sandboxes/")
+	id := pathID(path, "/v2/sandboxes/", "/sandboxes/", "/v1/sandboxes/")
 	if id == "metrics" { // GET /sandboxes/metrics names them in its query
 		return ""
 	}

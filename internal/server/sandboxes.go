@@ -41,6 +41,7 @@ func (s *Server) routes() {
 	s.handle("GET /sandboxes/{id}/logs", s.authed(s.legacyLogs))
 	s.templateRoutes()
 	s.snapshotRoutes()
+	s.osbRoutes()
 	// Known to the SDKs, not in Hutch yet: a clear 501 in E2B's error body,
 	// never a silent success, nor a 404 that reads like a mistyped URL.
 	// The template and secret APIs go whole, by path prefix and

@@ -68,6 +68,10 @@ type Options struct {
 	// API key; false answers that route 404 (the operator may serve them
 	// on a listener of their own instead, see internal/serve).
 	MetricsOnAPI bool
+	// Execd serves OpenSandbox's in-sandbox API at the endpoints of
+	// OpenSandbox's lifecycle API (opensandboxproxy.go); nil answers it
+	// 501.
+	Execd Execd
 }
 
 // Server serves the API and routes sandbox traffic. Safe for concurrent use.
@@ -101,6 +105,19 @@ type Server struct {
 	gatewayBodies *bodyBudget
 	// console serves the web console's files; nil when they did not load.
 	console *console.Console
+	// execd serves OpenSandbox's in-sandbox API (Options.Execd).
+	execd Execd
+}
+
+// Execd serves OpenSandbox's in-sandbox API (execd) for one sandbox at a
+// time by calling its envd (internal/osbexecd implements it).
+type Execd interface {
+	// ServeSandbox answers r, whose path is execd's own ("/ping", "/command"),
+	// for sandbox id, whose envd transport reaches and whose envd access
+	// token is token ("" for none). The caller authenticated r.
+	ServeSandbox(w http.ResponseWriter, r *http.Request, id string, transport http.RoundTripper, token string)
+	// Forget drops what is kept for sandbox id, which is gone.
+	Forget(id string)
 }
 
 // New returns a server.
@@ -114,6 +131,7 @@ func New(opts Options) *Server {
 	s := &Server{mgr: opts.Manager, domain: domain, logger: logger, api: http.NewServeMux(),
 		bodyGrace: opts.BodyGrace, bodyMinRate: int64(opts.BodyMinRate), templates: opts.Templates, builder: opts.Builder, volumes: opts.Volumes, cluster: opts.Cluster,
 		prom: opts.Metrics, audit: opts.Audit, gatewaySecrets: newSecretBook(), auditBodies: newBodyBudget(auditBodyBudget, auditKeyBudget), gatewayBodies: newBodyBudget(gatewayBodyBudget, gatewayKeyBudget)}
+	s.execd = opts.Execd
 	if opts.MetricsOnAPI && opts.Metrics != nil {
 		s.promAPI = opts.Metrics.Handler()
 		s.promSlots = make(chan struct{}, metrics.MaxScrapes)

@@ -68,6 +68,15 @@ type Sandbox struct {
 	CPUCount   int
 	MemoryMB   int
 	DiskSizeMB int
+	// CPUMillis is the sandbox's own CPU quota in thousandths of a core,
+	// 0 when it has the server's default (CPUCount then says it).
+	CPUMillis int
+	// Image is the image reference the sandbox was made from, "" for a
+	// template asked for by name.
+	Image string
+	// Entrypoint is the argv of the sandbox's main process, nil for the
+	// template's own start.
+	Entrypoint []string
 	// State is StateRunning or StatePaused ("" means StateRunning on create).
 	State string
 	// KeyID is the ID of the API key that created the sandbox; a key sees
@@ -113,7 +122,7 @@ const sandboxColumns = `id, template_id, alias, envd_version, envd_access_token,
 	traffic_access_token, secure, allow_internet_access, auto_pause, auto_resume,
 	allow_out, deny_out, allow_public_traffic, mask_request_host,
 	metadata, env_vars, started_at, end_at, cpu_count, memory_mb, disk_size_mb, state,
-	key_id, runtime, auto_pause_memory, volume_mounts`
+	key_id, runtime, auto_pause_memory, volume_mounts, cpu_millis, image, entrypoint`
 
 func nullString(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }
 
@@ -162,11 +171,13 @@ func scanSandbox(r rowScanner) (Sandbox, error) {
 		apMemory           bool
 		cpu, mem, diskSize int64
 		mounts             string
+		cpuMillis          int64
+		entrypoint         string
 	)
 	if err := r.Scan(&sb.ID, &sb.TemplateID, &sb.Alias, &sb.EnvdVersion,
 		&sb.EnvdAccessToken, &sb.TrafficAccessToken, &secure, &allowNet, &ap, &ar,
 		&allow, &deny, &public, &sb.MaskRequestHost, &meta, &envs, &startedAt, &endAt, &cpu, &mem, &diskSize, &sb.State,
-		&keyID, &sb.Runtime, &apMemory, &mounts); err != nil {
+		&keyID, &sb.Runtime, &apMemory, &mounts, &cpuMillis, &sb.Image, &entrypoint); err != nil {
 		return Sandbox{}, err
 	}
 	if err := json.Unmarshal([]byte(mounts), &sb.VolumeMounts); err != nil {
@@ -175,6 +186,13 @@ func scanSandbox(r rowScanner) (Sandbox, error) {
 	if len(sb.VolumeMounts) == 0 {
 		sb.VolumeMounts = nil
 	}
+	if err := json.Unmarshal([]byte(entrypoint), &sb.Entrypoint); err != nil {
+		return Sandbox{}, fmt.Errorf("sandbox %s: entrypoint: %w", sb.ID, err)
+	}
+	if len(sb.Entrypoint) == 0 {
+		sb.Entrypoint = nil
+	}
+	sb.CPUMillis = int(cpuMillis)
 	sb.Secure, sb.AutoPause, sb.AutoResume, sb.AutoPauseFilesystem = secure, ap, ar, !apMemory
 	sb.AllowInternetAccess, sb.AllowPublicTraffic = boolPtr(allowNet), boolPtr(public)
 	sb.AllowOut, sb.DenyOut = []string{}, []string{}
@@ -254,13 +272,18 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox) error {
 			return errorf("store: create sandbox %s: volumeMounts: %w", sb.ID, err)
 		}
 	}
+	entrypoint, err := encodeList(sb.Entrypoint)
+	if err != nil {
+		return errorf("store: create sandbox %s: entrypoint: %w", sb.ID, err)
+	}
 	_, err = s.db.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		sb.ID, sb.TemplateID, sb.Alias, sb.EnvdVersion, sb.EnvdAccessToken,
 		sb.TrafficAccessToken, sb.Secure, nullBool(sb.AllowInternetAccess), sb.AutoPause, sb.AutoResume,
 		allow, deny, nullBool(sb.AllowPublicTraffic), sb.MaskRequestHost,
 		meta, envs, toNanos(sb.StartedAt), toNanos(sb.EndAt), sb.CPUCount, sb.MemoryMB, sb.DiskSizeMB,
-		sb.State, nullString(sb.KeyID), sb.Runtime, !sb.AutoPauseFilesystem, string(mounts))
+		sb.State, nullString(sb.KeyID), sb.Runtime, !sb.AutoPauseFilesystem, string(mounts),
+		sb.CPUMillis, sb.Image, entrypoint)
 	switch {
 	case isUniqueViolation(err):
 		return errorf("store: create sandbox %s: %w", sb.ID, errdefs.ErrAlreadyExists)
@@ -365,6 +388,16 @@ func (s *Store) SetStateRuntime(ctx context.Context, id, state, runtime string) 
 // errdefs.ErrNotFound.
 func (s *Store) SetRuntime(ctx context.Context, id, runtime string) error {
 	return s.updateOne(ctx, "set runtime of", id, `UPDATE sandboxes SET runtime = ? WHERE id = ?`, runtime, id)
+}
+
+// SetMetadata replaces the sandbox's metadata. A missing sandbox gives
+// errdefs.ErrNotFound.
+func (s *Store) SetMetadata(ctx context.Context, id string, metadata map[string]string) error {
+	meta, err := encodeMap(metadata)
+	if err != nil {
+		return errorf("store: set metadata of %s: %w", id, err)
+	}
+	return s.updateOne(ctx, "set metadata of", id, `UPDATE sandboxes SET metadata = ? WHERE id = ?`, meta, id)
 }
 
 // SetEgress replaces the sandbox's egress rules and internet access (a

@@ -38,7 +38,8 @@ func TestSandboxRoundTrip(t *testing.T) {
 		Metadata:  map[string]string{"k y": "v&=1", "suite": "probe"},
 		EnvVars:   map[string]string{"FOO": "bar"},
 		StartedAt: t0, EndAt: t0.Add(5 * time.Minute),
-		CPUCount: 2, MemoryMB: 512, DiskSizeMB: 1024,
+		CPUCount: 2, MemoryMB: 512, DiskSizeMB: 1024, CPUMillis: 1500,
+		Image: "registry.local/app:1", Entrypoint: []string{"python", "-m", "http.server"},
 		State: StatePaused, KeyID: k.ID, Runtime: `{"pid":42}`,
 	}
 	sb := in
@@ -72,8 +73,20 @@ func TestSandboxRoundTrip(t *testing.T) {
 	}
 	if got.State != StateRunning || got.StartedAt.Before(before.Add(-time.Second)) ||
 		got.Metadata == nil || got.EnvVars == nil || got.AllowInternetAccess != nil || got.KeyID != "" ||
-		got.AllowOut == nil || got.DenyOut == nil || got.AllowPublicTraffic != nil || got.MaskRequestHost != "" {
+		got.AllowOut == nil || got.DenyOut == nil || got.AllowPublicTraffic != nil || got.MaskRequestHost != "" ||
+		got.CPUMillis != 0 || got.Image != "" || got.Entrypoint != nil {
 		t.Fatalf("defaults: %+v", got)
+	}
+
+	// SetMetadata replaces the map; a missing sandbox is not found.
+	if err := s2.SetMetadata(ctx, "def", map[string]string{"team": "ml"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s2.GetSandbox(ctx, "", "def"); err != nil || !cmp.Equal(got.Metadata, map[string]string{"team": "ml"}) {
+		t.Fatalf("after SetMetadata: %v %v", got.Metadata, err)
+	}
+	if err := s2.SetMetadata(ctx, "nope", nil); !errdefs.IsNotFound(err) {
+		t.Fatalf("SetMetadata of a missing sandbox: %v", err)
 	}
 }
 

@@ -249,6 +249,15 @@ CREATE INDEX events_key ON events (key_id, seq);
 CREATE INDEX events_sandbox ON events (sandbox_id, seq);
 ALTER TABLE api_keys ADD COLUMN role TEXT NOT NULL DEFAULT 'admin' CHECK (role IN ('admin', 'user'));
 `,
+	// A sandbox's own resources and start (OpenSandbox's create asks for
+	// them): cpu_millis 0 is the server's default quota; image is the
+	// image reference it was made from ('' = a template by name);
+	// entrypoint is the argv of its main process ([] = the template's).
+	`
+ALTER TABLE sandboxes ADD COLUMN cpu_millis INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE sandboxes ADD COLUMN image TEXT NOT NULL DEFAULT '';
+ALTER TABLE sandboxes ADD COLUMN entrypoint TEXT NOT NULL DEFAULT '[]' CHECK (json_valid(entrypoint));
+`,
 }
 
 // migrateRetrying runs migrate, retrying while it fails with SQLITE_BUSY for

@@ -1,0 +1,310 @@
+// Package osbexecd serves OpenSandbox's in-sandbox API ("execd",
+// specs/execd-api.yaml of opensandbox-group/OpenSandbox) for Hutch's
+// sandboxes from the host, by translating every call to the sandbox's own
+// envd: commands become process.Process Start/SendSignal streams, files
+// go through envd's /files and filesystem.Filesystem. Nothing else runs
+// in the sandbox and no port is added to it.
+//
+// Paths mean what they mean to envd: absolute inside the sandbox, ".."
+// cleaned, links followed inside the sandbox's mount namespace, so the
+// sandbox's root is the only root a request can reach. The handler never
+// touches the host's file system for a request.
+//
+// What execd does that envd cannot is answered with a clear error in
+// execd's shape: code contexts (a Jupyter kernel), PTY sessions,
+// caller-bound operations, isolated sessions and per-identity file access.
+package osbexecd
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Envd is how the host reaches one sandbox's envd.
+type Envd struct {
+	// Transport reaches envd (port 49983); the request URL's host is
+	// ignored.
+	Transport http.RoundTripper
+	// Token is envd's access token (header X-Access-Token), "" when it
+	// has none.
+	Token string
+}
+
+// Options configures a Handler. Every zero field takes the default its
+// comment names.
+type Options struct {
+	// Logger receives what the handler does not return to a client
+	// (background commands that lost their stream, say); nil discards.
+	Logger *slog.Logger
+	// User is the sandbox user requests act as when they name no uid:
+	// commands run as it, and files it writes belong to it unless the
+	// request names an owner. Default "root", as OpenSandbox's execd runs.
+	User string
+	// MaxBodyBytes bounds a JSON request body. Default 1 MiB.
+	MaxBodyBytes int64
+	// MaxUploadBytes bounds a POST /files/upload body. Default 10 GiB
+	// (envd's own limit).
+	MaxUploadBytes int64
+	// MaxReplaceBytes bounds the total size of the files one POST
+	// /files/replace may rewrite, since they pass through the host's
+	// memory. Default 64 MiB.
+	MaxReplaceBytes int64
+	// MaxCommandLog is how much output of one background command the
+	// host keeps for GET /command/{id}/logs; older output is dropped, and
+	// the logs say so. Default 1 MiB.
+	MaxCommandLog int
+	// MaxSandboxLog bounds the output kept for all background commands of
+	// one sandbox together: past it, the logs of the oldest finished
+	// commands go first, then the oldest output of the command writing.
+	// Default 16 MiB.
+	MaxSandboxLog int
+	// MaxCommands bounds the commands one sandbox keeps a status for;
+	// past it the oldest finished one is forgotten, and a new command is
+	// refused while all are running. Default 1024.
+	MaxCommands int
+	// MaxSessions bounds the bash sessions of one sandbox. Default 64.
+	MaxSessions int
+	// MetricsInterval is the period of GET /metrics/watch. Default 1 s,
+	// as the spec says.
+	MetricsInterval time.Duration
+}
+
+func (o Options) withDefaults() Options {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.User == "" {
+		o.User = "root"
+	}
+	if o.MaxBodyBytes <= 0 {
+		o.MaxBodyBytes = 1 << 20
+	}
+	if o.MaxUploadBytes <= 0 {
+		o.MaxUploadBytes = 10 << 30
+	}
+	if o.MaxReplaceBytes <= 0 {
+		o.MaxReplaceBytes = 64 << 20
+	}
+	if o.MaxCommandLog <= 0 {
+		o.MaxCommandLog = 1 << 20
+	}
+	if o.MaxSandboxLog <= 0 {
+		o.MaxSandboxLog = 16 << 20
+	}
+	if o.MaxSandboxLog < o.MaxCommandLog {
+		o.MaxSandboxLog = o.MaxCommandLog
+	}
+	if o.MaxCommands <= 0 {
+		o.MaxCommands = 1024
+	}
+	if o.MaxSessions <= 0 {
+		o.MaxSessions = 64
+	}
+	if o.MetricsInterval <= 0 {
+		o.MetricsInterval = time.Second
+	}
+	return o
+}
+
+// Handler serves execd's API for any number of sandboxes. It keeps, per
+// sandbox, the commands it started (status, and background commands'
+// output) and the bash sessions; Forget drops them. It is safe for
+// concurrent use.
+type Handler struct {
+	opts Options
+	log  *slog.Logger
+
+	routes []route
+
+	mu        sync.Mutex
+	sandboxes map[string]*sandboxState
+}
+
+// New returns a Handler with opts.
+func New(opts Options) *Handler {
+	opts = opts.withDefaults()
+	return &Handler{opts: opts, log: opts.Logger, routes: routeTable(), sandboxes: map[string]*sandboxState{}}
+}
+
+// sandboxState is what the handler keeps for one sandbox.
+type sandboxState struct {
+	id string
+	// ctx bounds the work that outlives a request (background commands'
+	// streams); Forget cancels it.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu       sync.Mutex
+	commands map[string]*command
+	order    []*command // oldest first
+	logBytes int        // output kept for all commands
+	sessions map[string]*session
+}
+
+// state returns sandbox id's state, making it on first use.
+func (h *Handler) state(id string) *sandboxState {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	st := h.sandboxes[id]
+	if st == nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		st = &sandboxState{id: id, ctx: ctx, cancel: cancel, commands: map[string]*command{}, sessions: map[string]*session{}}
+		h.sandboxes[id] = st
+	}
+	return st
+}
+
+// Forget drops what the handler keeps for sandbox id (background
+// commands' logs, sessions) once the sandbox is gone, and stops following
+// its commands' streams.
+func (h *Handler) Forget(id string) {
+	h.mu.Lock()
+	st := h.sandboxes[id]
+	delete(h.sandboxes, id)
+	h.mu.Unlock()
+	if st != nil {
+		st.cancel()
+	}
+}
+
+// call is one request being served.
+type call struct {
+	id     string
+	envd   Envd
+	st     *sandboxState
+	params map[string]string
+}
+
+type handlerFunc func(h *Handler, w http.ResponseWriter, r *http.Request, c *call)
+
+// route is one path of the API: pattern segments, "{name}" capturing one.
+type route struct {
+	pattern string
+	methods map[string]handlerFunc
+}
+
+// routeTable is the API as the spec lists it. Paths that execd serves and
+// envd cannot back answer with a clear error (unsupported.go).
+func routeTable() []route {
+	return []route{
+		{"/ping", map[string]handlerFunc{"GET": (*Handler).ping}},
+		{"/metrics", map[string]handlerFunc{"GET": (*Handler).metrics}},
+		{"/metrics/watch", map[string]handlerFunc{"GET": (*Handler).watchMetrics}},
+
+		{"/command", map[string]handlerFunc{"POST": (*Handler).runCommand, "DELETE": (*Handler).interruptCommand}},
+		{"/command/status/{id}", map[string]handlerFunc{"GET": (*Handler).commandStatus}},
+		{"/command/{id}/logs", map[string]handlerFunc{"GET": (*Handler).commandLogs}},
+		{"/command/operations", map[string]handlerFunc{"POST": notImplemented(msgOperations)}},
+		{"/execution/instance", map[string]handlerFunc{"GET": notImplemented(msgOperations)}},
+		{"/execution/operation", map[string]handlerFunc{"GET": notImplemented(msgOperations)}},
+
+		{"/session", map[string]handlerFunc{"POST": (*Handler).createSession}},
+		{"/session/{id}", map[string]handlerFunc{"DELETE": (*Handler).deleteSession}},
+		{"/session/{id}/run", map[string]handlerFunc{"POST": (*Handler).runInSession}},
+
+		{"/files", map[string]handlerFunc{"DELETE": (*Handler).removeFiles}},
+		{"/files/info", map[string]handlerFunc{"GET": (*Handler).filesInfo}},
+		{"/files/download", map[string]handlerFunc{"GET": (*Handler).download}},
+		{"/files/upload", map[string]handlerFunc{"POST": (*Handler).upload}},
+		{"/files/search", map[string]handlerFunc{"GET": (*Handler).searchFiles}},
+		{"/files/permissions", map[string]handlerFunc{"POST": (*Handler).chmodFiles}},
+		{"/files/mv", map[string]handlerFunc{"POST": (*Handler).moveFiles}},
+		{"/files/replace", map[string]handlerFunc{"POST": (*Handler).replaceContent}},
+		{"/directories", map[string]handlerFunc{"POST": (*Handler).makeDirs, "DELETE": (*Handler).removeDirs}},
+		{"/directories/list", map[string]handlerFunc{"GET": (*Handler).listDirectory}},
+
+		{"/code", map[string]handlerFunc{"POST": notImplemented(msgCode), "DELETE": notImplemented(msgCode)}},
+		{"/code/context", map[string]handlerFunc{"POST": notImplemented(msgCode)}},
+		{"/code/contexts", map[string]handlerFunc{"GET": notImplemented(msgCode), "DELETE": notImplemented(msgCode)}},
+		{"/code/contexts/{id}", map[string]handlerFunc{"GET": notImplemented(msgCode), "DELETE": notImplemented(msgCode)}},
+
+		{"/pty", map[string]handlerFunc{"POST": notImplemented(msgPTY)}},
+		{"/pty/operations", map[string]handlerFunc{"POST": notImplemented(msgPTY)}},
+		{"/pty/{id}", map[string]handlerFunc{"GET": notImplemented(msgPTY), "DELETE": notImplemented(msgPTY)}},
+		{"/pty/{id}/ws", map[string]handlerFunc{"GET": notImplemented(msgPTY)}},
+
+		{"/v1/isolated/capabilities", map[string]handlerFunc{"GET": (*Handler).isolatedCapabilities}},
+	}
+}
+
+// Serve answers execd request r for sandbox id; r.URL.Path is execd's own
+// path ("/ping", "/command", "/files/download", ...). Authentication was
+// done by the caller. An unknown path is 404 and a known path with another
+// method 405, both in execd's error shape.
+func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, id string, e Envd) {
+	path := r.URL.Path
+	if len(path) > 4096 {
+		writeError(w, http.StatusRequestURITooLong, codeInvalidRequest, "the path is too long")
+		return
+	}
+	segs := splitPath(path)
+	switch {
+	case len(segs) >= 2 && segs[0] == "v1" && segs[1] == "isolated" && path != "/v1/isolated/capabilities":
+		writeError(w, http.StatusServiceUnavailable, codeNotSupported, msgIsolated)
+		return
+	case len(segs) >= 2 && segs[0] == "v1" && segs[1] == "filesystem":
+		writeError(w, http.StatusNotImplemented, codeNotSupported, msgIdentity)
+		return
+	}
+	for _, rt := range h.routes {
+		params, ok := matchRoute(rt.pattern, segs)
+		if !ok {
+			continue
+		}
+		fn := rt.methods[r.Method]
+		if fn == nil && r.Method == http.MethodHead {
+			fn = rt.methods[http.MethodGet]
+		}
+		if fn == nil {
+			allowed := make([]string, 0, len(rt.methods))
+			for m := range rt.methods {
+				allowed = append(allowed, m)
+			}
+			w.Header().Set("Allow", strings.Join(allowed, ", "))
+			writeError(w, http.StatusMethodNotAllowed, codeMethodNotAllowed, r.Method+" is not allowed on "+path)
+			return
+		}
+		fn(h, w, r, &call{id: id, envd: e, st: h.state(id), params: params})
+		return
+	}
+	writeError(w, http.StatusNotFound, codeNotFound, "no such endpoint: "+path)
+}
+
+// splitPath splits an absolute path into its segments; "" and "/" have
+// none. Empty segments ("//") are kept, so they match nothing.
+func splitPath(p string) []string {
+	p = strings.TrimPrefix(p, "/")
+	if p == "" {
+		return nil
+	}
+	return strings.Split(p, "/")
+}
+
+// matchRoute matches segs against pattern, returning the {name} captures.
+func matchRoute(pattern string, segs []string) (map[string]string, bool) {
+	pat := splitPath(pattern)
+	if len(pat) != len(segs) {
+		return nil, false
+	}
+	var params map[string]string
+	for i, p := range pat {
+		if strings.HasPrefix(p, "{") && strings.HasSuffix(p, "}") {
+			if segs[i] == "" {
+				return nil, false
+			}
+			if params == nil {
+				params = map[string]string{}
+			}
+			params[p[1:len(p)-1]] = segs[i]
+			continue
+		}
+		if p != segs[i] {
+			return nil, false
+		}
+	}
+	return params, true
+}

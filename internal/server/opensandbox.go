@@ -1,0 +1,684 @@
+package server
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"maps"
+	"net/http"
+	"net/url"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hutch-sandbox/hutch/internal/audit"
+	"github.com/hutch-sandbox/hutch/internal/builder"
+	"github.com/hutch-sandbox/hutch/internal/errdefs"
+	"github.com/hutch-sandbox/hutch/internal/osbapi"
+	"github.com/hutch-sandbox/hutch/internal/sandbox"
+)
+
+// OpenSandbox's lifecycle API (specs/sandbox-lifecycle.yml of OpenSandbox)
+// under /v1, beside E2B's: the same sandboxes, keys and model, another
+// wire. A sandbox made through either protocol is listed and driven
+// through the other. Its in-sandbox API (execd) is served per sandbox at
+// the endpoint this API hands out (opensandboxproxy.go).
+
+// osbRoutes registers the OpenSandbox lifecycle routes.
+func (s *Server) osbRoutes() {
+	s.handle("POST /v1/sandboxes", s.osbAuthed(s.placed(s.osbCreate)))
+	s.handle("GET /v1/sandboxes", s.osbAuthed(s.osbList))
+	s.handle("GET /v1/sandboxes/{id}", s.osbAuthed(s.osbGet))
+	s.handle("DELETE /v1/sandboxes/{id}", s.osbAuthed(s.osbKill))
+	s.handle("POST /v1/sandboxes/{id}/renew-expiration", s.osbAuthed(s.osbRenew))
+	s.handle("GET /v1/sandboxes/{id}/endpoints/{port}", s.osbAuthed(s.osbEndpoint))
+	s.handle("POST /v1/sandboxes/{id}/pause", s.osbAuthed(s.osbPause))
+	s.handle("POST /v1/sandboxes/{id}/resume", s.osbAuthed(s.osbResume))
+	s.handle("PATCH /v1/sandboxes/{id}/metadata", s.osbAuthed(s.osbPatchMetadata))
+	s.handle("POST /v1/sandboxes/{id}/snapshots", s.osbAuthed(s.osbSnapshot))
+	s.handle("GET /v1/snapshots", s.osbAuthed(s.osbSnapshots))
+	s.handle("GET /v1/snapshots/{snapshotId}", s.osbAuthed(s.osbGetSnapshot))
+	s.handle("DELETE /v1/snapshots/{snapshotId}", s.osbAuthed(s.osbDeleteSnapshot))
+	s.handle("POST /v1/metrics/events", s.osbAuthed(s.osbMetricsEvent))
+	s.handle("/v1/sandboxes/{id}/proxy/{port}/", s.osbProxy)
+	// Everything else under /v1 is OpenSandbox's too: a 404 in its shape.
+	s.handle("/v1/", func(w http.ResponseWriter, r *http.Request) {
+		osbapi.Write(w, s.logger, osbapi.Errorf(http.StatusNotFound, "HUTCH::NOT_FOUND",
+			fmt.Sprintf("%s %s is not an OpenSandbox lifecycle call Hutch serves (docs/opensandbox.md lists them)", r.Method, r.URL.Path)))
+	})
+}
+
+// osbMaxBody caps the lifecycle API's request bodies.
+const osbMaxBody = 1 << 20
+
+// osbAuthed is authed for OpenSandbox's clients: the key comes in
+// OPEN-SANDBOX-API-KEY (or E2B's X-API-KEY), and failures are answered in
+// OpenSandbox's error shape.
+func (s *Server) osbAuthed(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		key := cmp.Or(r.Header.Get(osbapi.HeaderAPIKey), r.Header.Get("X-API-Key"))
+		if key == "" {
+			osbapi.Write(w, s.logger, osbapi.Errorf(http.StatusUnauthorized, osbapi.CodeUnauthorized, "missing API key: send it in the OPEN-SANDBOX-API-KEY header"))
+			return
+		}
+		id, err := s.mgr.VerifyKey(r.Context(), key)
+		if err != nil {
+			if errdefs.IsNotFound(err) {
+				err = osbapi.Errorf(http.StatusUnauthorized, osbapi.CodeUnauthorized, "invalid API key")
+			}
+			osbapi.Write(w, s.logger, err)
+			return
+		}
+		auditKey(r, id)
+		h(w, r.WithContext(context.WithValue(r.Context(), keyCtx{}, id)))
+	}
+}
+
+func (s *Server) osbCreate(w http.ResponseWriter, r *http.Request) {
+	var req osbapi.CreateSandboxRequest
+	if err := osbapi.DecodeJSON(r, &req, osbMaxBody, false); err != nil {
+		osbapi.Write(w, s.logger, err)
+		return
+	}
+	cr, err := osbCreateRequest(&req)
+	if err != nil {
+		osbapi.Write(w, s.logger, err)
+		return
+	}
+	cr.KeyID = keyID(r)
+	switch {
+	case req.SnapshotID != "":
+		cr.Template = req.SnapshotID
+		auditNote(r, "snapshot", req.SnapshotID)
+	default:
+		auditNote(r, "image", req.Image.URI)
+		tpl, imported, err := s.osbImage(r.Context(), keyID(r), req.Image)
+		if err != nil {
+			osbapi.Write(w, s.logger, err)
+			return
+		}
+		cr.Template = tpl
+		if imported {
+			cr.Image = req.Image.URI
+		}
+	}
+	if env := audit.Env(req.Env, nil); len(env) > 0 {
+		auditNote(r, "envVars", env)
+	}
+	if len(req.Metadata) > 0 {
+		auditNote(r, "metadata", req.Metadata)
+	}
+	if len(cr.Entrypoint) > 0 {
+		auditNote(r, "entrypoint", cr.Entrypoint)
+	}
+	auditNote(r, "timeoutSeconds", int64(cr.Timeout/time.Second))
+	policy := networkDetail(cr.Network.Internet, cr.Network.AllowOut, cr.Network.DenyOut)
+	if policy != nil {
+		auditNote(r, "network", policy)
+	}
+	sb, err := s.mgr.Create(r.Context(), cr)
+	if err != nil {
+		osbapi.Write(w, s.logger, err)
+		return
+	}
+	auditSandbox(r, sb.ID)
+	if policy != nil {
+		s.audit.Record(audit.Event{KeyID: keyID(r), SandboxID: sb.ID, Kind: audit.KindNetwork, Action: "network.set", Detail: policy})
+	}
+	full := s.osbSandbox(sb)
+	w.Header().Set("Location", "/v1/sandboxes/"+sb.ID)
+	osbapi.WriteJSON(w, http.StatusAccepted, osbapi.CreateSandboxResponse{ID: full.ID, Status: full.Status,
+		Metadata: full.Metadata, Entrypoint: full.Entrypoint, ExpiresAt: full.ExpiresAt, CreatedAt: full.CreatedAt})
+}
+
+// osbCreateRequest checks req and turns what does not depend on the
+// server's state into a CreateRequest.
+func osbCreateRequest(req *osbapi.CreateSandboxRequest) (sandbox.CreateRequest, error) {
+	cr := sandbox.CreateRequest{Metadata: req.Metadata, Envs: req.Env, Secure: true, Entrypoint: req.Entrypoint}
+	hasImage := req.Image != nil && req.Image.URI != ""
+	switch {
+	case hasImage == (req.SnapshotID != ""):
+		return cr, osbapi.BadRequest("give exactly one of image.uri and snapshotId")
+	case len(req.Volumes) > 0:
+		return cr, osbapi.BadRequest("volumes: OpenSandbox's host, pvc and ossfs volumes are not served by Hutch; mount Hutch volumes through its E2B API (docs/volumes.md)")
+	case req.Lifecycle != nil:
+		return cr, osbapi.BadRequest("lifecycle hooks (preStart, periodic) are not served by Hutch")
+	case req.CredentialProxy != nil && req.CredentialProxy.Enabled:
+		return cr, osbapi.BadRequest("credentialProxy: the credential vault is not served by Hutch")
+	case req.Extensions["poolRef"] != "":
+		return cr, osbapi.BadRequest("extensions.poolRef: Hutch has no pools by name; it keeps warm sandboxes of its own")
+	}
+	if p := req.Platform; p != nil && (p.OS != "linux" || p.Arch != runtime.GOARCH) {
+		return cr, osbapi.BadRequest(fmt.Sprintf("platform %s/%s: this server runs linux/%s only", p.OS, p.Arch, runtime.GOARCH))
+	}
+	timeout := int64(osbapi.MaxTimeout)
+	if req.Timeout != nil {
+		timeout = *req.Timeout
+	}
+	if timeout < osbapi.MinTimeout || timeout > osbapi.MaxTimeout {
+		return cr, osbapi.BadRequest(fmt.Sprintf("timeout: want %d to %d seconds, got %d", osbapi.MinTimeout, osbapi.MaxTimeout, timeout))
+	}
+	cr.Timeout = time.Duration(timeout) * time.Second
+	for k, v := range req.ResourceLimits {
+		var err error
+		switch k {
+		case "cpu":
+			cr.Resources.CPUMillis, err = osbapi.ParseCPU(v)
+		case "memory":
+			cr.Resources.MemoryMB, err = osbapi.ParseMemory(v)
+		case "gpu", "nvidia.com/gpu":
+			if v != "0" {
+				err = fmt.Errorf("%s %q: this server has no GPUs to give", k, v)
+			}
+		default:
+			err = fmt.Errorf("%q is not a resource Hutch limits (cpu, memory)", k)
+		}
+		if err != nil {
+			return cr, osbapi.BadRequest("resourceLimits: " + err.Error())
+		}
+	}
+	for k := range req.Metadata {
+		if strings.HasPrefix(k, "opensandbox.io/") {
+			return cr, osbapi.BadRequest(fmt.Sprintf("metadata key %q: the opensandbox.io/ prefix is reserved", k))
+		}
+	}
+	if rt, ok := req.Metadata[RuntimeMetadata]; ok {
+		// As through E2B's API: the metadata key picks the backend, and
+		// is not the creator's metadata.
+		cr.Runtime = rt
+		cr.Metadata = maps.Clone(req.Metadata)
+		delete(cr.Metadata, RuntimeMetadata)
+	}
+	if np := req.NetworkPolicy; np != nil {
+		n, err := osbNetwork(np)
+		if err != nil {
+			return cr, err
+		}
+		cr.Network = n
+	}
+	return cr, nil
+}
+
+// osbNetwork maps an OpenSandbox egress policy onto Hutch's: allow rules
+// become allowOut, deny rules denyOut, and a deny default denies every
+// address allowOut does not name. Hutch's allowOut wins over its denyOut
+// whatever their order, where OpenSandbox takes the first rule that
+// matches: the two differ only for a deny rule written before an allow
+// rule that names a narrower target (docs/opensandbox.md).
+func osbNetwork(np *osbapi.NetworkPolicy) (sandbox.Network, error) {
+	var n sandbox.Network
+	for i, rule := range np.Egress {
+		switch rule.Action {
+		case "allow":
+			n.AllowOut = append(n.AllowOut, rule.Target)
+		case "deny":
+			n.DenyOut = append(n.DenyOut, rule.Target)
+		default:
+			return n, osbapi.BadRequest(fmt.Sprintf("networkPolicy.egress[%d].action: want allow or deny, got %q", i, rule.Action))
+		}
+	}
+	switch np.DefaultAction {
+	case "allow":
+	case "deny":
+		n.DenyOut = []string{"0.0.0.0/0"}
+	case "":
+		// The spec: an empty policy allows everything; rules without a
+		// default deny the rest.
+		if len(np.Egress) > 0 {
+			n.DenyOut = []string{"0.0.0.0/0"}
+		}
+	default:
+		return n, osbapi.BadRequest(fmt.Sprintf("networkPolicy.defaultAction: want allow or deny, got %q", np.DefaultAction))
+	}
+	return n, nil
+}
+
+// osbImage resolves an image spec to a template: one of the key's
+// templates by that name (or name:tag), else the image imported from its
+// registry as a template of the key's own, named after the reference. An
+// import happens once per key and reference; later creates reuse it.
+func (s *Server) osbImage(ctx context.Context, keyID string, img *osbapi.ImageSpec) (tpl string, imported bool, _ error) {
+	if t, err := s.mgr.Template(img.URI); err == nil && t.MayUse(keyID) == nil && t.Snapshot == nil {
+		return img.URI, false, nil
+	}
+	name := imageTemplateName(keyID, img.URI)
+	if s.builder == nil || s.templates == nil {
+		return "", false, osbapi.Errorf(http.StatusBadRequest, osbapi.CodeImagePull,
+			fmt.Sprintf("image %q: no template of that name, and this server imports no images (no template store)", img.URI))
+	}
+	spec := builder.Spec{FromImage: img.URI}
+	if a := img.Auth; a != nil {
+		spec.Username, spec.Password = a.Username, a.Password
+	}
+	for {
+		if t, err := s.templates.Get(name); err == nil && t.MayUse(keyID) == nil {
+			return name, true, nil
+		}
+		_, err := s.builder.Run(ctx, keyID, builder.Request{Name: name}, spec, nil)
+		switch {
+		case err == nil:
+			return name, true, nil
+		case errors.Is(err, errdefs.ErrAlreadyExists):
+			// Another create imports it now: wait for that one.
+			select {
+			case <-ctx.Done():
+				return "", false, ctx.Err()
+			case <-time.After(250 * time.Millisecond):
+			}
+		case errors.Is(err, errdefs.ErrResourceExhausted):
+			return "", false, err
+		default:
+			return "", false, osbapi.Errorf(http.StatusBadRequest, osbapi.CodeImagePull,
+				fmt.Sprintf("image %q: not a template of this key's, and it could not be imported: %v", img.URI, err))
+		}
+	}
+}
+
+// imageTemplateName is the template an image reference is imported as for
+// a key: the key's own (another key's import is not its to use), named so
+// a listing of templates says what it is.
+func imageTemplateName(keyID, ref string) string {
+	sum := sha256.Sum256([]byte(keyID + "\x00" + ref))
+	return "image-" + hex.EncodeToString(sum[:8])
+}
+
+// osbSandbox is sb as OpenSandbox's API describes it.
+func (s *Server) osbSandbox(sb *sandbox.Sandbox) osbapi.Sandbox {
+	out := osbapi.Sandbox{ID: sb.ID, Metadata: withRuntime(sb), Entrypoint: sb.Entrypoint, CreatedAt: sb.StartedAt}
+	if out.Entrypoint == nil {
+		out.Entrypoint = []string{}
+	}
+	switch {
+	case sb.Image != "":
+		out.Image = &osbapi.ImageSpec{URI: sb.Image}
+	case s.mgr.IsSnapshot(sb.KeyID, sb.Alias):
+		out.SnapshotID = sb.Alias
+	default:
+		out.Image = &osbapi.ImageSpec{URI: sb.Alias}
+	}
+	state := osbapi.StateRunning
+	if sb.State == sandbox.StatePaused {
+		state = osbapi.StatePaused
+	}
+	out.Status = osbapi.SandboxStatus{State: state}
+	if !sb.EndAt.IsZero() {
+		end := sb.EndAt.UTC()
+		out.ExpiresAt = &end
+	}
+	return out
+}
+
+func (s *Server) osbGet(w http.ResponseWriter, r *http.Request) {
+	sb, err := s.mgr.Get(r.Context(), keyID(r), r.PathValue("id"))
+	if err != nil {
+		s.osbFail(w, r.PathValue("id"), err)
+		return
+	}
+	osbapi.WriteJSON(w, http.StatusOK, s.osbSandbox(sb))
+}
+
+func (s *Server) osbKill(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	auditSandbox(r, id)
+	if err := s.mgr.Kill(r.Context(), keyID(r), id); err != nil {
+		s.osbFail(w, r.PathValue("id"), err)
+		return
+	}
+	s.forgetExecd(id)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// osbMaxPageSize bounds a list's page.
+const osbMaxPageSize = 200
+
+func (s *Server) osbList(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	page, size, err := osbPage(q)
+	if err != nil {
+		osbapi.Write(w, s.logger, err)
+		return
+	}
+	f := sandbox.ListFilter{KeyID: keyID(r)}
+	if m := q.Get("metadata"); m != "" {
+		md, err := url.ParseQuery(m)
+		if err != nil {
+			osbapi.Write(w, s.logger, osbapi.BadRequest("metadata: want key=value pairs joined by &, URL-encoded: "+err.Error()))
+			return
+		}
+		f.Metadata = map[string]string{}
+		for k, v := range md {
+			f.Metadata[k] = v[len(v)-1]
+		}
+	}
+	states := q["state"]
+	for _, st := range states {
+		switch strings.ToLower(st) {
+		case "running":
+			f.States = append(f.States, sandbox.StateRunning)
+		case "paused":
+			f.States = append(f.States, sandbox.StatePaused)
+		}
+	}
+	items := []osbapi.Sandbox{}
+	if len(states) == 0 || len(f.States) > 0 {
+		// States Hutch never reports (Pending, Terminated, ...) match
+		// nothing; the key's sandboxes are few (its caps), so the page
+		// is cut from them all, as the totals need.
+		for {
+			sbs, next, err := s.mgr.List(r.Context(), f)
+			if err != nil {
+				osbapi.Write(w, s.logger, err)
+				return
+			}
+			for _, sb := range sbs {
+				items = append(items, s.osbSandbox(sb))
+			}
+			if next == "" {
+				break
+			}
+			f.NextToken = next
+		}
+	}
+	total := len(items)
+	from := min((page-1)*size, total)
+	to := min(from+size, total)
+	osbapi.WriteJSON(w, http.StatusOK, osbapi.ListSandboxesResponse{Items: items[from:to], Pagination: osbPagination(page, size, total)})
+}
+
+// osbPage reads a list's page and pageSize (1 and 20 by default).
+func osbPage(q url.Values) (page, size int, _ error) {
+	page, size = 1, 20
+	for _, p := range []struct {
+		name string
+		to   *int
+		most int
+	}{{"page", &page, 1 << 30}, {"pageSize", &size, osbMaxPageSize}} {
+		v := q.Get(p.name)
+		if v == "" {
+			continue
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > p.most {
+			return 0, 0, osbapi.BadRequest(fmt.Sprintf("%s: want a whole number from 1 to %d, got %q", p.name, p.most, v))
+		}
+		*p.to = n
+	}
+	return page, size, nil
+}
+
+func osbPagination(page, size, total int) osbapi.PaginationInfo {
+	pages := (total + size - 1) / size
+	return osbapi.PaginationInfo{Page: page, PageSize: size, TotalItems: total, TotalPages: pages, HasNextPage: page < pages}
+}
+
+func (s *Server) osbRenew(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	auditSandbox(r, id)
+	var req osbapi.RenewSandboxExpirationRequest
+	if err := osbapi.DecodeJSON(r, &req, osbMaxBody, false); err != nil {
+		s.osbFail(w, r.PathValue("id"), err)
+		return
+	}
+	sb, err := s.mgr.Get(r.Context(), keyID(r), id)
+	if err != nil {
+		s.osbFail(w, r.PathValue("id"), err)
+		return
+	}
+	now := time.Now()
+	d := req.ExpiresAt.Sub(now)
+	switch {
+	case req.ExpiresAt.IsZero():
+		err = osbapi.BadRequest("expiresAt: want an RFC 3339 time")
+	case d <= 0:
+		err = osbapi.Errorf(http.StatusBadRequest, "HUTCH::INVALID_EXPIRATION", "expiresAt must be in the future")
+	case !req.ExpiresAt.After(sb.EndAt):
+		err = osbapi.Errorf(http.StatusBadRequest, "HUTCH::EXPIRATION_NOT_EXTENDED",
+			fmt.Sprintf("expiresAt %s is not after the sandbox's current expiry %s", req.ExpiresAt.UTC().Format(time.RFC3339), sb.EndAt.UTC().Format(time.RFC3339)))
+	case d > osbapi.MaxTimeout*time.Second:
+		err = osbapi.Errorf(http.StatusBadRequest, "HUTCH::INVALID_EXPIRATION", fmt.Sprintf("expiresAt is at most %d seconds from now", osbapi.MaxTimeout))
+	}
+	if err == nil {
+		auditNote(r, "timeoutSeconds", int64(d/time.Second))
+		err = s.mgr.SetTimeout(r.Context(), keyID(r), id, d)
+	}
+	if err != nil {
+		s.osbFail(w, r.PathValue("id"), err)
+		return
+	}
+	osbapi.WriteJSON(w, http.StatusOK, osbapi.RenewSandboxExpirationResponse{ExpiresAt: now.Add(d).UTC()})
+}
+
+func (s *Server) osbEndpoint(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	port, err := strconv.Atoi(r.PathValue("port"))
+	if err != nil || !sandbox.ValidPort(port) {
+		osbapi.Write(w, s.logger, osbapi.BadRequest(fmt.Sprintf("port: want 1-65535, got %q", r.PathValue("port"))))
+		return
+	}
+	if r.URL.Query().Get("expires") != "" {
+		osbapi.Write(w, s.logger, osbapi.Errorf(http.StatusNotImplemented, osbapi.CodeNotSupported,
+			"signed endpoints (expires) are not served by Hutch: the endpoint's headers carry the sandbox's token instead"))
+		return
+	}
+	sb, err := s.mgr.Get(r.Context(), keyID(r), id)
+	if err != nil {
+		s.osbFail(w, r.PathValue("id"), err)
+		return
+	}
+	ep := osbapi.Endpoint{Endpoint: r.Host + osbProxyPrefix(id, port), Headers: map[string]string{}}
+	switch {
+	case port == osbapi.ExecdPort:
+		if sb.EnvdAccessToken != "" {
+			ep.Headers[osbapi.HeaderExecdToken] = sb.EnvdAccessToken
+		}
+	case sb.TrafficAccessToken != "":
+		ep.Headers[trafficTokenHeader] = sb.TrafficAccessToken
+	}
+	osbapi.WriteJSON(w, http.StatusOK, ep)
+}
+
+// osbProxyPrefix is the path under which a sandbox's port is served to
+// OpenSandbox's clients.
+func osbProxyPrefix(id string, port int) string {
+	return "/v1/sandboxes/" + id + "/proxy/" + strconv.Itoa(port)
+}
+
+func (s *Server) osbPause(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	auditSandbox(r, id)
+	if err := s.mgr.Pause(r.Context(), keyID(r), id, true); err != nil {
+		s.osbFail(w, r.PathValue("id"), err)
+		return
+	}
+	w.WriteHeader(http.StatusAccepted)
+}
+
+func (s *Server) osbResume(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	auditSandbox(r, id)
+	sb, err := s.mgr.Get(r.Context(), keyID(r), id)
+	if err == nil && sb.State != sandbox.StatePaused {
+		err = osbapi.Errorf(http.StatusConflict, osbapi.CodeInvalidState, fmt.Sprintf("sandbox %s is not paused", id))
+	}
+	if err == nil {
+		// The life it had left when it was paused is not kept: a resumed
+		// sandbox gets the default, as through E2B's API.
+		_, _, err = s.mgr.Connect(r.Context(), keyID(r), id, sandbox.DefaultTimeout)
+	}
+	if err != nil {
+		s.osbFail(w, r.PathValue("id"), err)
+		return
+	}
+	w.WriteHeader(http.StatusAccepted)
+}
+
+// osbLabelValue reports whether v is a valid metadata value: Kubernetes' label
+// value rules, which OpenSandbox applies to keys' last part too.
+func osbLabelValue(v string) bool {
+	if v == "" {
+		return true
+	}
+	if len(v) > 63 || !isAlnum(v[0]) || !isAlnum(v[len(v)-1]) {
+		return false
+	}
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; !isAlnum(c) && c != '-' && c != '_' && c != '.' {
+			return false
+		}
+	}
+	return true
+}
+
+func isAlnum(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+}
+
+func (s *Server) osbPatchMetadata(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	auditSandbox(r, id)
+	var patch map[string]*string
+	if err := osbapi.DecodeJSON(r, &patch, osbMaxBody, false); err != nil {
+		s.osbFail(w, r.PathValue("id"), err)
+		return
+	}
+	for _, k := range slices.Sorted(maps.Keys(patch)) {
+		if strings.HasPrefix(k, "opensandbox.io/") || k == RuntimeMetadata {
+			osbapi.Write(w, s.logger, osbapi.BadRequest(fmt.Sprintf("metadata key %q is reserved", k)))
+			return
+		}
+		if _, name, _ := strings.Cut(k, "/"); k == "" || !osbLabelValue(cmp.Or(name, k)) || len(k) > 253 {
+			osbapi.Write(w, s.logger, osbapi.Errorf(http.StatusBadRequest, "SANDBOX::INVALID_METADATA_LABEL", fmt.Sprintf("metadata key %q is not a valid label key", k)))
+			return
+		}
+		if v := patch[k]; v != nil && !osbLabelValue(*v) {
+			osbapi.Write(w, s.logger, osbapi.Errorf(http.StatusBadRequest, "SANDBOX::INVALID_METADATA_LABEL",
+				fmt.Sprintf("metadata value %q of %q: at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit", *v, k)))
+			return
+		}
+	}
+	auditNote(r, "metadata", patch)
+	sb, err := s.mgr.PatchMetadata(r.Context(), keyID(r), id, patch)
+	if err != nil {
+		s.osbFail(w, r.PathValue("id"), err)
+		return
+	}
+	osbapi.WriteJSON(w, http.StatusOK, s.osbSandbox(sb))
+}
+
+func (s *Server) osbSnapshot(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	auditSandbox(r, id)
+	var req osbapi.CreateSnapshotRequest
+	if err := osbapi.DecodeJSON(r, &req, osbMaxBody, true); err != nil {
+		s.osbFail(w, r.PathValue("id"), err)
+		return
+	}
+	snap, err := s.mgr.CreateSnapshot(r.Context(), keyID(r), id, sandbox.SnapshotRequest{Name: req.Name})
+	if err != nil {
+		s.osbFail(w, r.PathValue("id"), err)
+		return
+	}
+	w.Header().Set("Location", "/v1/snapshots/"+snap.ID)
+	osbapi.WriteJSON(w, http.StatusAccepted, osbSnapshot(snap))
+}
+
+// osbSnapshot is snap as OpenSandbox describes a snapshot: Hutch's are
+// ready when their create returns.
+func osbSnapshot(snap *sandbox.Snapshot) osbapi.Snapshot {
+	return osbapi.Snapshot{ID: snap.ID, SandboxID: snap.Sandbox, Name: snap.Name,
+		Status: osbapi.SnapshotStatus{State: "Ready"}, CreatedAt: snap.Created.UTC()}
+}
+
+// osbAllSnapshots is every snapshot of f.
+func (s *Server) osbAllSnapshots(ctx context.Context, f sandbox.SnapshotFilter) ([]*sandbox.Snapshot, error) {
+	var all []*sandbox.Snapshot
+	for {
+		page, next, err := s.mgr.ListSnapshots(ctx, f)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, page...)
+		if next == "" {
+			return all, nil
+		}
+		f.NextToken = next
+	}
+}
+
+func (s *Server) osbSnapshots(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	page, size, err := osbPage(q)
+	if err != nil {
+		osbapi.Write(w, s.logger, err)
+		return
+	}
+	items := []osbapi.Snapshot{}
+	if st := q["state"]; len(st) == 0 || slices.Contains(st, "Ready") {
+		snaps, err := s.osbAllSnapshots(r.Context(), sandbox.SnapshotFilter{KeyID: keyID(r), Sandbox: q.Get("sandboxId"), Name: q.Get("name")})
+		if err != nil {
+			osbapi.Write(w, s.logger, err)
+			return
+		}
+		for _, snap := range snaps {
+			items = append(items, osbSnapshot(snap))
+		}
+	}
+	total := len(items)
+	from := min((page-1)*size, total)
+	to := min(from+size, total)
+	osbapi.WriteJSON(w, http.StatusOK, osbapi.ListSnapshotsResponse{Items: items[from:to], Pagination: osbPagination(page, size, total)})
+}
+
+func (s *Server) osbGetSnapshot(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("snapshotId")
+	snaps, err := s.osbAllSnapshots(r.Context(), sandbox.SnapshotFilter{KeyID: keyID(r)})
+	if err != nil {
+		osbapi.Write(w, s.logger, err)
+		return
+	}
+	for _, snap := range snaps {
+		if snap.ID == id {
+			osbapi.WriteJSON(w, http.StatusOK, osbSnapshot(snap))
+			return
+		}
+	}
+	osbapi.Write(w, s.logger, osbapi.Errorf(http.StatusNotFound, osbapi.CodeSnapshotNotFound, fmt.Sprintf("snapshot %q does not exist", id)))
+}
+
+func (s *Server) osbDeleteSnapshot(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("snapshotId")
+	if err := s.mgr.DeleteSnapshot(r.Context(), keyID(r), id); err != nil {
+		if errdefs.IsNotFound(err) {
+			err = osbapi.Errorf(http.StatusNotFound, osbapi.CodeSnapshotNotFound, fmt.Sprintf("snapshot %q does not exist", id))
+		}
+		osbapi.Write(w, s.logger, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// osbMetricsEvent takes the SDKs' create-latency reports, and keeps
+// nothing of them: Hutch measures creates itself (docs/metrics.md).
+func (s *Server) osbMetricsEvent(w http.ResponseWriter, r *http.Request) {
+	var ev map[string]any
+	if err := osbapi.DecodeJSON(r, &ev, 64<<10, false); err != nil {
+		osbapi.Write(w, s.logger, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// osbFail answers err of a call on sandbox id: not found says which
+// sandbox, in the spec's words.
+func (s *Server) osbFail(w http.ResponseWriter, id string, err error) {
+	var se *osbapi.StatusError
+	if errdefs.IsNotFound(err) && !errors.As(err, &se) {
+		err = osbapi.Errorf(http.StatusNotFound, osbapi.CodeNotFound, fmt.Sprintf("sandbox %s does not exist (or is another API key's)", id))
+	}
+	osbapi.Write(w, s.logger, err)
+}
