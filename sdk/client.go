@@ -152,6 +152,13 @@ func (c *Client) requestContext(ctx context.Context) (context.Context, context.C
 // checks the status is one of ok, and decodes the body into out (if not
 // nil). It returns the response's headers.
 func (c *Client) api(ctx context.Context, op, method, path string, query url.Values, in, out any, ok ...int) (http.Header, error) {
+	return c.apiAs(ctx, "X-API-KEY", op, method, path, query, in, out, ok...)
+}
+
+// apiAs is api with the API key sent in header keyHeader: OpenSandbox's
+// lifecycle API, which hutch serve also answers, reads it from
+// OPEN-SANDBOX-API-KEY.
+func (c *Client) apiAs(ctx context.Context, keyHeader, op, method, path string, query url.Values, in, out any, ok ...int) (http.Header, error) {
 	ctx, cancel := c.requestContext(ctx)
 	defer cancel()
 	var body io.Reader
@@ -173,7 +180,7 @@ func (c *Client) api(ctx context.Context, op, method, path string, query url.Val
 	for k, v := range c.cfg.Headers {
 		req.Header[k] = v
 	}
-	req.Header.Set("X-API-KEY", c.cfg.APIKey)
+	req.Header.Set(keyHeader, c.cfg.APIKey)
 	req.Header.Set("User-Agent", userAgent)
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")

@@ -136,6 +136,56 @@ func (f *Files) ReadStream(ctx context.Context, path string, opts *FileOptions) 
 	return resp.Body, nil
 }
 
+// ReadRange opens length bytes of the file at path, from byte offset on
+// (length < 0: to its end), with an HTTP Range request: the rest of the
+// file is neither read nor sent. A range of an empty file, or one that
+// starts at or past the end, fails with ErrInvalidArgument (the server's
+// 416); one that runs past the end is cut there. Close it when done; only
+// ctx bounds the transfer. Hutch's addition: E2B's SDKs read whole files.
+func (f *Files) ReadRange(ctx context.Context, path string, offset, length int64, opts *FileOptions) (io.ReadCloser, error) {
+	op := "read " + path
+	if offset < 0 || length == 0 {
+		return nil, &Error{Op: op, Kind: ErrInvalidArgument, Message: fmt.Sprintf("no bytes in a range of %d from %d", length, offset)}
+	}
+	req, err := f.envd.newRequest(ctx, http.MethodGet, "/files", filesQuery(path, userOf(opts)), nil)
+	if err != nil {
+		return nil, err
+	}
+	rng := fmt.Sprintf("bytes=%d-", offset)
+	if length > 0 {
+		rng += fmt.Sprint(offset + length - 1)
+	}
+	req.Header.Set("Range", rng)
+	resp, err := f.envd.do(op, req)
+	if err != nil {
+		return nil, err
+	}
+	switch resp.StatusCode {
+	case http.StatusPartialContent:
+		return resp.Body, nil
+	case http.StatusOK:
+		// A server that ignores Range sends it all: skip to the range.
+		if _, err := io.CopyN(io.Discard, resp.Body, offset); err != nil {
+			resp.Body.Close()
+			return nil, &Error{Op: op, Kind: ErrInvalidArgument, Message: fmt.Sprintf("the file ends before byte %d", offset)}
+		}
+		if length < 0 {
+			return resp.Body, nil
+		}
+		return struct {
+			io.Reader
+			io.Closer
+		}{io.LimitReader(resp.Body, length), resp.Body}, nil
+	case http.StatusRequestedRangeNotSatisfiable:
+		defer resp.Body.Close()
+		e := httpError(op, resp)
+		e.Kind, e.Message = ErrInvalidArgument, fmt.Sprintf("range %s is not in the file (%s)", rng, e.Message)
+		return nil, e
+	}
+	defer resp.Body.Close()
+	return nil, httpError(op, resp)
+}
+
 // WriteOptions configure a write.
 type WriteOptions struct {
 	// User owns the file (and any directories made for it).

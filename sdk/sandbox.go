@@ -74,6 +74,58 @@ type CreateOptions struct {
 	// It travels as the metadata key RuntimeMetadata, which Hutch adds to
 	// every sandbox's metadata it reports.
 	Runtime string
+
+	// The fields below are Hutch's, not E2B's: E2B's create request has
+	// no place for them. Setting any of them makes Create use the
+	// OpenSandbox lifecycle API that hutch serve also speaks (POST
+	// /v1/sandboxes), where Template, Timeout, Metadata, Envs and Runtime
+	// mean what they mean here; Network, AllowInternetAccess, MCP and
+	// Volumes cannot be combined with them (ErrInvalidArgument). A server
+	// without that API answers ErrNotFound.
+
+	// Image is what the sandbox starts from: a template name, or an OCI
+	// image reference ("python:3.12", "ghcr.io/org/app:v1"), which the
+	// server imports into its template store (the first time, within the
+	// request timeout). Empty means Template; setting both is an error.
+	Image string
+	// ImageAuth authenticates the pull of Image from a private registry.
+	ImageAuth *RegistryAuth
+	// Resources are the sandbox's own limits, in Kubernetes' quantities
+	// as OpenSandbox takes them: {"cpu": "500m", "memory": "512Mi"}. Nil
+	// means the server's defaults.
+	Resources map[string]string
+	// Entrypoint, if set, is started in the background once the sandbox
+	// is up (argv, no shell).
+	Entrypoint []string
+	// NetworkPolicy restricts the sandbox's egress by rules; nil means
+	// the server's default (allowed).
+	NetworkPolicy *NetworkPolicy
+	// Extensions are passed to the server as they are.
+	Extensions map[string]string
+}
+
+// RegistryAuth is a registry's user name and password (or token).
+type RegistryAuth struct {
+	Username string `json:"username"`
+	Password string `json:"password"`
+}
+
+// NetworkPolicy is an egress policy as OpenSandbox states it: rules
+// judged in order, the first whose target matches deciding, and a
+// default for what none matches.
+type NetworkPolicy struct {
+	// DefaultAction is "allow" or "deny"; empty means "deny".
+	DefaultAction string `json:"defaultAction,omitempty"`
+	// Egress are the rules.
+	Egress []NetworkRule `json:"egress,omitempty"`
+}
+
+// NetworkRule allows or denies one target: a domain ("pypi.org"), a
+// wildcard domain ("*.example.com"), an address or a CIDR.
+type NetworkRule struct {
+	// Action is "allow" or "deny".
+	Action string `json:"action"`
+	Target string `json:"target"`
 }
 
 // RuntimeMetadata is the metadata key that names a sandbox's runtime
@@ -109,6 +161,9 @@ func Create(ctx context.Context, opts CreateOptions) (*Sandbox, error) {
 // Create makes a new sandbox; opts.Config is ignored in favour of the
 // client's.
 func (c *Client) Create(ctx context.Context, opts CreateOptions) (*Sandbox, error) {
+	if opts.openSandbox() {
+		return c.createOpenSandbox(ctx, opts)
+	}
 	req := e2bapi.NewSandboxV2{
 		TemplateID: opts.Template, Metadata: opts.Metadata, EnvVars: opts.Envs,
 		AllowInternetAccess: opts.AllowInternetAccess,

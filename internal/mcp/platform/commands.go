@@ -40,6 +40,10 @@ type RunInput struct {
 	User           string            `json:"user,omitempty" jsonschema:"run as this user of the sandbox: user (default) or root"`
 	TimeoutSeconds int               `json:"timeout_seconds,omitempty" jsonschema:"kill the command after this many seconds; default 60, at most 3600. Use command_start for longer work"`
 	MaxOutputBytes int               `json:"max_output_bytes,omitempty" jsonschema:"keep at most this many bytes of stdout and of stderr (the start and the end); default 32768"`
+	// OpenSandbox's.
+	Background       *bool  `json:"background,omitempty" jsonschema:"OpenSandbox's: true starts the command in the background and returns its id at once (as command_start does)"`
+	WorkingDirectory string `json:"working_directory,omitempty" jsonschema:"OpenSandbox's name of cwd"`
+	ConnectIfMissing *bool  `json:"connect_if_missing,omitempty" jsonschema:"OpenSandbox's; ignored: every sandbox of the key is reachable"`
 }
 
 // RunOutput is how a command ended.
@@ -84,20 +88,67 @@ type OutputOutput struct {
 
 // InterruptInput is command_interrupt's input.
 type InterruptInput struct {
-	SandboxID string `json:"sandbox_id" jsonschema:"the sandbox's id"`
-	CommandID string `json:"command_id" jsonschema:"from command_start"`
-	Force     bool   `json:"force,omitempty" jsonschema:"send SIGKILL instead of SIGTERM"`
+	SandboxID        string `json:"sandbox_id" jsonschema:"the sandbox's id"`
+	CommandID        string `json:"command_id,omitempty" jsonschema:"from command_start (or command_run with background). OpenSandbox's name: execution_id"`
+	ExecutionID      string `json:"execution_id,omitempty" jsonschema:"OpenSandbox's name of command_id"`
+	Force            bool   `json:"force,omitempty" jsonschema:"send SIGKILL instead of SIGTERM"`
+	ConnectIfMissing *bool  `json:"connect_if_missing,omitempty" jsonschema:"OpenSandbox's; ignored"`
 }
 
 // InterruptOutput says what was done.
 type InterruptOutput struct {
 	Signal string `json:"signal"`
+	Status string `json:"status" jsonschema:"interrupted (OpenSandbox's result)"`
+}
+
+// Execution is command_run's result in OpenSandbox's shape.
+type Execution struct {
+	ID       string             `json:"id,omitempty" jsonschema:"a background command's id: pass it to command_output and command_interrupt"`
+	Result   []ExecutionResult  `json:"result" jsonschema:"always empty for commands"`
+	Error    *ExecutionError    `json:"error,omitempty" jsonschema:"set when the command failed: value is its exit status"`
+	Complete *ExecutionComplete `json:"complete,omitempty" jsonschema:"set when the command succeeded, or a background one started"`
+	ExitCode *int               `json:"exit_code,omitempty" jsonschema:"the command's exit status; -1 when it was killed"`
+	Logs     ExecutionLogs      `json:"logs"`
+}
+
+// ExecutionResult is a rich result of code; commands have none.
+type ExecutionResult struct {
+	Text      string `json:"text,omitempty"`
+	Timestamp int64  `json:"timestamp"`
+}
+
+// ExecutionError says how a command failed.
+type ExecutionError struct {
+	Name      string   `json:"name" jsonschema:"CommandExecError"`
+	Value     string   `json:"value" jsonschema:"the exit status"`
+	Timestamp int64    `json:"timestamp" jsonschema:"Unix milliseconds"`
+	Traceback []string `json:"traceback"`
+}
+
+// ExecutionComplete says when a command ended and how long it took.
+type ExecutionComplete struct {
+	Timestamp             int64 `json:"timestamp" jsonschema:"Unix milliseconds"`
+	ExecutionTimeInMillis int64 `json:"execution_time_in_millis"`
+}
+
+// ExecutionLogs are a command's output.
+type ExecutionLogs struct {
+	Stdout []OutputMessage `json:"stdout" jsonschema:"the (bounded) standard output, in one message"`
+	Stderr []OutputMessage `json:"stderr"`
+}
+
+// OutputMessage is output of one stream.
+type OutputMessage struct {
+	Text      string `json:"text"`
+	Timestamp int64  `json:"timestamp" jsonschema:"Unix milliseconds"`
+	IsError   bool   `json:"is_error,omitempty" jsonschema:"true for standard error"`
 }
 
 func (s *Server) addCommandTools(srv *mcp.Server) {
-	addTool(srv, &mcp.Tool{
-		Name:        "command_run",
-		Description: "Run a shell command in a sandbox and wait for it (up to timeout_seconds, default 60). Returns exit_code, stdout and stderr; long output keeps its start and end. A non-zero exit code is a normal result, not an error.",
+	addShapedTool[RunInput, RunOutput, Execution](srv, &mcp.Tool{
+		Name: "command_run",
+		Description: "Run a shell command in a sandbox and wait for it (up to timeout_seconds, default 60). Returns exit_code, stdout and stderr; long output keeps its start and end. A non-zero exit code is a normal result, not an error. " +
+			"OpenSandbox's shape (background, working_directory or connect_if_missing given) returns OpenSandbox's Execution instead (exit_code, logs.stdout and logs.stderr, error with the exit status when it failed, complete when it succeeded); background: true starts the command as command_start does and returns its id at once.",
 		Annotations: hint("Run command", false, true, false),
 	}, s.run)
 	addTool(srv, &mcp.Tool{
@@ -112,29 +163,78 @@ func (s *Server) addCommandTools(srv *mcp.Server) {
 	}, s.output)
 	addTool(srv, &mcp.Tool{
 		Name:        "command_interrupt",
-		Description: "Stop a command started with command_start: SIGTERM to it and its children, or SIGKILL with force.",
+		Description: "Stop a command started with command_start (or command_run with background): SIGTERM to it and its children, or SIGKILL with force. Takes command_id, or OpenSandbox's execution_id; returns the signal and status: interrupted.",
 		Annotations: hint("Interrupt command", false, true, true),
 	}, s.interrupt)
 }
 
-func (s *Server) run(ctx context.Context, req *mcp.CallToolRequest, in RunInput) (*mcp.CallToolResult, RunOutput, error) {
+func (s *Server) run(ctx context.Context, req *mcp.CallToolRequest, in RunInput) (*mcp.CallToolResult, any, error) {
+	if err := conflict("cwd", in.Cwd != "", "working_directory", in.WorkingDirectory != ""); err != nil {
+		return nil, nil, err
+	}
+	if in.WorkingDirectory != "" {
+		in.Cwd = in.WorkingDirectory
+	}
+	osb := in.Background != nil || in.WorkingDirectory != "" || in.ConnectIfMissing != nil
+	if in.Background != nil && *in.Background {
+		if in.TimeoutSeconds != 0 || in.MaxOutputBytes != 0 {
+			return nil, nil, errors.New("timeout_seconds and max_output_bytes do not apply to a background command: stop it with command_interrupt, bound what command_output returns with its max_output_bytes")
+		}
+		began := time.Now()
+		_, st, err := s.start(ctx, req, StartInput{SandboxID: in.SandboxID, Command: in.Command, Cwd: in.Cwd, Envs: in.Envs, User: in.User})
+		if err != nil {
+			return nil, nil, err
+		}
+		now := time.Now()
+		return nil, Execution{ID: st.CommandID, Result: []ExecutionResult{}, Logs: ExecutionLogs{Stdout: []OutputMessage{}, Stderr: []OutputMessage{}},
+			Complete: &ExecutionComplete{Timestamp: now.UnixMilli(), ExecutionTimeInMillis: now.Sub(began).Milliseconds()}}, nil
+	}
+	began := time.Now()
+	out, err := s.runCommand(ctx, req, in)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !osb {
+		return nil, out, nil
+	}
+	end := time.Now().UnixMilli()
+	exec := Execution{Result: []ExecutionResult{}, ExitCode: &out.ExitCode, Logs: ExecutionLogs{Stdout: []OutputMessage{}, Stderr: []OutputMessage{}}}
+	if out.Stdout != "" {
+		exec.Logs.Stdout = append(exec.Logs.Stdout, OutputMessage{Text: out.Stdout, Timestamp: end})
+	}
+	if out.Stderr != "" {
+		exec.Logs.Stderr = append(exec.Logs.Stderr, OutputMessage{Text: out.Stderr, Timestamp: end, IsError: true})
+	}
+	switch {
+	case out.ExitCode == 0:
+		exec.Complete = &ExecutionComplete{Timestamp: end, ExecutionTimeInMillis: end - began.UnixMilli()}
+	case out.TimedOut:
+		exec.Error = &ExecutionError{Name: "CommandExecError", Value: "-1", Timestamp: end, Traceback: []string{"timed out and killed (timeout_seconds)"}}
+	default:
+		exec.Error = &ExecutionError{Name: "CommandExecError", Value: strconv.Itoa(out.ExitCode), Timestamp: end, Traceback: []string{fmt.Sprintf("exit status %d", out.ExitCode)}}
+	}
+	return nil, exec, nil
+}
+
+// runCommand runs a command and waits for it.
+func (s *Server) runCommand(ctx context.Context, req *mcp.CallToolRequest, in RunInput) (RunOutput, error) {
 	if strings.TrimSpace(in.Command) == "" {
-		return nil, RunOutput{}, errors.New("command is empty")
+		return RunOutput{}, errors.New("command is empty")
 	}
 	timeout := DefaultCommandTimeout
 	if in.TimeoutSeconds != 0 {
 		timeout = time.Duration(in.TimeoutSeconds) * time.Second
 		if in.TimeoutSeconds < 0 || timeout > MaxCommandTimeout {
-			return nil, RunOutput{}, fmt.Errorf("timeout_seconds must be between 1 and %d; use command_start for longer work", int(MaxCommandTimeout/time.Second))
+			return RunOutput{}, fmt.Errorf("timeout_seconds must be between 1 and %d; use command_start for longer work", int(MaxCommandTimeout/time.Second))
 		}
 	}
 	limit, err := outputLimit(in.MaxOutputBytes)
 	if err != nil {
-		return nil, RunOutput{}, err
+		return RunOutput{}, err
 	}
 	sbx, err := s.sandbox(ctx, req, in.SandboxID)
 	if err != nil {
-		return nil, RunOutput{}, err
+		return RunOutput{}, err
 	}
 	stdout, stderr := newBounded(limit), newBounded(limit)
 	res, err := sbx.Commands.Run(ctx, in.Command, &sdk.RunOptions{
@@ -150,9 +250,9 @@ func (s *Server) run(ctx context.Context, req *mcp.CallToolRequest, in RunInput)
 	case errors.Is(err, sdk.ErrTimeout) && ctx.Err() == nil:
 		out.ExitCode, out.TimedOut = -1, true
 	default:
-		return nil, RunOutput{}, opFailed(err, in.SandboxID)
+		return RunOutput{}, opFailed(err, in.SandboxID)
 	}
-	return nil, out, nil
+	return out, nil
 }
 
 func outputLimit(n int) (int, error) {
@@ -312,6 +412,12 @@ func (s *Server) pidRunning(ctx context.Context, sbx *sdk.Sandbox, pid uint32) (
 }
 
 func (s *Server) interrupt(ctx context.Context, req *mcp.CallToolRequest, in InterruptInput) (*mcp.CallToolResult, InterruptOutput, error) {
+	if err := conflict("command_id", in.CommandID != "", "execution_id", in.ExecutionID != ""); err != nil {
+		return nil, InterruptOutput{}, err
+	}
+	if in.ExecutionID != "" {
+		in.CommandID = in.ExecutionID
+	}
 	if err := validCommandID(in.CommandID); err != nil {
 		return nil, InterruptOutput{}, err
 	}
@@ -337,7 +443,7 @@ func (s *Server) interrupt(ctx context.Context, req *mcp.CallToolRequest, in Int
 		}
 		return nil, InterruptOutput{}, opFailed(err, in.SandboxID)
 	}
-	return nil, InterruptOutput{Signal: sig}, nil
+	return nil, InterruptOutput{Signal: sig, Status: "interrupted"}, nil
 }
 
 // bounded is a writer that keeps the first and last limit/2 bytes of what

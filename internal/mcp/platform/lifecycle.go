@@ -3,6 +3,7 @@ package platform
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -89,7 +90,25 @@ func (s *Server) pause(ctx context.Context, req *mcp.CallToolRequest, in PauseIn
 }
 
 func (s *Server) resume(ctx context.Context, req *mcp.CallToolRequest, in ResumeInput) (*mcp.CallToolResult, SandboxInfo, error) {
-	return s.connectTo(ctx, req, in.SandboxID, in.TimeoutSeconds, in.Reboot)
+	timeout, err := timeoutOf(in.TimeoutSeconds)
+	if err != nil {
+		return nil, SandboxInfo{}, err
+	}
+	sbx, err := s.connectSandbox(ctx, req, in.SandboxID, timeout, in.Reboot)
+	if err != nil {
+		return nil, SandboxInfo{}, err
+	}
+	info, err := sbx.GetInfo(ctx)
+	if err != nil {
+		return nil, SandboxInfo{}, explain(err, in.SandboxID)
+	}
+	return nil, infoOf(info), nil
+}
+
+// timeoutOf checks a timeout_seconds argument in whole seconds; 0 means
+// "not given".
+func timeoutOf(secs int) (time.Duration, error) {
+	return seconds("timeout_seconds", float64(secs), MaxTimeout)
 }
 
 func (s *Server) snapshot(ctx context.Context, req *mcp.CallToolRequest, in SnapshotInput) (*mcp.CallToolResult, SnapshotOutput, error) {

@@ -4,6 +4,9 @@
 // official MCP Go SDK and talks to `hutch serve` through Hutch's Go SDK,
 // so it runs next to the server or anywhere that can reach it.
 //
+// The tools carry the names of OpenSandbox's MCP server too, and take
+// its arguments as well as Hutch's (opensandbox.go says how).
+//
 // Every tool fails by returning a tool result with isError set and a
 // message a model can act on, never a protocol error. Which API key (and
 // so which sandboxes) a call acts with is decided per call by
@@ -67,7 +70,7 @@ func NewServer(opts Options) *mcp.Server {
 	s.addLifecycleTools(srv)
 	s.addCommandTools(srv)
 	s.addFileTools(srv)
-	srv.AddReceivingMiddleware(s.reportCalls)
+	srv.AddReceivingMiddleware(s.reportCalls, dropNulls)
 	return srv
 }
 
@@ -76,7 +79,8 @@ const instructions = `Hutch runs isolated Linux sandboxes (Debian with bash, pyt
 Create one with sandbox_create and pass its sandbox_id to every other tool.
 Run shell commands with command_run (bounded output, exit code returned); start long-running ones with command_start and poll command_output.
 Read and change files with the file_* tools; prefer file_edit for small exact changes.
-Relative paths are relative to /home/user. Kill sandboxes you no longer need with sandbox_kill.`
+Relative paths are relative to /home/user. Kill sandboxes you no longer need with sandbox_kill.
+The tools also take the arguments of OpenSandbox's MCP server (opensandbox-mcp): image, env, resource, network_policy, entrypoint; paths and entries lists; range_header; mode, owner and group; background and working_directory; execution_id; filter. Each tool's description says what such a call returns.`
 
 // client is the Hutch client of a call.
 func (s *Server) client(ctx context.Context, req *mcp.CallToolRequest) (*sdk.Client, error) {
