@@ -77,6 +77,7 @@ func TestOpenSandbox(t *testing.T) {
 	t.Run("PythonSDK", func(t *testing.T) { s.testSDK(t, "python") })
 	t.Run("TypeScriptSDK", func(t *testing.T) { s.testSDK(t, "typescript") })
 	t.Run("E2BInterop", s.testE2BInterop)
+	t.Run("Resources", s.testResources)
 	t.Run("Errors", s.testErrors)
 	t.Run("SDKErrors", s.testSDKErrors)
 	// Whatever a case made, it killed: nothing is left running.

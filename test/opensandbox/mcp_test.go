@@ -78,7 +78,7 @@ func (s *suite) testMCP(t *testing.T) {
 		t.Cleanup(func() { cs.Close() })
 		tag := unique("mcp")
 		sides = append(sides, &mcpSide{name: c.name, cs: cs, vals: map[string]string{
-			"tag": tag, "dir": "/tmp/osb-" + tag, "e2b": s.e2bCreate(t, map[string]string{"osbtest": tag, "made": "e2b"}),
+			"tag": tag, "dir": "/tmp/osb-" + tag, "e2b": s.e2bCreate(t, map[string]string{"osbtest-e2b": tag, "made": "e2b"}),
 		}})
 	}
 
@@ -208,7 +208,7 @@ func (s *suite) mcpRows() []mcpRow {
 		{name: "create from a template", tool: "sandbox_create",
 			args: func(v map[string]string) map[string]any {
 				return map[string]any{"image": template, "timeout_seconds": 300, "env": map[string]string{"OSB_ENV": "from-mcp"},
-					"metadata": map[string]string{"osbtest": v["tag"]}}
+					"metadata": map[string]string{"osbtest": v["tag"]}, "resource": map[string]string{"cpu": "1", "memory": "1Gi"}}
 			},
 			check: func(t *testing.T, v map[string]string, r mcpResult) {
 				v["sbx"], v["expires"] = str(r.out, "sandbox_id"), str(r.out, "info", "expires_at")
@@ -254,8 +254,9 @@ func (s *suite) mcpRows() []mcpRow {
 			}
 		}},
 		{name: "metrics", tool: "sandbox_get_metrics", args: sbx(nil), check: func(t *testing.T, v map[string]string, r mcpResult) {
-			if num(r.out, "cpu_count") < 1 || num(r.out, "memory_total_in_mib") <= 0 || num(r.out, "memory_used_in_mib") <= 0 {
-				t.Errorf("sandbox_get_metrics: %v; want a CPU and memory in use", r.out)
+			// The sandbox's own: the CPU and memory it was created with.
+			if num(r.out, "cpu_count") != 1 || num(r.out, "memory_total_in_mib") != 1024 || num(r.out, "memory_used_in_mib") <= 0 {
+				t.Errorf("sandbox_get_metrics: %v; want 1 CPU, 1024 MiB (the create's resource) and memory in use", r.out)
 			}
 		}},
 		{name: "endpoint of execd", tool: "sandbox_get_endpoint", args: sbx(map[string]any{"port": 44772}), check: func(t *testing.T, v map[string]string, r mcpResult) {
@@ -409,20 +410,24 @@ func textLines(out map[string]any, stream string) []string {
 	return lines
 }
 
-// volatile are keys whose values are the moment's: times, usage, tokens.
+// volatile are keys whose values are the moment's (times, usage,
+// tokens), or the client's: opensandbox-mcp's SDK gives a create
+// without one the entrypoint ["tail", "-f", "/dev/null"], which a Hutch
+// sandbox does not need.
 var volatile = []string{"timestamp", "execution_time_in_millis", "execution_time", "cpu_used_percentage", "memory_used_in_mib",
-	"X-EXECD-ACCESS-TOKEN", "created_at", "modified_at", "expires_at", "last_transition_at"}
+	"X-EXECD-ACCESS-TOKEN", "created_at", "modified_at", "expires_at", "last_transition_at", "entrypoint"}
 
 // normalize is out with what may differ between two servers' equal
 // answers made equal: the values the side made (ids, its tag and
 // directory) by their names, volatile keys and the row's masked keys as
-// "<masked>", the row's unordered arrays sorted, and an Execution's
+// "<masked>" (present, whatever their value; null stays null, which
+// subset does not require), the row's unordered arrays sorted, and an Execution's
 // messages joined into one text per stream (execd may split output
 // anywhere).
 func normalize(out any, vals map[string]string, row mcpRow) any {
 	var walk func(key string, x any) any
 	walk = func(key string, x any) any {
-		if slices.Contains(volatile, key) || slices.Contains(row.mask, key) {
+		if x != nil && (slices.Contains(volatile, key) || slices.Contains(row.mask, key)) {
 			return "<masked>"
 		}
 		switch x := x.(type) {

@@ -74,6 +74,11 @@ func (s *suite) testSDK(t *testing.T, client string) {
 		{step: "read-deleted", err: 404},
 		{step: "rmdir"},
 		{step: "rmdir-gone", check: wantRun([]string{"1"}, nil, 0)},
+		{step: "hostname", check: func(t *testing.T, l line) {
+			if len(l.Stdout) != 1 || deref(l.ExitCode) != 0 {
+				t.Errorf("cat /etc/hostname: %q exit %s; want one line", l.Stdout, ptrString(l.ExitCode))
+			}
+		}},
 		{step: "read-traversal", check: func(t *testing.T, l line) {
 			// The sandbox's own /etc/hostname, not the host's.
 			want := strings.Join(lines["hostname"].Stdout, "\n") + "\n"
@@ -98,8 +103,9 @@ func (s *suite) testSDK(t *testing.T, client string) {
 			}
 		}},
 		{step: "metrics", check: func(t *testing.T, l line) {
-			if l.CPUCount < 1 || l.MemoryTotalMiB <= 0 || l.MemoryUsedMiB <= 0 || l.MemoryUsedMiB > l.MemoryTotalMiB || l.Timestamp <= 0 {
-				t.Errorf("metrics cpu %v memory %v/%v MiB at %v; want a CPU and memory in use", l.CPUCount, l.MemoryUsedMiB, l.MemoryTotalMiB, l.Timestamp)
+			// The sandbox's own: the CPU and memory it was created with.
+			if l.CPUCount != 1 || l.MemoryTotalMiB != 1024 || l.MemoryUsedMiB <= 0 || l.MemoryUsedMiB > l.MemoryTotalMiB || l.Timestamp <= 0 {
+				t.Errorf("metrics cpu %v memory %v/%v MiB at %v; want 1 CPU, 1024 MiB (the create's resource) and memory in use", l.CPUCount, l.MemoryUsedMiB, l.MemoryTotalMiB, l.Timestamp)
 			}
 		}},
 		{step: "renew", check: func(t *testing.T, l line) {
