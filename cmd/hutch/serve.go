@@ -31,6 +31,8 @@ func newServeCmd(g *globals) *cobra.Command {
 	var (
 		listen, domain string
 		disk           string
+		maxMemory      string
+		maxCPUs        float64
 		runtimeName    string
 		runtimes       []string
 		warm           int
@@ -99,6 +101,13 @@ Stopping the server leaves sandboxes running; a restart adopts them.`,
 			if err != nil {
 				return fmt.Errorf("--disk: %w", err)
 			}
+			maxMemoryBytes, err := units.ParseBytes(maxMemory)
+			if err != nil {
+				return fmt.Errorf("--max-memory: %w", err)
+			}
+			if maxCPUs < 0 {
+				return fmt.Errorf("--max-cpus %g: want 0 (every core) or more", maxCPUs)
+			}
 			volumeBytes, err := units.ParseBytes(volumeSize)
 			if err != nil {
 				return fmt.Errorf("--volume-size: %w", err)
@@ -121,7 +130,7 @@ Stopping the server leaves sandboxes running; a restart adopts them.`,
 			logger.Info("sandbox caps", "total", total, "per key", perKey)
 			cfg := serve.Config{
 				DataDir: g.dataDir, Templates: g.templates, Domain: domain,
-				Resources: resources, Warm: pools, MaxSandboxes: total, MaxPerKey: perKey,
+				Resources: resources, MaxResources: runtime.Resources{MemoryBytes: maxMemoryBytes, CPUs: maxCPUs}, Warm: pools, MaxSandboxes: total, MaxPerKey: perKey,
 				TuneHost: true, Logger: logger, SandboxBinary: sandboxBinary(logger), CABundle: extraCAs,
 				ReadyTimeout: readyTimeout, RegistryAllow: registryAllow,
 				SnapshotTTL: snapshotTTL, PausedRetention: pausedKeep, VolumeSize: volumeBytes, MaxVolumesPerKey: maxVolumes,
@@ -217,6 +226,8 @@ Stopping the server leaves sandboxes running; a restart adopts them.`,
 	cmd.Flags().IntVar(&warm, "warm", 4, "sandboxes of the base template kept started ahead of demand (0: start each on demand)")
 	cmd.Flags().StringToIntVar(&warmTemplates, "warm-template", nil, "warm pools of other templates, NAME=N (repeatable; base=N overrides --warm)")
 	cmd.Flags().StringSliceVar(&registryAllow, "registry-allow", nil, "a registry (HOST:PORT as image references write it, or HOST for every port) on a loopback or private address that template builds through the API may pull from; they pull from public addresses only otherwise (repeatable)")
+	cmd.Flags().StringVar(&maxMemory, "max-memory", "0", "the most memory one sandbox may ask for itself (OpenSandbox's resourceLimits, the Go SDK's Resources); 0: a quarter of the host's")
+	cmd.Flags().Float64Var(&maxCPUs, "max-cpus", 0, "the most cores one sandbox may ask for itself (OpenSandbox's resourceLimits, the Go SDK's Resources); 0: every core of the host")
 	cmd.Flags().StringVar(&volumeSize, "volume-size", "10G", "each new volume's size: a file system of its own, so that sandboxes writing to it cannot fill the host's disk (0: no limit, not for untrusted code)")
 	cmd.Flags().IntVar(&maxVolumes, "max-volumes-per-key", 20, "the most volumes one API key may have (0: no cap)")
 	cmd.Flags().DurationVar(&snapshotTTL, "snapshot-ttl", 0, "remove a snapshot this long after it is taken, unless its request said otherwise (0: keep until deleted)")

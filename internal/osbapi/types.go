@@ -174,3 +174,19 @@ type ListSnapshotsResponse struct {
 	Items      []Snapshot     `json:"items"`
 	Pagination PaginationInfo `json:"pagination"`
 }
+
+// PolicyStatusResponse is the answer of the networkpolicy calls: the
+// policy in force.
+type PolicyStatusResponse struct {
+	Status string         `json:"status"`
+	Mode   string         `json:"mode,omitempty"`
+	Policy *NetworkPolicy `json:"policy"`
+}
+
+// HeaderOrigin tells the SDKs what backs a sandbox; "template" means no
+// egress sidecar in the sandbox, so that they send policy calls to the
+// lifecycle API's networkpolicy route instead.
+const (
+	HeaderOrigin   = "OPEN-SANDBOX-ORIGIN"
+	OriginTemplate = "template"
+)

@@ -29,12 +29,17 @@ func (h *Handler) makeDirs(w http.ResponseWriter, r *http.Request, c *call) {
 		return
 	}
 	paths := make([]string, 0, len(items))
+	checkNames := h.namesChecker(r.Context(), c)
 	for p, perm := range items {
 		if err := checkPath(p); err != nil {
 			fail(w, err)
 			return
 		}
 		if _, err := checkPermission(p, perm); err != nil {
+			fail(w, err)
+			return
+		}
+		if err := checkNames(perm.Owner, perm.Group); err != nil {
 			fail(w, err)
 			return
 		}

@@ -355,7 +355,7 @@ func (h *Handler) chmodFiles(w http.ResponseWriter, r *http.Request, c *call) {
 		fail(w, err)
 		return
 	}
-	ops, err := h.resolvePerms(r.Context(), h.client(c, ""), items)
+	ops, err := h.resolvePerms(r.Context(), c, items)
 	if err != nil {
 		fail(w, err)
 		return
@@ -369,7 +369,8 @@ func (h *Handler) chmodFiles(w http.ResponseWriter, r *http.Request, c *call) {
 
 // resolvePerms checks items and returns their ops on the paths envd
 // resolves them to, each path having to exist.
-func (h *Handler) resolvePerms(ctx context.Context, ec *envdClient, items map[string]permission) ([]permOp, error) {
+func (h *Handler) resolvePerms(ctx context.Context, c *call, items map[string]permission) ([]permOp, error) {
+	ec, checkNames := h.client(c, ""), h.namesChecker(ctx, c)
 	paths := make([]string, 0, len(items))
 	ops := make(map[string]permOp, len(items))
 	for p, perm := range items {
@@ -378,6 +379,9 @@ func (h *Handler) resolvePerms(ctx context.Context, ec *envdClient, items map[st
 		}
 		op, err := checkPermission(p, perm)
 		if err != nil {
+			return nil, err
+		}
+		if err := checkNames(perm.Owner, perm.Group); err != nil {
 			return nil, err
 		}
 		paths = append(paths, p)

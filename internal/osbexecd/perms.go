@@ -2,6 +2,7 @@ package osbexecd
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 )
@@ -107,4 +108,61 @@ func (h *Handler) applyPerms(ctx context.Context, c *call, ops []permOp) error {
 		size += len(op.path) + len(op.mode) + len(op.owner) + 3
 	}
 	return run()
+}
+
+// sandboxNames is the user and group names of a sandbox's own
+// /etc/passwd and /etc/group.
+type sandboxNames struct {
+	users, groups map[string]bool
+}
+
+// names reads the sandbox's user and group names.
+func (ec *envdClient) names(ctx context.Context) (*sandboxNames, error) {
+	n := &sandboxNames{users: map[string]bool{}, groups: map[string]bool{}}
+	for _, f := range []struct {
+		path string
+		into map[string]bool
+	}{{"/etc/passwd", n.users}, {"/etc/group", n.groups}} {
+		b, err := ec.as("root").readFile(ctx, f.path, 4<<20)
+		if err != nil {
+			return nil, fmt.Errorf("reading the sandbox's %s: %w", f.path, err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if name, _, ok := strings.Cut(line, ":"); ok && name != "" && !strings.HasPrefix(name, "#") {
+				f.into[name] = true
+			}
+		}
+	}
+	return n, nil
+}
+
+// check refuses an owner or group the sandbox does not have; numeric ids
+// are taken as they are, as chown takes them.
+func (n *sandboxNames) check(owner, group string) error {
+	numeric := func(s string) bool { return strings.Trim(s, "0123456789") == "" }
+	if owner != "" && !numeric(owner) && !n.users[owner] {
+		return badRequest("the sandbox has no user %q", owner)
+	}
+	if group != "" && !numeric(group) && !n.groups[group] {
+		return badRequest("the sandbox has no group %q", group)
+	}
+	return nil
+}
+
+// namesChecker returns a check of owners and groups that reads the
+// sandbox's names once, when a request first names one.
+func (h *Handler) namesChecker(ctx context.Context, c *call) func(owner, group string) error {
+	var n *sandboxNames
+	return func(owner, group string) error {
+		if owner == "" && group == "" {
+			return nil
+		}
+		if n == nil {
+			var err error
+			if n, err = h.client(c, "root").names(ctx); err != nil {
+				return err
+			}
+		}
+		return n.check(owner, group)
+	}
 }

@@ -12,7 +12,7 @@ const (
 	eventInit     = "init"
 	eventStdout   = "stdout"
 	eventStderr   = "stderr"
-	eventErr    = "error"
+	eventErr      = "error"
 	eventComplete = "execution_complete"
 	eventPing     = "ping"
 )

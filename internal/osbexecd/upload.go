@@ -57,7 +57,7 @@ func (h *Handler) upload(w http.ResponseWriter, r *http.Request, c *call) {
 		answered <- answer{resp, err}
 	}()
 
-	ops, err := transcodeUpload(in, out)
+	ops, err := transcodeUpload(in, out, h.namesChecker(r.Context(), c))
 	if err == nil {
 		err = out.Close()
 	}
@@ -103,9 +103,10 @@ func (h *Handler) upload(w http.ResponseWriter, r *http.Request, c *call) {
 // transcodeUpload copies execd's upload parts from in to envd's form in
 // out (a "file" part per file, named by its target path), checking each
 // metadata part, and returns the owner and mode to set on each file in
-// order. Errors reading in are the client's (400, or 413 past the bound);
+// order; checkNames refuses owners the sandbox lacks. Errors reading in
+// are the client's (400, or 413 past the bound);
 // errEnvdAnswered means envd stopped reading.
-func transcodeUpload(in *multipart.Reader, out *multipart.Writer) ([]permOp, error) {
+func transcodeUpload(in *multipart.Reader, out *multipart.Writer, checkNames func(owner, group string) error) ([]permOp, error) {
 	var pending []fileMetadata
 	var ops []permOp
 	seen := map[string]bool{}
@@ -117,7 +118,7 @@ func transcodeUpload(in *multipart.Reader, out *multipart.Writer) ([]permOp, err
 		if err != nil {
 			return nil, clientBodyError(err)
 		}
-		switch part.FormName() {
+		switch formName(part) {
 		case "metadata":
 			b, err := io.ReadAll(io.LimitReader(part, 64<<10+1))
 			if err != nil {
@@ -140,6 +141,9 @@ func transcodeUpload(in *multipart.Reader, out *multipart.Writer) ([]permOp, err
 				return nil, &apiError{http.StatusBadRequest, codeInvalidMetadata, fmt.Sprintf("path %q contains a line break, which uploads do not support", meta.Path)}
 			}
 			if _, err := checkPermission(meta.Path, permission{Owner: meta.Owner, Group: meta.Group, Mode: meta.Mode}); err != nil {
+				return nil, err
+			}
+			if err := checkNames(meta.Owner, meta.Group); err != nil {
 				return nil, err
 			}
 			pending = append(pending, meta)
@@ -206,4 +210,22 @@ func clientBodyError(err error) error {
 		return err
 	}
 	return &apiError{http.StatusBadRequest, codeInvalidFile, fmt.Sprintf("reading the multipart body: %v", err)}
+}
+
+// formName is the part's form field name. Clients escape a filename in
+// Content-Disposition in ways Go's parser may refuse (httpx writes a raw
+// backslash); the name is then read from the header directly, since the
+// filename is not used.
+func formName(part *multipart.Part) string {
+	if n := part.FormName(); n != "" {
+		return n
+	}
+	cd := part.Header.Get("Content-Disposition")
+	for _, param := range strings.Split(cd, ";") {
+		k, v, ok := strings.Cut(strings.TrimSpace(param), "=")
+		if ok && strings.EqualFold(k, "name") {
+			return strings.Trim(v, `"`)
+		}
+	}
+	return ""
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	goruntime "runtime"
 
+	"github.com/hutch-sandbox/hutch/internal/runtime"
+
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
 )
 
@@ -150,19 +152,32 @@ const (
 	minMemoryMB  = 64
 )
 
-// CheckResources refuses resources a sandbox cannot be given here: a
-// quota below a tenth of a core or above this host's cores, memory below
-// 64 MiB or above this host's. The error is an errdefs.ErrInvalidArgument
-// that names the bound.
+// maxResources is max with its zero fields filled in: this host's cores,
+// and a quarter of its memory but at least every sandbox's own.
+func maxResources(defaults, bound runtime.Resources) runtime.Resources {
+	if bound.CPUs <= 0 {
+		bound.CPUs = float64(goruntime.NumCPU())
+	}
+	if bound.MemoryBytes <= 0 {
+		bound.MemoryBytes = max(int64(hostMemory()/4), defaults.MemoryBytes, 512<<20)
+	}
+	return bound
+}
+
+// CheckResources refuses resources a sandbox may not ask for here: a
+// quota below a tenth of a core or above the server's bound
+// (Options.MaxResources), memory below 64 MiB or above its bound. One
+// sandbox must not take the host whole. The error is an
+// errdefs.ErrInvalidArgument that names the bound.
 func (m *Manager) CheckResources(r Resources) error {
 	if c := r.CPUMillis; c != 0 {
-		if most := goruntime.NumCPU() * 1000; c < minCPUMillis || c > most {
-			return fmt.Errorf("cpu %dm: want %dm to %dm (this host's %d cores): %w", c, minCPUMillis, most, goruntime.NumCPU(), errdefs.ErrInvalidArgument)
+		if most := int(m.maxResources.CPUs * 1000); c < minCPUMillis || c > most {
+			return fmt.Errorf("cpu %dm: want %dm to %dm (this server's bound; hutch serve --max-cpus): %w", c, minCPUMillis, most, errdefs.ErrInvalidArgument)
 		}
 	}
 	if mb := r.MemoryMB; mb != 0 {
-		if most := int(hostMemory() >> 20); mb < minMemoryMB || mb > most {
-			return fmt.Errorf("memory %d MiB: want %d MiB to %d MiB (this host's): %w", mb, minMemoryMB, most, errdefs.ErrInvalidArgument)
+		if most := int(m.maxResources.MemoryBytes >> 20); mb < minMemoryMB || mb > most {
+			return fmt.Errorf("memory %d MiB: want %d MiB to %d MiB (this server's bound; hutch serve --max-memory): %w", mb, minMemoryMB, most, errdefs.ErrInvalidArgument)
 		}
 	}
 	return nil

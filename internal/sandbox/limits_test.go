@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
+	"github.com/hutch-sandbox/hutch/internal/runtime"
 )
 
 // createAll runs n creates for keyID at once and returns the sandboxes
@@ -137,7 +138,7 @@ func TestCreateCaps(t *testing.T) {
 }
 
 func TestCheckResources(t *testing.T) {
-	m := &Manager{}
+	m := &Manager{maxResources: maxResources(runtime.Resources{}, runtime.Resources{})}
 	most := goruntime.NumCPU() * 1000
 	for _, tc := range []struct {
 		name string
@@ -149,10 +150,10 @@ func TestCheckResources(t *testing.T) {
 		{"every core", Resources{CPUMillis: most}, ""},
 		{"a tenth", Resources{CPUMillis: 100}, ""},
 		{"too little cpu", Resources{CPUMillis: 99}, "want 100m"},
-		{"more cores than the host", Resources{CPUMillis: most + 1}, "this host's"},
+		{"more cores than the host", Resources{CPUMillis: most + 1}, "this server's bound"},
 		{"512 MiB", Resources{MemoryMB: 512}, ""},
 		{"too little memory", Resources{MemoryMB: 63}, "want 64 MiB"},
-		{"more memory than the host", Resources{MemoryMB: 1 << 30}, "this host's"},
+		{"more memory than the host", Resources{MemoryMB: 1 << 30}, "this server's bound"},
 	} {
 		err := m.CheckResources(tc.r)
 		switch {

@@ -56,6 +56,11 @@ type Options struct {
 	// Resources are every sandbox's limits; a template's DiskSizeMB, when
 	// set, replaces DiskBytes for its sandboxes.
 	Resources runtime.Resources
+	// MaxResources bound what a create may ask for itself
+	// (CreateRequest.Resources): CPUs and MemoryBytes; zero fields mean
+	// this host's cores and a quarter of its memory (never less than
+	// Resources').
+	MaxResources runtime.Resources
 	// Network gives sandboxes their network and enforces their egress
 	// policy; nil leaves every sandbox with loopback only.
 	Network *network.Manager
@@ -159,6 +164,8 @@ type Manager struct {
 	faults fault.Points
 	// removed is Options.Removed.
 	removed func(id string)
+	// maxResources is Options.MaxResources, its zero fields filled in.
+	maxResources runtime.Resources
 }
 
 // step marks a point of a create, kill, pause, resume, snapshot or fork
@@ -207,7 +214,7 @@ func New(opts Options) (*Manager, error) {
 	}
 	m := &Manager{
 		rt: opts.Runtime, store: opts.Store, templates: opts.Templates, sockets: sockets, checkpoints: checkpoints, runtimes: opts.Runtimes,
-		resources: opts.Resources, logger: logger, timers: map[string]*time.Timer{}, ops: map[string]*opLock{}, dropping: map[string]chan struct{}{}, live: map[string]*live{}, warm: opts.Warm, net: opts.Network,
+		resources: opts.Resources, maxResources: maxResources(opts.Resources, opts.MaxResources), logger: logger, timers: map[string]*time.Timer{}, ops: map[string]*opLock{}, dropping: map[string]chan struct{}{}, live: map[string]*live{}, warm: opts.Warm, net: opts.Network,
 		run: newSlots(opts.MaxPerKey, opts.MaxSandboxes, false), frozen: newSlots(opts.MaxPerKey, opts.MaxSandboxes, true),
 		readyTimeout: opts.ReadyTimeout, volumes: opts.Volumes, reg: opts.Registry, snapshotTTL: opts.SnapshotTTL, pausedTTL: opts.PausedRetention,
 		metrics: opts.Metrics, maxTotal: opts.MaxSandboxes, faults: opts.Faults, removed: opts.Removed,
@@ -714,6 +721,15 @@ func (m *Manager) limitsOf(tpl *template.Template, own Resources) Limits {
 		MemoryMB: int(r.MemoryBytes >> 20), DiskMB: int(r.DiskBytes >> 20)}
 }
 
+// cpuOf is defaults with sb's own CPU quota, if it asked for one: its
+// metrics count the cores it may use.
+func cpuOf(sb *Sandbox, defaults runtime.Resources) runtime.Resources {
+	if sb.Limits.CPUMillis > 0 {
+		defaults.CPUs = float64(sb.Limits.CPUMillis) / 1000
+	}
+	return defaults
+}
+
 // ownResources is what sb was granted: a sandbox booted again (a resume
 // of its files) keeps it, even if the server's defaults changed since.
 func ownResources(sb *Sandbox) Resources {
@@ -726,7 +742,7 @@ func (m *Manager) adopt(sbx runtime.Sandbox, rt *route, sb *Sandbox, internal bo
 	end := sb.EndAt
 	rt.setToken(sb.EnvdAccessToken)
 	l := &live{keyID: sb.KeyID, sbx: sbx, internal: internal, paused: sb.State == StatePaused, autoResume: sb.Lifecycle.AutoResume,
-		route: rt, metrics: newSeries(sbx, m.resources), trafficToken: sb.TrafficAccessToken, maskHost: sb.Network.MaskRequestHost}
+		route: rt, metrics: newSeries(sbx, cpuOf(sb, m.resources)), trafficToken: sb.TrafficAccessToken, maskHost: sb.Network.MaskRequestHost}
 	m.mu.Lock()
 	m.live[sbx.ID()] = l
 	m.mu.Unlock()

@@ -48,6 +48,9 @@ type Config struct {
 	// Resources are each sandbox's limits (a template's disk size
 	// overrides DiskBytes). DiskBytes > 0 needs loopfs.Check.
 	Resources runtime.Resources
+	// MaxResources bound what a sandbox may ask for itself
+	// (sandbox.Options.MaxResources).
+	MaxResources runtime.Resources
 	// Warm is how many sandboxes of each template are kept started ahead
 	// of demand (see sandbox.Options.Warm).
 	Warm map[string]int
@@ -223,7 +226,7 @@ func Open(ctx context.Context, cfg Config) (_ *Server, retErr error) {
 	s.Manager, err = sandbox.New(sandbox.Options{
 		Registry: registry,
 		Runtime:  rt, Runtimes: cfg.Runtimes, Store: s.Store, Templates: templates, DataDir: cfg.DataDir, Logger: logger,
-		Resources: cfg.Resources, Warm: cfg.Warm, Network: s.nets.manager(),
+		Resources: cfg.Resources, MaxResources: cfg.MaxResources, Warm: cfg.Warm, Network: s.nets.manager(),
 		MaxSandboxes: cfg.MaxSandboxes, MaxPerKey: cfg.MaxPerKey, CABundle: cfg.CABundle, ReadyTimeout: cfg.ReadyTimeout,
 		SnapshotTTL: cfg.SnapshotTTL, PausedRetention: cfg.PausedRetention,
 		Volumes: vols, Metrics: s.Metrics, Faults: cfg.Faults, Removed: execd.Forget,

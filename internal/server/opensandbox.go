@@ -45,6 +45,10 @@ func (s *Server) osbRoutes() {
 	s.handle("GET /v1/snapshots/{snapshotId}", s.osbAuthed(s.osbGetSnapshot))
 	s.handle("DELETE /v1/snapshots/{snapshotId}", s.osbAuthed(s.osbDeleteSnapshot))
 	s.handle("POST /v1/metrics/events", s.osbAuthed(s.osbMetricsEvent))
+	s.handle("GET /v1/sandboxes/{id}/networkpolicy", s.osbAuthed(s.osbGetPolicy))
+	s.handle("PUT /v1/sandboxes/{id}/networkpolicy", s.osbAuthed(s.osbPutPolicy))
+	s.handle("PATCH /v1/sandboxes/{id}/networkpolicy", s.osbAuthed(s.osbPatchPolicy))
+	s.handle("DELETE /v1/sandboxes/{id}/networkpolicy", s.osbAuthed(s.osbDeletePolicyRules))
 	s.handle("/v1/sandboxes/{id}/proxy/{port}/", s.osbProxy)
 	// Everything else under /v1 is OpenSandbox's too: a 404 in its shape.
 	s.handle("/v1/", func(w http.ResponseWriter, r *http.Request) {
@@ -123,6 +127,11 @@ func (s *Server) osbCreate(w http.ResponseWriter, r *http.Request) {
 	}
 	sb, err := s.mgr.Create(r.Context(), cr)
 	if err != nil {
+		if req.SnapshotID != "" && (errdefs.IsNotFound(err) || errors.Is(err, errdefs.ErrPermissionDenied)) {
+			// Another key's snapshot is answered as none at all: no
+			// probing of what other keys have (review: 403 against 404).
+			err = osbapi.Errorf(http.StatusNotFound, osbapi.CodeSnapshotNotFound, fmt.Sprintf("snapshot %q does not exist", req.SnapshotID))
+		}
 		osbapi.Write(w, s.logger, err)
 		return
 	}
@@ -471,6 +480,9 @@ func (s *Server) osbEndpoint(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ep := osbapi.Endpoint{Endpoint: r.Host + osbProxyPrefix(id, port), Headers: map[string]string{}}
+	// No egress sidecar runs in a Hutch sandbox: the SDKs then send
+	// their policy calls to /networkpolicy (osbGetPolicy and the rest).
+	w.Header().Set(osbapi.HeaderOrigin, osbapi.OriginTemplate)
 	switch {
 	case port == osbapi.ExecdPort:
 		if sb.EnvdAccessToken != "" {
@@ -681,4 +693,117 @@ func (s *Server) osbFail(w http.ResponseWriter, id string, err error) {
 		err = osbapi.Errorf(http.StatusNotFound, osbapi.CodeNotFound, fmt.Sprintf("sandbox %s does not exist (or is another API key's)", id))
 	}
 	osbapi.Write(w, s.logger, err)
+}
+
+// osbPolicy is sb's egress policy in OpenSandbox's terms (osbNetwork's
+// inverse): a deny default where every address is denied but allowOut.
+func osbPolicy(n sandbox.Network) *osbapi.NetworkPolicy {
+	p := &osbapi.NetworkPolicy{DefaultAction: "allow", Egress: []osbapi.NetworkRule{}}
+	for _, t := range n.AllowOut {
+		p.Egress = append(p.Egress, osbapi.NetworkRule{Action: "allow", Target: t})
+	}
+	for _, t := range n.DenyOut {
+		if t == "0.0.0.0/0" {
+			p.DefaultAction = "deny"
+			continue
+		}
+		p.Egress = append(p.Egress, osbapi.NetworkRule{Action: "deny", Target: t})
+	}
+	if n.Internet != nil && !*n.Internet {
+		p.DefaultAction, p.Egress = "deny", []osbapi.NetworkRule{}
+	}
+	return p
+}
+
+// osbPolicyAnswer answers the policy in force.
+func (s *Server) osbPolicyAnswer(w http.ResponseWriter, p *osbapi.NetworkPolicy) {
+	mode := "allow_all"
+	switch {
+	case p.DefaultAction == "deny" && len(p.Egress) == 0:
+		mode = "deny_all"
+	case len(p.Egress) > 0:
+		mode = "rules"
+	}
+	osbapi.WriteJSON(w, http.StatusOK, osbapi.PolicyStatusResponse{Status: "ok", Mode: mode, Policy: p})
+}
+
+func (s *Server) osbGetPolicy(w http.ResponseWriter, r *http.Request) {
+	sb, err := s.mgr.Get(r.Context(), keyID(r), r.PathValue("id"))
+	if err != nil {
+		s.osbFail(w, r.PathValue("id"), err)
+		return
+	}
+	s.osbPolicyAnswer(w, osbPolicy(sb.Network))
+}
+
+// osbSetPolicy makes p sandbox id's egress policy and answers it.
+func (s *Server) osbSetPolicy(w http.ResponseWriter, r *http.Request, p *osbapi.NetworkPolicy) {
+	id := r.PathValue("id")
+	auditSandbox(r, id)
+	n, err := osbNetwork(p)
+	if err == nil {
+		auditNote(r, "network", networkDetail(n.Internet, n.AllowOut, n.DenyOut))
+		err = s.mgr.UpdateEgress(r.Context(), keyID(r), id, sandbox.EgressUpdate{AllowOut: n.AllowOut, DenyOut: n.DenyOut})
+	}
+	if err != nil {
+		s.osbFail(w, id, err)
+		return
+	}
+	s.osbPolicyAnswer(w, osbPolicy(n))
+}
+
+func (s *Server) osbPutPolicy(w http.ResponseWriter, r *http.Request) {
+	var p osbapi.NetworkPolicy
+	if err := osbapi.DecodeJSON(r, &p, osbMaxBody, false); err != nil {
+		osbapi.Write(w, s.logger, err)
+		return
+	}
+	s.osbSetPolicy(w, r, &p)
+}
+
+// osbPatchPolicy merges rules into the policy: a rule replaces the one of
+// its target, the first of a target in the patch wins, the default stays.
+func (s *Server) osbPatchPolicy(w http.ResponseWriter, r *http.Request) {
+	var rules []osbapi.NetworkRule
+	if err := osbapi.DecodeJSON(r, &rules, osbMaxBody, false); err != nil {
+		osbapi.Write(w, s.logger, err)
+		return
+	}
+	s.osbEditPolicy(w, r, func(p *osbapi.NetworkPolicy) {
+		seen := map[string]bool{}
+		var patch []osbapi.NetworkRule
+		for _, rule := range rules {
+			if !seen[rule.Target] {
+				seen[rule.Target] = true
+				patch = append(patch, rule)
+			}
+		}
+		kept := slices.DeleteFunc(p.Egress, func(rule osbapi.NetworkRule) bool { return seen[rule.Target] })
+		p.Egress = append(patch, kept...)
+	})
+}
+
+// osbDeletePolicyRules removes the rules of the targets the body lists;
+// targets without a rule are ignored.
+func (s *Server) osbDeletePolicyRules(w http.ResponseWriter, r *http.Request) {
+	var targets []string
+	if err := osbapi.DecodeJSON(r, &targets, osbMaxBody, false); err != nil {
+		osbapi.Write(w, s.logger, err)
+		return
+	}
+	s.osbEditPolicy(w, r, func(p *osbapi.NetworkPolicy) {
+		p.Egress = slices.DeleteFunc(p.Egress, func(rule osbapi.NetworkRule) bool { return slices.Contains(targets, rule.Target) })
+	})
+}
+
+// osbEditPolicy changes sandbox id's policy with edit.
+func (s *Server) osbEditPolicy(w http.ResponseWriter, r *http.Request, edit func(*osbapi.NetworkPolicy)) {
+	sb, err := s.mgr.Get(r.Context(), keyID(r), r.PathValue("id"))
+	if err != nil {
+		s.osbFail(w, r.PathValue("id"), err)
+		return
+	}
+	p := osbPolicy(sb.Network)
+	edit(p)
+	s.osbSetPolicy(w, r, p)
 }

@@ -28,6 +28,10 @@ import (
 // without `secure`) lets anyone who can reach the server run commands
 // through execd, as through envd.
 func (s *Server) osbProxy(w http.ResponseWriter, r *http.Request) {
+	// These paths share the API's origin, and so the web console's:
+	// nothing they answer may run as that origin (review: a sandbox's page
+	// created an API key with a signed-in console user's session).
+	w = &sandboxedWriter{ResponseWriter: w}
 	id := r.PathValue("id")
 	port, err := strconv.Atoi(r.PathValue("port"))
 	if err != nil || port < 1 || port > 65535 {
@@ -50,8 +54,13 @@ func (s *Server) osbProxy(w http.ResponseWriter, r *http.Request) {
 		// The SDKs send their credentials to every endpoint (the
 		// TypeScript one its API key too): none reaches the sandbox's
 		// own services.
-		for _, h := range []string{osbapi.HeaderAPIKey, osbapi.HeaderExecdToken} {
+		for _, h := range []string{osbapi.HeaderAPIKey, osbapi.HeaderExecdToken, "X-API-Key"} {
 			r2.Header.Del(h)
+		}
+		if a := r2.Header.Get("Authorization"); strings.HasPrefix(a, "Bearer e2b_") {
+			// A Hutch API key as a bearer token: the server's, not the
+			// sandbox's (any other Authorization is the app's own).
+			r2.Header.Del("Authorization")
 		}
 		s.proxy(w, r2, id, port)
 		return
@@ -119,3 +128,36 @@ func (s *Server) forgetExecd(id string) {
 		s.execd.Forget(id)
 	}
 }
+
+// sandboxedWriter answers with a Content-Security-Policy of "sandbox",
+// over whatever the sandbox sent: a browser runs the page, if it is one,
+// in an origin of its own, so that its scripts neither read the API's
+// answers nor send the console's cookie (SameSite=Strict, and custom
+// headers need a CORS preflight no route answers).
+type sandboxedWriter struct {
+	http.ResponseWriter
+	wrote bool
+}
+
+func (w *sandboxedWriter) WriteHeader(code int) {
+	if !w.wrote && code >= 200 {
+		// 1xx answers (100 Continue, 101 Switching Protocols' is final)
+		// go as they are; the policy goes on the final one.
+		w.wrote = true
+		h := w.Header()
+		h.Set("Content-Security-Policy", "sandbox")
+		h.Set("X-Content-Type-Options", "nosniff")
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *sandboxedWriter) Write(b []byte) (int, error) {
+	if !w.wrote {
+		w.WriteHeader(http.StatusOK)
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection (flushes for
+// streams, hijacks for upgrades).
+func (w *sandboxedWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

@@ -1,0 +1,157 @@
+package osbexecd
+
+import (
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+var errConnRefused = errors.New("connection refused")
+
+func newRecorder() *httptest.ResponseRecorder { return httptest.NewRecorder() }
+
+func httpRequest(method, target string) *http.Request {
+	return httptest.NewRequest(method, target, nil)
+}
+
+func TestUTF8Carry(t *testing.T) {
+	euro := []byte("€") // 3 bytes
+	tests := []struct {
+		name   string
+		chunks [][]byte
+		want   []string
+	}{
+		{"whole runes", [][]byte{[]byte("aé"), []byte("b")}, []string{"aé", "b", ""}},
+		{"split after 1 byte", [][]byte{append([]byte("x"), euro[:1]...), euro[1:]}, []string{"x", "€", ""}},
+		{"split after 2 bytes", [][]byte{euro[:2], append(euro[2:], 'y')}, []string{"", "€y", ""}},
+		{"byte by byte", [][]byte{euro[:1], euro[1:2], euro[2:]}, []string{"", "", "€", ""}},
+		{"cut at the end", [][]byte{append([]byte("z"), euro[:2]...)}, []string{"z", string(euro[:2])}},
+		{"invalid bytes pass", [][]byte{{0xff, 'a'}}, []string{"\xffa", ""}},
+	}
+	for _, tt := range tests {
+		var c utf8Carry
+		var got []string
+		for _, ch := range tt.chunks {
+			got = append(got, c.text(ch))
+		}
+		got = append(got, c.flush())
+		if diff := cmp.Diff(tt.want, got); diff != "" {
+			t.Errorf("%s: (-want +got)\n%s", tt.name, diff)
+		}
+	}
+}
+
+func TestFirstRange(t *testing.T) {
+	tests := []struct {
+		in, want string
+		bad      bool
+	}{
+		{in: "bytes=0-9", want: "bytes=0-9"},
+		{in: "bytes=5-", want: "bytes=5-"},
+		{in: "bytes=-5", want: "bytes=-5"},
+		{in: "bytes= 1-2 , 4-5", want: "bytes=1-2"},
+		{in: "bytes=,3-4", want: "bytes=3-4"},
+		{in: "bytes=", bad: true},
+		{in: "bytes=-", bad: true},
+		{in: "bytes=4-2", bad: true},
+		{in: "bytes=1-2,x", bad: true},
+		{in: "bytes=-1-2", bad: true},
+		{in: "lines=1-2", bad: true},
+		{in: "bytes=99999999999999999999-", bad: true},
+	}
+	for _, tt := range tests {
+		got, err := firstRange(tt.in)
+		if (err != nil) != tt.bad || got != tt.want {
+			t.Errorf("firstRange(%q) = %q, %v; want %q, bad %v", tt.in, got, err, tt.want, tt.bad)
+		}
+	}
+}
+
+func TestModeAndOwner(t *testing.T) {
+	modes := []struct {
+		in   int
+		want string
+		bad  bool
+	}{
+		{0, "", false}, {755, "0755", false}, {644, "0644", false}, {7, "07", false}, {4755, "04755", false},
+		{8, "", true}, {789, "", true}, {17777, "", true}, {-644, "", true},
+	}
+	for _, tt := range modes {
+		got, err := modeText(tt.in)
+		if (err != nil) != tt.bad || got != tt.want {
+			t.Errorf("modeText(%d) = %q, %v", tt.in, got, err)
+		}
+	}
+	owners := []struct {
+		owner, group, want string
+		bad                bool
+	}{
+		{"", "", "", false}, {"user", "", "user", false}, {"", "staff", ":staff", false}, {"user", "staff", "user:staff", false},
+		{"1000", "1000", "1000:1000", false}, {"-rf", "", "-rf", false},
+		{"a:b", "", "", true}, {"", "x/y", "", true}, {"a\nb", "", "", true}, {strings.Repeat("u", 300), "", "", true},
+	}
+	for _, tt := range owners {
+		got, err := ownerText(tt.owner, tt.group)
+		if (err != nil) != tt.bad || got != tt.want {
+			t.Errorf("ownerText(%q, %q) = %q, %v", tt.owner, tt.group, got, err)
+		}
+	}
+}
+
+// TestLogBuffer checks the bounds of kept output without a sandbox.
+func TestLogBuffer(t *testing.T) {
+	st := &sandboxState{commands: map[string]*command{}}
+	mk := func(id string, running bool) *command {
+		c := &command{id: id, log: &logBuffer{}, done: make(chan struct{})}
+		if err := st.register(c, 3); err != nil {
+			t.Fatal(err)
+		}
+		c.running = running
+		return c
+	}
+	a := mk("a", false)
+	st.appendLog(a, []byte("0123456789"), 6, 10)
+	if out, next := st.readLog(a, 0, 6, 10); !strings.HasPrefix(string(out), "[hutch: 4 bytes") || !strings.HasSuffix(string(out), "]\n456789") || next != 10 {
+		t.Errorf("over the command bound: %q %d", out, next)
+	}
+	if out, next := st.readLog(a, 7, 6, 10); string(out) != "789" || next != 10 {
+		t.Errorf("from 7: %q %d", out, next)
+	}
+	b := mk("b", true)
+	st.appendLog(b, []byte("abcdef"), 6, 10) // 12 > 10: a's finished output goes
+	if out, _ := st.readLog(a, 10, 6, 10); len(out) != 0 {
+		t.Errorf("a at its end: %q", out)
+	}
+	if out, _ := st.readLog(a, 0, 6, 10); !strings.HasPrefix(string(out), "[hutch: 10 bytes") {
+		t.Errorf("a after the sandbox bound: %q", out)
+	}
+	c := mk("c", true)
+	st.appendLog(c, []byte("ABCDEF"), 6, 10) // 12 > 10 with both running: c's own oldest go
+	if out, _ := st.readLog(c, 2, 6, 10); string(out) != "CDEF" || st.logBytes != 10 {
+		t.Errorf("c: %q, kept %d", out, st.logBytes)
+	}
+	// A fourth command evicts the oldest finished one (a) ...
+	mk("d", true)
+	if st.lookup("a") != nil || st.lookup("b") == nil {
+		t.Error("the oldest finished command was not the one forgotten")
+	}
+	// ... and with all running, a fifth is refused.
+	if err := st.register(&command{id: "e", done: make(chan struct{})}, 3); err == nil {
+		t.Error("a command past the bound with all running was accepted")
+	}
+}
+
+func TestShellJoin(t *testing.T) {
+	got := shellJoin([]string{"printf", "%s|", "a b", "it's", ""})
+	if want := `printf '%s|' 'a b' 'it'\''s' ''`; got != want {
+		t.Errorf("shellJoin = %s, want %s", got, want)
+	}
+}
