@@ -1,11 +1,18 @@
 package sdk
 
 import (
+	"cmp"
 	"context"
 	"maps"
 	"net/http"
 	"time"
+
+	"github.com/hutch-sandbox/hutch/internal/osbapi"
 )
+
+// defaultTimeout is a sandbox's life when CreateOptions.Timeout is 0:
+// E2B's default, which hutch serve applies to E2B's creates.
+const defaultTimeout = 5 * time.Minute
 
 // OpenSandbox's lifecycle API (its specs/sandbox-lifecycle.yml), which
 // hutch serve answers next to E2B's: Create uses its create request for
@@ -16,29 +23,6 @@ import (
 func (o CreateOptions) openSandbox() bool {
 	return o.Image != "" || o.ImageAuth != nil || o.Resources != nil || o.Entrypoint != nil ||
 		o.NetworkPolicy != nil || o.Extensions != nil
-}
-
-// osbCreateRequest is OpenSandbox's CreateSandboxRequest.
-type osbCreateRequest struct {
-	Image          osbImage          `json:"image"`
-	Timeout        *int32            `json:"timeout,omitempty"`
-	ResourceLimits map[string]string `json:"resourceLimits,omitempty"`
-	Env            map[string]string `json:"env,omitempty"`
-	Metadata       map[string]string `json:"metadata,omitempty"`
-	Entrypoint     []string          `json:"entrypoint,omitempty"`
-	NetworkPolicy  *NetworkPolicy    `json:"networkPolicy,omitempty"`
-	Extensions     map[string]string `json:"extensions,omitempty"`
-}
-
-type osbImage struct {
-	URI  string        `json:"uri"`
-	Auth *RegistryAuth `json:"auth,omitempty"`
-}
-
-// osbCreateResponse is the part of OpenSandbox's CreateSandboxResponse
-// Create reads.
-type osbCreateResponse struct {
-	ID string `json:"id"`
 }
 
 // createOpenSandbox creates a sandbox with OpenSandbox's create request,
@@ -55,17 +39,19 @@ func (c *Client) createOpenSandbox(ctx context.Context, opts CreateOptions) (*Sa
 	case opts.MCP != nil || len(opts.Volumes) > 0:
 		return nil, invalid("MCP and Volumes cannot be combined with Image, Resources, Entrypoint, NetworkPolicy or Extensions")
 	}
-	uri := opts.Image
-	if uri == "" {
-		uri = opts.Template
-	}
-	if uri == "" {
-		uri = "base"
-	}
-	req := osbCreateRequest{
-		Image:          osbImage{URI: uri, Auth: opts.ImageAuth},
+	req := osbapi.CreateSandboxRequest{
+		Image:          &osbapi.ImageSpec{URI: cmp.Or(opts.Image, opts.Template, "base")},
 		ResourceLimits: opts.Resources, Env: opts.Envs, Metadata: opts.Metadata,
-		Entrypoint: opts.Entrypoint, NetworkPolicy: opts.NetworkPolicy, Extensions: opts.Extensions,
+		Entrypoint: opts.Entrypoint, Extensions: opts.Extensions,
+	}
+	if a := opts.ImageAuth; a != nil {
+		req.Image.Auth = &osbapi.ImageAuth{Username: a.Username, Password: a.Password}
+	}
+	if p := opts.NetworkPolicy; p != nil {
+		req.NetworkPolicy = &osbapi.NetworkPolicy{DefaultAction: cmp.Or(p.DefaultAction, "deny")}
+		for _, r := range p.Egress {
+			req.NetworkPolicy.Egress = append(req.NetworkPolicy.Egress, osbapi.NetworkRule{Action: r.Action, Target: r.Target})
+		}
 	}
 	if opts.Runtime != "" {
 		req.Metadata = maps.Clone(opts.Metadata)
@@ -74,12 +60,14 @@ func (c *Client) createOpenSandbox(ctx context.Context, opts CreateOptions) (*Sa
 		}
 		req.Metadata[RuntimeMetadata] = opts.Runtime
 	}
+	// 0 is E2B's default here too, not OpenSandbox's (none: 24 hours).
+	t := int64(defaultTimeout / time.Second)
 	if opts.Timeout != 0 {
-		t := seconds(opts.Timeout)
-		req.Timeout = &t
+		t = int64(seconds(opts.Timeout))
 	}
-	var out osbCreateResponse
-	if _, err := c.apiAs(ctx, "OPEN-SANDBOX-API-KEY", op, http.MethodPost, "/v1/sandboxes", nil, req, &out, http.StatusAccepted, http.StatusOK, http.StatusCreated); err != nil {
+	req.Timeout = &t
+	var out osbapi.CreateSandboxResponse
+	if _, err := c.apiAs(ctx, osbapi.HeaderAPIKey, op, http.MethodPost, "/v1/sandboxes", nil, req, &out, http.StatusAccepted, http.StatusOK, http.StatusCreated); err != nil {
 		return nil, err
 	}
 	if out.ID == "" {

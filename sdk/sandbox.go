@@ -80,7 +80,8 @@ type CreateOptions struct {
 	// OpenSandbox lifecycle API that hutch serve also speaks (POST
 	// /v1/sandboxes), where Template, Timeout, Metadata, Envs and Runtime
 	// mean what they mean here; Network, AllowInternetAccess, MCP and
-	// Volumes cannot be combined with them (ErrInvalidArgument). A server
+	// Volumes cannot be combined with them (ErrInvalidArgument). Timeout
+	// is then at least a minute, and 0 still means 5 minutes. A server
 	// without that API answers ErrNotFound.
 
 	// Image is what the sandbox starts from: a template name, or an OCI

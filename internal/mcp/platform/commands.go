@@ -103,7 +103,7 @@ type InterruptOutput struct {
 
 // Execution is command_run's result in OpenSandbox's shape.
 type Execution struct {
-	ID       string             `json:"id,omitempty" jsonschema:"a background command's id: pass it to command_output and command_interrupt"`
+	ID       string             `json:"id,omitempty" jsonschema:"a background command's id: pass it to command_output (as command_id) and to command_interrupt"`
 	Result   []ExecutionResult  `json:"result" jsonschema:"always empty for commands"`
 	Error    *ExecutionError    `json:"error,omitempty" jsonschema:"set when the command failed: value is its exit status"`
 	Complete *ExecutionComplete `json:"complete,omitempty" jsonschema:"set when the command succeeded, or a background one started"`
@@ -425,7 +425,13 @@ func (s *Server) interrupt(ctx context.Context, req *mcp.CallToolRequest, in Int
 	if err != nil {
 		return nil, InterruptOutput{}, err
 	}
-	pidText, err := sbx.Files.Read(ctx, path.Join(jobDir(in.CommandID), "pid"), &sdk.FileOptions{User: "root"})
+	pidFile := path.Join(jobDir(in.CommandID), "pid")
+	pidText, err := sbx.Files.Read(ctx, pidFile, &sdk.FileOptions{User: "root"})
+	// Just started, before its script wrote the pid: wait for it.
+	for deadline := time.Now().Add(5 * time.Second); errors.Is(err, sdk.ErrNotFound) && time.Now().Before(deadline) && s.tagRunning(ctx, sbx, in.CommandID); {
+		time.Sleep(50 * time.Millisecond)
+		pidText, err = sbx.Files.Read(ctx, pidFile, &sdk.FileOptions{User: "root"})
+	}
 	if errors.Is(err, sdk.ErrNotFound) {
 		return nil, InterruptOutput{}, fmt.Errorf("no command %s in sandbox %s", in.CommandID, in.SandboxID)
 	}

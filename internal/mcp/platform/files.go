@@ -487,16 +487,42 @@ func (s *Server) write(ctx context.Context, req *mcp.CallToolRequest, in WriteIn
 	if err != nil {
 		return nil, WriteOutput{}, err
 	}
+	if mode != nil {
+		p, err := writeWithAttributes(ctx, sbx, in.Path, data, *mode, in.Owner, in.Group)
+		if err != nil {
+			return nil, WriteOutput{}, opFailed(err, in.SandboxID)
+		}
+		return nil, WriteOutput{Path: p, Bytes: len(data), Status: "written"}, nil
+	}
 	info, err := sbx.Files.Write(ctx, in.Path, data, nil)
 	if err != nil {
 		return nil, WriteOutput{}, opFailed(err, in.SandboxID)
 	}
-	if mode != nil {
-		if err := setAttributes(ctx, sbx, info.Path, mode, in.Owner, in.Group); err != nil {
-			return nil, WriteOutput{}, opFailed(err, in.SandboxID)
-		}
-	}
 	return nil, WriteOutput{Path: info.Path, Bytes: len(data), Status: "written"}, nil
+}
+
+// writeWithAttributes writes a file with its mode, owner and group, all
+// or nothing: into a new file beside it, which gets them and then takes
+// its place, so that an owner the sandbox lacks leaves the file as it
+// was. It returns the file's absolute path.
+func writeWithAttributes(ctx context.Context, sbx *sdk.Sandbox, p string, data []byte, mode os.FileMode, owner, group string) (string, error) {
+	tmp := path.Join(path.Dir(p), "."+path.Base(p)+"."+strings.TrimPrefix(newCommandID(), "cmd_")+".hutch-write")
+	info, err := sbx.Files.Write(ctx, tmp, data, nil)
+	if err != nil {
+		return "", err
+	}
+	err = setAttributes(ctx, sbx, info.Path, &mode, owner, group)
+	var e *sdk.EntryInfo
+	if err == nil {
+		e, err = sbx.Files.Rename(ctx, info.Path, p, nil)
+	}
+	if err != nil {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		sbx.Files.Remove(rctx, info.Path, &sdk.FileOptions{User: "root"})
+		return "", err
+	}
+	return e.Path, nil
 }
 
 // ptrValue is *p, or the zero value for nil.

@@ -161,7 +161,7 @@ func textEncoding(name string) (encoding.Encoding, error) {
 			n = "windows-" + rest
 		}
 	}
-	for _, try := range []string{n, strings.ReplaceAll(n, "-", "")} {
+	for _, try := range []string{n, strings.ReplaceAll(n, "-", "_"), strings.ReplaceAll(n, "-", "")} {
 		if e, err := ianaindex.IANA.Encoding(try); err == nil && e != nil {
 			return e, nil
 		}

@@ -316,8 +316,9 @@ func (s *Server) create(ctx context.Context, req *mcp.CallToolRequest, in Create
 		}
 	}
 	sbx, err := c.Create(ctx, opts)
-	if errors.Is(err, sdk.ErrNotFound) && opts.Image != "" {
-		return nil, CreateOutput{}, fmt.Errorf("%w (this hutch serve may not answer OpenSandbox's lifecycle API, which image, resource, entrypoint and network_policy need)", err)
+	lifecycle := in.Image != "" || in.Resource != nil || in.Entrypoint != nil || in.NetworkPolicy != nil || in.AuthUsername != "" || in.Extensions != nil
+	if errors.Is(err, sdk.ErrNotFound) && lifecycle {
+		return nil, CreateOutput{}, fmt.Errorf("%w (or this hutch serve does not answer OpenSandbox's lifecycle API, /v1, which image, resource, entrypoint and network_policy need)", err)
 	}
 	if err != nil {
 		return nil, CreateOutput{}, err
@@ -327,7 +328,7 @@ func (s *Server) create(ctx context.Context, req *mcp.CallToolRequest, in Create
 			return nil, CreateOutput{}, err
 		}
 	}
-	return s.describe(ctx, sbx, in.Entrypoint)
+	return s.describe(ctx, sbx, in.Image, in.Entrypoint)
 }
 
 // readiness reads OpenSandbox's readiness arguments.
@@ -390,13 +391,20 @@ func networkPolicyOf(p *NetworkPolicyInput) (*sdk.NetworkPolicy, error) {
 	return out, nil
 }
 
-// describe is the result of sandbox_create and sandbox_connect.
-func (s *Server) describe(ctx context.Context, sbx *sdk.Sandbox, entrypoint []string) (*mcp.CallToolResult, CreateOutput, error) {
+// describe is the result of sandbox_create and sandbox_connect; image
+// and entrypoint, when the call knows them, are what the sandbox was made
+// with (E2B's record of it has the template an image became, and no
+// entrypoint).
+func (s *Server) describe(ctx context.Context, sbx *sdk.Sandbox, image string, entrypoint []string) (*mcp.CallToolResult, CreateOutput, error) {
 	info, err := sbx.GetInfo(ctx)
 	if err != nil {
 		return nil, CreateOutput{}, explain(err, sbx.ID)
 	}
-	return nil, CreateOutput{SandboxInfo: infoOf(info), Info: openSandboxOf(info, entrypoint)}, nil
+	out := CreateOutput{SandboxInfo: infoOf(info), Info: openSandboxOf(info, entrypoint)}
+	if image != "" {
+		out.Info.Image = &OpenSandboxImage{Image: image}
+	}
+	return nil, out, nil
 }
 
 // ConnectInput is sandbox_connect's input.
@@ -436,7 +444,7 @@ func (s *Server) connect(ctx context.Context, req *mcp.CallToolRequest, in Conne
 			return nil, CreateOutput{}, err
 		}
 	}
-	return s.describe(ctx, sbx, nil)
+	return s.describe(ctx, sbx, "", nil)
 }
 
 // connectSandbox connects to sandbox id for sandbox_connect and

@@ -58,7 +58,7 @@ run(async () => {
     const connected = await tool.ok('sandbox_connect', { sandbox_id: id, timeout_seconds: 900 })
     assert.ok(connected.expires_in_seconds > 890, `sandbox_connect: ${JSON.stringify(connected)}`)
     assert.match(await tool.fails('sandbox_renew', { sandbox_id: id, timeout_seconds: 0 }), /timeout_seconds/)
-    assert.deepEqual(await tool.ok('sandbox_healthcheck', { sandbox_id: id }), { running: true })
+    assert.deepEqual(await tool.ok('sandbox_healthcheck', { sandbox_id: id }), { running: true, sandbox_id: id, healthy: true })
     const metrics = await tool.ok('sandbox_get_metrics', { sandbox_id: id })
     assert.ok(Array.isArray(metrics.samples), JSON.stringify(metrics))
     log('sandbox_get_info/renew/connect/healthcheck/get_metrics')
@@ -123,7 +123,7 @@ run(async () => {
     assert.equal((await tool.ok('file_create_directories', { sandbox_id: id, path: 'proj/src/pkg' })).created, true)
     assert.equal((await tool.ok('file_create_directories', { sandbox_id: id, path: 'proj/src/pkg' })).created, false)
     const w = await tool.ok('file_write', { sandbox_id: id, path: 'proj/src/a.py', content: 'x = 1\ny = x + 1\nprint(x, y)\n' })
-    assert.deepEqual(w, { path: '/home/user/proj/src/a.py', bytes: 28 })
+    assert.deepEqual(w, { path: '/home/user/proj/src/a.py', bytes: 28, status: 'written' })
     await tool.ok('file_write', { sandbox_id: id, path: '/home/user/proj/src/pkg/b.py', content: 'pass\n' })
     await tool.ok('file_write', { sandbox_id: id, path: 'proj/README.md', content: '# proj\n' })
     const listed = await tool.ok('file_list', { sandbox_id: id, path: 'proj', depth: 3 })
@@ -202,7 +202,7 @@ run(async () => {
     assert.equal((await tool.okText('file_read', { sandbox_id: id, path: 'branch.txt' })).includes('before the branch'), true)
     log('sandbox_snapshot/fork/pause/resume')
   } finally {
-    assert.deepEqual(await tool.ok('sandbox_kill', { sandbox_id: id }), { killed: true })
+    assert.deepEqual(await tool.ok('sandbox_kill', { sandbox_id: id }), { killed: true, status: 'killed' })
   }
   assert.match(await tool.fails('sandbox_kill', { sandbox_id: id }), /not found/)
   await tool.fails('sandbox_healthcheck', { sandbox_id: id })
