@@ -70,12 +70,15 @@ func (s *suite) testMCP(t *testing.T) {
 		name string
 		cmd  *exec.Cmd
 	}{{"opensandbox-mcp", osbCmd}, {"hutch mcp", hutchCmd}} {
-		c.cmd.Stderr = hutchtest.LogWriter(t, c.name+": ")
+		stderr := hutchtest.LogWriter(t, c.name+": ")
+		c.cmd.Stderr = stderr
 		cs, err := mcp.NewClient(&mcp.Implementation{Name: "osbtest", Version: "1"}, nil).Connect(ctx, &mcp.CommandTransport{Command: c.cmd, TerminateDuration: 5 * time.Second}, nil)
 		if err != nil {
+			stderr.Close()
 			t.Fatalf("%s: %v", c.name, err)
 		}
-		t.Cleanup(func() { cs.Close() })
+		// The server ends with the session; its last lines are logged.
+		t.Cleanup(func() { cs.Close(); stderr.Close() })
 		tag := unique("mcp")
 		sides = append(sides, &mcpSide{name: c.name, cs: cs, vals: map[string]string{
 			"tag": tag, "dir": "/tmp/osb-" + tag, "e2b": s.e2bCreate(t, map[string]string{"osbtest-e2b": tag, "made": "e2b"}),
