@@ -13,7 +13,7 @@ import (
 func (s *suite) testE2BInterop(t *testing.T) {
 	tag := unique("interop")
 	env := s.clientEnv(append(s.srv.SDKEnv(), "OSB_TEMPLATE="+template, "OSB_TAG="+tag)...)
-	lines := runScript(t, s.js, env, nodePath(t), "cross.mjs")
+	lines := s.runScript(t, s.js, env, nodePath(t), "cross.mjs")
 	e2bID, osbID := lines["e2b-create"].ID, lines["osb-create"].ID
 
 	checks := []struct {

@@ -111,7 +111,7 @@ func (s *suite) testErrors(t *testing.T) {
 			if c.token != "" {
 				req.Header.Set("X-EXECD-ACCESS-TOKEN", c.token)
 			}
-			client := &http.Client{Timeout: time.Minute}
+			client := &http.Client{Timeout: time.Minute, Transport: s.client.Transport}
 			if !c.follow {
 				// A redirect is the answer.
 				client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
@@ -187,9 +187,9 @@ func (s *suite) testSDKErrors(t *testing.T) {
 		t.Run(client, func(t *testing.T) {
 			var lines map[string]line
 			if client == "python" {
-				lines = runScript(t, ".", env, s.python, "sdk_errors.py")
+				lines = s.runScript(t, ".", env, s.python, "sdk_errors.py")
 			} else {
-				lines = runScript(t, s.js, env, nodePath(t), "errors.mjs")
+				lines = s.runScript(t, s.js, env, nodePath(t), "errors.mjs")
 			}
 			for step, status := range want {
 				l, ok := lines[step]
@@ -261,7 +261,7 @@ func (s *suite) upload(t *testing.T, sb osbSandbox, path, content string) {
 	for k, v := range sb.headers {
 		req.Header.Set(k, v)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := s.client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,8 +303,7 @@ func (s *suite) osbDo(t testing.TB, method, path, key string, body []byte) (int,
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	c := &http.Client{Timeout: 2 * time.Minute}
-	resp, err := c.Do(req)
+	resp, err := s.client.Do(req)
 	if err != nil {
 		t.Errorf("%s %s: %v", method, path, err)
 		return 0, nil

@@ -7,10 +7,12 @@
 // the server by OPEN_SANDBOX_DOMAIN and OPEN_SANDBOX_API_KEY alone; the
 // scripts print what they saw as JSON lines and the tests judge them.
 //
-// One server serves every case (TestOpenSandbox's subtests): a template
-// store of its own (sandboxes are created from images, which the server
-// imports into its store) and a loopback OCI registry holding one small
-// image, imported once by the first client that asks for it.
+// One server serves every case (TestOpenSandbox's subtests), in a network
+// namespace of its own with the clients and a loopback OCI registry
+// holding one small image, imported once by the first client that asks
+// for it into the server's own template store. Nothing leaves the
+// namespace: an image the server would pull from the internet fails there
+// at once.
 package opensandbox
 
 import (
@@ -32,6 +34,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/hutch-sandbox/hutch/internal/testenv"
 	"github.com/hutch-sandbox/hutch/internal/testenv/ocitest"
@@ -57,6 +61,10 @@ const template = "base"
 // the image on the registry.
 type suite struct {
 	srv *hutchtest.Server
+	// ns is the network namespace of the server, its registry and the
+	// clients; client reaches the server there.
+	ns     *hutchtest.NetNS
+	client *http.Client
 	// python is the venv's python (opensandbox-mcp, opensandbox).
 	python string
 	// js is the JS package (the TypeScript SDK, E2B's JS SDK).
@@ -96,7 +104,11 @@ func startSuite(t *testing.T) *suite {
 	// Sandboxes' uids must traverse to their layers under the data dir.
 	os.Chmod(filepath.Dir(tmp), 0o711)
 	os.Chmod(tmp, 0o711)
+	s.ns = hutchtest.NewNetNS(t)
+	s.client = &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{DialContext: s.ns.DialContext}}
 	s.srv = hutchtest.NewServer(t, hutchBin.Path(t), filepath.Join(tmp, "data"))
+	s.srv.Wrap = s.ns.Wrap()
+	s.srv.Client = s.client
 	// A store of the suite's own: images are imported into it.
 	templates := testenv.PrivateTemplates(t)
 	for i, e := range s.srv.Env {
@@ -108,13 +120,14 @@ func startSuite(t *testing.T) *suite {
 	s.srv.Args = []string{"--domain", hutchtest.TestDomain, "--network=false", "--registry-allow", "127.0.0.1"}
 	s.srv.Start()
 
-	reg := ocitest.StartRegistry(t)
+	var reg string
+	s.ns.Do(func() error { reg = ocitest.StartRegistry(t); return nil })
 	s.mark = unique("image-mark")
 	s.image = reg + "/osbtest/busybox:1"
 	s.missing = reg + "/osbtest/missing:1"
 	img := ocitest.Image(t, ocitest.ImageConfig{Env: []string{"PATH=/bin"}},
 		ocitest.Layer(t, append(ocitest.BusyboxFiles(t), ocitest.File{Path: "etc/osb-mark", Content: s.mark + "\n"})...))
-	ocitest.Push(t, s.image, img)
+	ocitest.Push(t, s.image, img, remote.WithTransport(&http.Transport{DialContext: s.ns.DialContext}))
 
 	dir, err := os.MkdirTemp("/var/tmp", "hutch-osbtest-")
 	if err != nil {
@@ -205,14 +218,16 @@ func (e *stepError) String() string {
 }
 
 // runScript runs a client script (argv: the interpreter and its arguments)
-// in dir with env and returns its lines by step. It fails the test when
+// in dir, in the suite's network namespace, with env and returns its lines
+// by step. It fails the test when
 // the script fails, runs longer than scriptTimeout or prints a step twice;
 // the steps' own failures are lines for the caller to judge.
-func runScript(t *testing.T, dir string, env []string, argv ...string) map[string]line {
+func (s *suite) runScript(t *testing.T, dir string, env []string, argv ...string) map[string]line {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), scriptTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	wrapped := append(s.ns.Wrap(), argv...)
+	cmd := exec.CommandContext(ctx, wrapped[0], wrapped[1:]...)
 	cmd.Dir = dir
 	cmd.Env = env
 	// Its own process group, killed whole at the deadline and after.
@@ -262,7 +277,7 @@ func (s *suite) e2bStatus(t *testing.T, id string) int {
 	t.Helper()
 	req, _ := http.NewRequest("GET", s.srv.URL()+"/sandboxes/"+id, nil)
 	req.Header.Set("X-API-KEY", hutchtest.TestKey)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := s.client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,7 +294,7 @@ func (s *suite) e2bCreate(t *testing.T, metadata map[string]string) string {
 	req, _ := http.NewRequest("POST", s.srv.URL()+"/sandboxes", bytes.NewReader(body))
 	req.Header.Set("X-API-KEY", hutchtest.TestKey)
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := s.client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,7 +309,7 @@ func (s *suite) e2bCreate(t *testing.T, metadata map[string]string) string {
 	t.Cleanup(func() {
 		req, _ := http.NewRequest("DELETE", s.srv.URL()+"/sandboxes/"+out.SandboxID, nil)
 		req.Header.Set("X-API-KEY", hutchtest.TestKey)
-		if resp, err := http.DefaultClient.Do(req); err == nil {
+		if resp, err := s.client.Do(req); err == nil {
 			resp.Body.Close()
 		}
 	})

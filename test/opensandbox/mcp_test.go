@@ -54,16 +54,16 @@ type mcpRow struct {
 // testMCP makes every call of opensandbox-mcp's 19 tools through
 // opensandbox-mcp (PyPI, pinned, over stdio) and through `hutch mcp` (the
 // binary's MCP server over stdio) with opensandbox-mcp's parameters: both
-// against the suite's server, each on sandboxes of its own. Each result is
+// in the suite's network namespace, against its server, each on sandboxes of its own. Each result is
 // checked as a user would check it, and hutch mcp's must hold everything
 // opensandbox-mcp's does, equal after ids, tokens and times are
 // normalised.
 func (s *suite) testMCP(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	osbCmd := exec.Command(s.python, "-m", "opensandbox_mcp")
+	osbCmd := s.ns.Command(s.python, "-m", "opensandbox_mcp")
 	osbCmd.Env = s.clientEnv()
-	hutchCmd := exec.Command(s.srv.Bin, "mcp", "--api-url", s.srv.URL(), "--api-key", hutchtest.TestKey)
+	hutchCmd := s.ns.Command(s.srv.Bin, "mcp", "--api-url", s.srv.URL(), "--api-key", hutchtest.TestKey)
 	hutchCmd.Env = hutchtest.CleanEnv()
 	var sides []*mcpSide
 	for _, c := range []struct {

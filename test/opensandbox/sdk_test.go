@@ -24,9 +24,9 @@ func (s *suite) testSDK(t *testing.T, client string) {
 	var lines map[string]line
 	switch client {
 	case "python":
-		lines = runScript(t, ".", env, s.python, "sdk.py")
+		lines = s.runScript(t, ".", env, s.python, "sdk.py")
 	case "typescript":
-		lines = runScript(t, s.js, env, nodePath(t), "sdk.mjs")
+		lines = s.runScript(t, s.js, env, nodePath(t), "sdk.mjs")
 	}
 	d := "/tmp/osb-" + tag
 	id := lines["create"].ID
