@@ -153,7 +153,12 @@ func TestUpload(t *testing.T) {
 			}
 		})
 	}
-	status, _, body := hs.do("POST", "/files/upload", jsonHeader(), strings.NewReader("{}"))
+	// A filename Go's parser refuses (a raw quote) does not hide the part.
+	status, body := hs.rawUpload(meta("/tmp/lenient", 644) + "--B\r\nContent-Disposition: form-data; name=\"file\"; filename=\"we\"ird\"\r\n\r\nok\r\n" + end)
+	if status != 200 || hs.mustSh("cat /tmp/lenient") != "ok" {
+		t.Errorf("upload with an odd filename: %d %s", status, body)
+	}
+	status, _, body = hs.do("POST", "/files/upload", jsonHeader(), strings.NewReader("{}"))
 	wantError(t, "not multipart", status, body, 400, codeInvalidFile)
 }
 

@@ -41,6 +41,12 @@ type envdMetrics struct {
 // readMetrics asks envd for the sandbox's metrics. Memory is in bytes
 // there; execd's MiB are fractional.
 func (h *Handler) readMetrics(ctx context.Context, c *call) (*metricsBody, error) {
+	if c.envd.Metrics != nil {
+		if m, ok := c.envd.Metrics(ctx); ok {
+			return &metricsBody{CPUCount: m.CPUCount, CPUUsedPct: m.CPUUsedPct, MemTotalMiB: m.MemTotalMiB,
+				MemUsedMiB: m.MemUsedMiB, Timestamp: timestamp()}, nil
+		}
+	}
 	ec := h.client(c, "")
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, envdBase+"/metrics", nil)
 	if err != nil {

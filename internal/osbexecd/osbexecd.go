@@ -32,6 +32,20 @@ type Envd struct {
 	// Token is envd's access token (header X-Access-Token), "" when it
 	// has none.
 	Token string
+	// Metrics, when set, is the sandbox's latest sample as the host
+	// measures it (its cgroup: the cores and memory it was granted),
+	// false when there is none yet; GET /metrics answers it instead of
+	// envd's view from inside, which sees the host's memory.
+	Metrics func(ctx context.Context) (Metrics, bool)
+}
+
+// Metrics is one sample of a sandbox's use, as execd's GET /metrics
+// reports it.
+type Metrics struct {
+	CPUCount    float64
+	CPUUsedPct  float64
+	MemTotalMiB float64
+	MemUsedMiB  float64
 }
 
 // Options configures a Handler. Every zero field takes the default its
@@ -173,8 +187,9 @@ func (h *Handler) Forget(id string) {
 
 // call is one request being served.
 type call struct {
-	id     string
-	envd   Envd
+	id   string
+	envd Envd
+	// st is the sandbox's state, for /command and /session requests only.
 	st     *sandboxState
 	params map[string]string
 }
@@ -268,7 +283,13 @@ func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, id string, e Env
 			writeError(w, http.StatusMethodNotAllowed, codeMethodNotAllowed, r.Method+" is not allowed on "+path)
 			return
 		}
-		fn(h, w, r, &call{id: id, envd: e, st: h.state(id), params: params})
+		c := &call{id: id, envd: e, params: params}
+		if len(segs) > 0 && (segs[0] == "command" || segs[0] == "session") {
+			// Only commands and sessions keep state: a file request for
+			// a sandbox that is gone leaves nothing behind.
+			c.st = h.state(id)
+		}
+		fn(h, w, r, c)
 		return
 	}
 	writeError(w, http.StatusNotFound, codeNotFound, "no such endpoint: "+path)

@@ -1,10 +1,21 @@
 package osbexecd
 
-import "net/http"
+import (
+	"context"
+	"net/http"
+)
 
 // ServeSandbox is Serve with the sandbox's envd given by its parts: the
 // shape internal/server's Execd takes, so that the server needs no type of
 // this package.
-func (h *Handler) ServeSandbox(w http.ResponseWriter, r *http.Request, id string, transport http.RoundTripper, token string) {
-	h.Serve(w, r, id, Envd{Transport: transport, Token: token})
+func (h *Handler) ServeSandbox(w http.ResponseWriter, r *http.Request, id string, transport http.RoundTripper, token string,
+	metrics func(context.Context) (cpus, cpuPct, memTotalMiB, memUsedMiB float64, ok bool)) {
+	e := Envd{Transport: transport, Token: token}
+	if metrics != nil {
+		e.Metrics = func(ctx context.Context) (Metrics, bool) {
+			c, p, t, u, ok := metrics(ctx)
+			return Metrics{CPUCount: c, CPUUsedPct: p, MemTotalMiB: t, MemUsedMiB: u}, ok
+		}
+	}
+	h.Serve(w, r, id, e)
 }

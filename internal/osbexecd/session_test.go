@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -183,6 +184,15 @@ func TestSandboxGone(t *testing.T) {
 		w := newRecorder()
 		h.Serve(w, httpRequest("GET", path), "gone", Envd{Transport: rt})
 		wantError(t, path, w.Code, w.Body.Bytes(), 503, codeUnavailable)
+	}
+	w := newRecorder()
+	h.Serve(w, httptest.NewRequest("POST", "/command", strings.NewReader(`{"command": "true"}`)), "gone", Envd{Transport: rt})
+	wantError(t, "POST /command", w.Code, w.Body.Bytes(), 503, codeUnavailable)
+	h.mu.Lock()
+	kept := len(h.sandboxes)
+	h.mu.Unlock()
+	if kept != 1 {
+		t.Errorf("a command request keeps state for its sandbox: %d sandboxes", kept)
 	}
 	h.Forget("gone")
 	h.mu.Lock()

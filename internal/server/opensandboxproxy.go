@@ -2,6 +2,7 @@ package server
 
 import (
 	"cmp"
+	"context"
 	"crypto/subtle"
 	"fmt"
 	"net/http"
@@ -91,7 +92,15 @@ func (s *Server) osbProxy(w http.ResponseWriter, r *http.Request) {
 	}
 	r2 := r.Clone(r.Context())
 	r2.URL.Path, r2.URL.RawPath = rest, ""
-	s.execd.ServeSandbox(w, r2, id, transport, token)
+	metrics := func(ctx context.Context) (cpus, cpuPct, memTotal, memUsed float64, ok bool) {
+		ms, err := s.mgr.LatestMetrics(ctx, owner, []string{id})
+		m, ok := ms[id]
+		if err != nil || !ok {
+			return 0, 0, 0, 0, false
+		}
+		return float64(m.CPUCount), m.CPUUsedPct, float64(m.MemTotal) / (1 << 20), float64(m.MemUsed) / (1 << 20), true
+	}
+	s.execd.ServeSandbox(w, r2, id, transport, token, metrics)
 }
 
 // execdAllowed reports whether r may use the execd of a sandbox of key
