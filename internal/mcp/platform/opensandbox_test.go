@@ -427,6 +427,21 @@ func TestOpenSandboxShapeResults(t *testing.T) {
 		if body != "hello\n" {
 			t.Errorf("GET http://%s/index.html with %v: %q", ep["endpoint"], ep["headers"], body)
 		}
+		// OpenSandbox's execd, which only the server's route serves:
+		// its endpoint, and the headers it needs.
+		ep = structured(t, call0(t, cs, "sandbox_get_endpoint", map[string]any{"sandbox_id": id, "port": 44772}))
+		if want := strings.TrimPrefix(h.url, "http://") + "/v1/sandboxes/" + id + "/proxy/44772"; ep["endpoint"] != want || ep["origin"] != "template" {
+			t.Errorf("sandbox_get_endpoint of port 44772 = %v, want endpoint %s and origin template", ep, want)
+		}
+		req, _ := http.NewRequest("GET", "http://"+ep["endpoint"].(string)+"/ping", nil)
+		for k, v := range ep["headers"].(map[string]any) {
+			req.Header.Set(k, v.(string))
+		}
+		if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusOK {
+			t.Errorf("GET http://%s/ping with %v: %v %v", ep["endpoint"], ep["headers"], resp, err)
+		} else {
+			resp.Body.Close()
+		}
 		if k := structured(t, call0(t, cs, "sandbox_kill", map[string]any{"sandbox_id": id})); k["status"] != "killed" || k["killed"] != true {
 			t.Errorf("sandbox_kill = %v", k)
 		}
@@ -733,5 +748,50 @@ func TestWithoutNulls(t *testing.T) {
 	b, _ := json.Marshal(got)
 	if !changed || string(b) != `{"b":{"d":1},"e":[{}],"g":"x"}` {
 		t.Errorf("withoutNulls = %s, %v", b, changed)
+	}
+}
+
+// TestOpenSandboxInfo: the sandboxes as OpenSandbox's lifecycle API
+// describes them, in every result that holds OpenSandbox's SandboxInfo:
+// what each was made from, as its create named it, and its entrypoint.
+func TestOpenSandboxInfo(t *testing.T) {
+	h := newHutch(t)
+	cs := h.session(t, h.keyA)
+	md := map[string]string{"info": "1"}
+	type made struct {
+		create     map[string]any // sandbox_create's result
+		image      string         // info.image.image, "" for none
+		snapshot   string         // info.snapshot_id
+		entrypoint string
+	}
+	var sandboxes []made
+	plain := structured(t, call0(t, cs, "sandbox_create", map[string]any{"metadata": md}))
+	sandboxes = append(sandboxes, made{plain, "base", "", "[]"})
+	withEntrypoint := structured(t, call0(t, cs, "sandbox_create", map[string]any{"image": "base", "entrypoint": []string{"sleep", "1234"}, "metadata": md}))
+	sandboxes = append(sandboxes, made{withEntrypoint, "base", "", "[sleep 1234]"})
+	snap := ok[SnapshotOutput](t, cs, "sandbox_snapshot", map[string]any{"sandbox_id": plain["sandbox_id"]})
+	fromSnapshot := structured(t, call0(t, cs, "sandbox_create", map[string]any{"template": snap.SnapshotID, "metadata": md}))
+	sandboxes = append(sandboxes, made{fromSnapshot, "", snap.SnapshotID, "[]"})
+
+	listed := map[string]map[string]any{}
+	for _, i := range structured(t, call0(t, cs, "sandbox_list", map[string]any{"filter": map[string]any{"metadata": md}}))["sandbox_infos"].([]any) {
+		listed[i.(map[string]any)["id"].(string)] = i.(map[string]any)
+	}
+	for _, sb := range sandboxes {
+		id := sb.create["sandbox_id"].(string)
+		info := structured(t, call0(t, cs, "sandbox_get_info", map[string]any{"sandbox_id": id}))
+		connected := structured(t, call0(t, cs, "sandbox_connect", map[string]any{"sandbox_id": id}))
+		for _, r := range []struct {
+			name string
+			info any
+		}{{"sandbox_create's info", sb.create["info"]}, {"sandbox_get_info", info}, {"sandbox_list's item", listed[id]}, {"sandbox_connect's info", connected["info"]}} {
+			i, _ := r.info.(map[string]any)
+			image, _ := i["image"].(map[string]any)
+			status, _ := i["status"].(map[string]any)
+			if i["id"] != id || status["state"] != "Running" || fmt.Sprint(i["entrypoint"]) != sb.entrypoint || (image["image"] == nil) != (sb.image == "") ||
+				(sb.image != "" && image["image"] != sb.image) || (i["snapshot_id"] != nil) != (sb.snapshot != "") || (sb.snapshot != "" && i["snapshot_id"] != sb.snapshot) {
+				t.Errorf("%s of %s = %v; want image %q, snapshot %q, entrypoint %s", r.name, id, r.info, sb.image, sb.snapshot, sb.entrypoint)
+			}
+		}
 	}
 }
