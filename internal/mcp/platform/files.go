@@ -239,7 +239,8 @@ type MakeDirOutput struct {
 func (s *Server) addFileTools(srv *mcp.Server) {
 	addShapedTool[ReadInput, ReadOutput, FileContent](srv, &mcp.Tool{Name: "file_read",
 		Description: "Read a file from a sandbox. Text comes back as is (use offset and limit for line ranges of long files); binary files, or encoding base64, come back as a base64 resource. " +
-			"OpenSandbox's shape (range_header, a text encoding such as utf-8, or connect_if_missing) returns {path, content}: the file's text, or a byte range's (range_header bytes=0-1023), at most 256 KiB at once.",
+			"OpenSandbox's shape (range_header, a text encoding such as utf-8, or connect_if_missing) returns {path, content}: the file's text, or a byte range's (range_header bytes=0-1023), at most 256 KiB at once. " +
+			"A call with only sandbox_id and path that reads a whole text file gets content too.",
 		Annotations: hint("Read file", true, false, true)}, s.read)
 	addTool(srv, &mcp.Tool{Name: "file_write",
 		Description: "Write a file in a sandbox, replacing it if it exists and creating parent directories; returns its path, size and status: written. " +
@@ -321,10 +322,20 @@ func (s *Server) read(ctx context.Context, req *mcp.CallToolRequest, in ReadInpu
 	}
 	text, start, end, total, truncated := lineRange(string(data), in.Offset, in.Limit, MaxTextOutput)
 	out.StartLine, out.EndLine, out.TotalLines, out.Truncated = start, end, total, truncated
+	res := &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}
 	if truncated {
-		text += fmt.Sprintf("\n[… lines %d-%d of %d shown; read on with offset %d]", start, end, total, end+1)
+		res.Content[0].(*mcp.TextContent).Text += fmt.Sprintf("\n[… lines %d-%d of %d shown; read on with offset %d]", start, end, total, end+1)
 	}
-	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}, out, nil
+	if in.Offset != 0 || in.Limit != 0 || in.Encoding != "" || truncated {
+		return res, out, nil
+	}
+	// Neither shape's arguments, and the whole text: OpenSandbox's
+	// content too.
+	merged, err := both(out, FileContent{Path: in.Path, Content: text})
+	if err != nil {
+		return nil, nil, err
+	}
+	return res, merged, nil
 }
 
 // readText is file_read in OpenSandbox's shape: the text of a file, or

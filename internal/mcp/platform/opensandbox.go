@@ -5,9 +5,12 @@ package platform
 // arguments as well as their own: each argument has Hutch's name, or
 // OpenSandbox's, or both (a call gives one of them). A call that uses an
 // argument only OpenSandbox's tool has is a call "in OpenSandbox's
-// shape"; where the two results differ, such a call gets OpenSandbox's
-// (each tool's description says which). What follows are OpenSandbox's
-// result types and the conversions both shapes share.
+// shape", one that uses an argument only Hutch's has is in Hutch's. Where
+// the two results differ, a call in one shape gets that shape's, and a
+// call in neither (the arguments both tools share) gets both, merged,
+// since either client may have made it (each tool's description says
+// which). What follows are OpenSandbox's result types and the
+// conversions both shapes share.
 
 import (
 	"context"
@@ -329,4 +332,23 @@ func addShapedTool[In, H, O any](srv *mcp.Server, t *mcp.Tool, h mcp.ToolHandler
 	}
 	t.InputSchema, t.OutputSchema = in, out
 	mcp.AddTool(srv, t, h)
+}
+
+// both is the result of a call in neither shape: Hutch's result and
+// OpenSandbox's in one object, so that a client of either server reads
+// it. Where both have a key, Hutch's value is kept.
+func both(hutch, osb any) (map[string]json.RawMessage, error) {
+	out := map[string]json.RawMessage{}
+	for _, v := range []any{osb, hutch} {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return nil, err
+		}
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(b, &m); err != nil {
+			return nil, err
+		}
+		maps.Copy(out, m)
+	}
+	return out, nil
 }

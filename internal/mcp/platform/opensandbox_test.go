@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -748,6 +749,103 @@ func TestWithoutNulls(t *testing.T) {
 	b, _ := json.Marshal(got)
 	if !changed || string(b) != `{"b":{"d":1},"e":[{}],"g":"x"}` {
 		t.Errorf("withoutNulls = %s, %v", b, changed)
+	}
+}
+
+// TestResultShapes: a call in Hutch's shape gets Hutch's result, one in
+// OpenSandbox's gets OpenSandbox's, and one in neither (only the
+// arguments both tools share, as a call written for opensandbox-mcp may
+// be) gets both, which agree.
+func TestResultShapes(t *testing.T) {
+	h := newHutch(t)
+	cs := h.session(t, h.keyA)
+	id := ok[SandboxInfo](t, cs, "sandbox_create", map[string]any{"metadata": map[string]string{"shapes": "1"}, "timeout_seconds": 600}).SandboxID
+	c, err := sdk.NewClient(sdk.Config{APIURL: h.url, APIKey: h.keyA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sbx, err := c.Connect(context.Background(), id, sdk.ConnectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inSandbox(t, sbx, "cd /home/user && printf 'a\\nb\\n' > t.txt && seq 1 100000 > big.txt && printf '\\0\\1' > bin && chown user t.txt big.txt bin")
+	var ids []string // of the commands run in neither shape
+	for _, tc := range []struct {
+		name       string
+		tool       string
+		args       map[string]any
+		has, lacks []string
+		// check, if set, checks that the shapes' values agree.
+		check func(t *testing.T, out map[string]any)
+	}{
+		{"command_run in neither shape", "command_run", map[string]any{"command": "echo out; echo err >&2; exit 2"},
+			[]string{"exit_code", "stdout", "stderr", "id", "logs", "result", "error"}, []string{"complete"},
+			func(t *testing.T, out map[string]any) {
+				logs, _ := out["logs"].(map[string]any)
+				errInfo, _ := out["error"].(map[string]any)
+				if out["stdout"] != "out\n" || out["stderr"] != "err\n" || out["exit_code"] != 2.0 || fmt.Sprint(logs["stdout"]) != fmt.Sprint([]any{map[string]any{"text": "out\n", "timestamp": logs["stdout"].([]any)[0].(map[string]any)["timestamp"]}}) ||
+					!strings.Contains(fmt.Sprint(logs["stderr"]), "err\n") || errInfo["value"] != "2" {
+					t.Errorf("the shapes disagree: %v", out)
+				}
+				ids = append(ids, out["id"].(string))
+			}},
+		{"command_run in neither shape, succeeding", "command_run", map[string]any{"command": "true"},
+			[]string{"exit_code", "stdout", "id", "logs", "complete"}, []string{"error"},
+			func(t *testing.T, out map[string]any) { ids = append(ids, out["id"].(string)) }},
+		{"command_run in Hutch's shape", "command_run", map[string]any{"command": "pwd", "cwd": "/tmp"},
+			[]string{"exit_code", "stdout", "stderr"}, []string{"id", "logs", "result"}, nil},
+		{"command_run in OpenSandbox's shape", "command_run", map[string]any{"command": "pwd", "working_directory": "/tmp"},
+			[]string{"exit_code", "id", "logs", "result", "complete"}, []string{"stdout", "stderr"}, nil},
+		{"file_read of a text in neither shape", "file_read", map[string]any{"path": "t.txt"},
+			[]string{"path", "size", "encoding", "content"}, nil,
+			func(t *testing.T, out map[string]any) {
+				if out["content"] != "a\nb\n" || out["path"] != "/home/user/t.txt" || out["size"] != 4.0 {
+					t.Errorf("the shapes disagree: %v", out)
+				}
+			}},
+		{"file_read of lines, Hutch's shape", "file_read", map[string]any{"path": "t.txt", "offset": 2}, []string{"path", "start_line"}, []string{"content"}, nil},
+		{"file_read of a text longer than one answer, neither shape", "file_read", map[string]any{"path": "big.txt"}, []string{"path", "truncated"}, []string{"content"}, nil},
+		{"file_read of binary, neither shape", "file_read", map[string]any{"path": "bin"}, []string{"path", "encoding"}, []string{"content"}, nil},
+		{"file_read in OpenSandbox's shape", "file_read", map[string]any{"path": "t.txt", "encoding": "utf-8"}, []string{"path", "content"}, []string{"size", "encoding"}, nil},
+		{"sandbox_list in neither shape", "sandbox_list", map[string]any{}, []string{"sandboxes", "sandbox_infos", "pagination"}, nil,
+			func(t *testing.T, out map[string]any) {
+				var hutch, osb []string
+				for _, s := range out["sandboxes"].([]any) {
+					hutch = append(hutch, s.(map[string]any)["sandbox_id"].(string))
+				}
+				for _, s := range out["sandbox_infos"].([]any) {
+					osb = append(osb, s.(map[string]any)["id"].(string))
+				}
+				if !slices.Equal(hutch, []string{id}) || !slices.Equal(osb, hutch) {
+					t.Errorf("sandboxes %v, sandbox_infos %v; want %s in both", hutch, osb, id)
+				}
+			}},
+		{"sandbox_list in Hutch's shape", "sandbox_list", map[string]any{"metadata": map[string]string{"shapes": "1"}}, []string{"sandboxes"}, []string{"sandbox_infos", "pagination"}, nil},
+		{"sandbox_list in OpenSandbox's shape", "sandbox_list", map[string]any{"filter": map[string]any{}}, []string{"sandbox_infos", "pagination"}, []string{"sandboxes"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.tool != "sandbox_list" {
+				tc.args["sandbox_id"] = id
+			}
+			out := structured(t, call0(t, cs, tc.tool, tc.args))
+			keys := slices.Sorted(maps.Keys(out))
+			for _, k := range tc.has {
+				if !slices.Contains(keys, k) {
+					t.Errorf("no %s in %v", k, keys)
+				}
+			}
+			for _, k := range tc.lacks {
+				if slices.Contains(keys, k) {
+					t.Errorf("%s in %v", k, keys)
+				}
+			}
+			if tc.check != nil {
+				tc.check(t, out)
+			}
+		})
+	}
+	if len(ids) != 2 || ids[0] == ids[1] || validCommandID(ids[0]) != nil {
+		t.Errorf("the commands' ids %q: want two of command_start's form, different", ids)
 	}
 }
 

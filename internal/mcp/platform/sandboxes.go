@@ -525,7 +525,19 @@ func (s *Server) list(ctx context.Context, req *mcp.CallToolRequest, in ListInpu
 		}
 		out.Sandboxes = append(out.Sandboxes, infoOf(&info))
 	}
-	return nil, out, nil
+	if in.Metadata != nil || in.State != nil {
+		return nil, out, nil
+	}
+	// Neither shape's arguments: OpenSandbox's first page too.
+	page, err := s.listPage(ctx, req, SandboxFilter{})
+	if err != nil {
+		return nil, nil, err
+	}
+	merged, err := both(out, page)
+	if err != nil {
+		return nil, nil, err
+	}
+	return nil, merged, nil
 }
 
 // listPage answers OpenSandbox's sandbox_list: one page of the listing
