@@ -73,8 +73,8 @@ type WriteInput struct {
 	Encoding  string `json:"encoding,omitempty" jsonschema:"text (default) or base64 (content is base64 of the bytes). OpenSandbox's shape names a text encoding to write the content in instead: utf-8, latin-1, ascii or an IANA charset"`
 	// OpenSandbox's.
 	Mode             *int   `json:"mode,omitempty" jsonschema:"OpenSandbox's: permissions as octal digits, e.g. 644; default 755 in OpenSandbox's shape"`
-	Owner            string `json:"owner,omitempty" jsonschema:"OpenSandbox's: the user to own the file"`
-	Group            string `json:"group,omitempty" jsonschema:"OpenSandbox's: the group to own the file"`
+	Owner            string `json:"owner,omitempty" jsonschema:"OpenSandbox's: the user to own the file; default root in OpenSandbox's shape, the sandbox's default user otherwise"`
+	Group            string `json:"group,omitempty" jsonschema:"OpenSandbox's: the group to own the file; default root in OpenSandbox's shape"`
 	ConnectIfMissing *bool  `json:"connect_if_missing,omitempty" jsonschema:"OpenSandbox's; ignored"`
 }
 
@@ -243,8 +243,8 @@ func (s *Server) addFileTools(srv *mcp.Server) {
 			"A call with only sandbox_id and path that reads a whole text file gets content too.",
 		Annotations: hint("Read file", true, false, true)}, s.read)
 	addTool(srv, &mcp.Tool{Name: "file_write",
-		Description: "Write a file in a sandbox, replacing it if it exists and creating parent directories; returns its path, size and status: written. " +
-			"OpenSandbox's shape (mode, owner, group, a text encoding such as utf-8) also sets the file's mode (default 755) and owner.",
+		Description: "Write a file in a sandbox, owned by its default user, replacing it if it exists and creating parent directories; returns its path, size and status: written. " +
+			"OpenSandbox's shape (mode, owner, group, a text encoding such as utf-8) sets the file's mode and owner too, by default as OpenSandbox does: 755, root:root.",
 		Annotations: hint("Write file", false, true, true)}, s.write)
 	addShapedTool[DeleteInput, DeleteOutput, StatusOutput](srv, &mcp.Tool{Name: "file_delete",
 		Description: "Delete a file (or symlink) in a sandbox: path, or OpenSandbox's paths (→ status: deleted). A missing file is no error. Not for directories: use file_delete_directories.",
@@ -485,11 +485,14 @@ func (s *Server) write(ctx context.Context, req *mcp.CallToolRequest, in WriteIn
 	}
 	var mode *os.FileMode
 	if osb {
+		// OpenSandbox's defaults: its SDK's mode, and the owner of what
+		// its execd (root) writes.
 		m, err := fileMode(cmp.Or(ptrValue(in.Mode), 755))
 		if err != nil {
 			return nil, WriteOutput{}, err
 		}
 		mode = &m
+		in.Owner, in.Group = cmp.Or(in.Owner, "root"), cmp.Or(in.Group, "root")
 	}
 	if in.Path == "" {
 		return nil, WriteOutput{}, errors.New("path is required")
@@ -515,7 +518,8 @@ func (s *Server) write(ctx context.Context, req *mcp.CallToolRequest, in WriteIn
 // writeWithAttributes writes a file with its mode, owner and group, all
 // or nothing: into a new file beside it, which gets them and then takes
 // its place, so that an owner the sandbox lacks leaves the file as it
-// was. It returns the file's absolute path.
+// was. The new file, and any parent directory made for it, is written as
+// the sandbox's default user. It returns the file's absolute path.
 func writeWithAttributes(ctx context.Context, sbx *sdk.Sandbox, p string, data []byte, mode os.FileMode, owner, group string) (string, error) {
 	tmp := path.Join(path.Dir(p), "."+path.Base(p)+"."+strings.TrimPrefix(newCommandID(), "cmd_")+".hutch-write")
 	info, err := sbx.Files.Write(ctx, tmp, data, nil)

@@ -56,6 +56,19 @@ func inDir(v any, dir string) any {
 	return v
 }
 
+// inRel replaces "{rel}" with rel, the directory relative to
+// /home/user, in the top-level strings of args.
+func inRel(args map[string]any, rel string) map[string]any {
+	out := map[string]any{}
+	for k, v := range args {
+		if s, ok := v.(string); ok {
+			v = strings.ReplaceAll(s, "{rel}", rel)
+		}
+		out[k] = v
+	}
+	return out
+}
+
 // structured decodes a result's structured content into a map.
 func structured(t *testing.T, res *mcp.CallToolResult) map[string]any {
 	t.Helper()
@@ -77,6 +90,10 @@ func inSandbox(t *testing.T, sbx *sdk.Sandbox, cmd string) string {
 	}
 	return res.Stdout
 }
+
+// rootFile makes {d}/t a sticky directory anyone may write in, holding
+// a file of root's.
+const rootFile = "mkdir -m 1777 {d}/t && echo old > {d}/t/f && chmod 600 {d}/t/f"
 
 // TestOpenSandboxShapeSameEffect calls each file and command tool in
 // Hutch's shape in one directory and in OpenSandbox's in another, from
@@ -118,11 +135,34 @@ func TestOpenSandboxShapeSameEffect(t *testing.T) {
 		check: "stat -c '%a %U %G' f",
 		want:  "600 root root\n",
 	}, {
-		name:  "file_write in OpenSandbox's shape makes 755 by default",
-		hutch: []toolCall{{"file_write", map[string]any{"path": "{d}/f", "content": "x"}}, {"command_run", map[string]any{"command": "chmod 755 {d}/f"}}},
+		name:  "file_write in OpenSandbox's shape makes 755 root:root by default, as its execd does",
+		hutch: []toolCall{{"file_write", map[string]any{"path": "{d}/f", "content": "x"}}, {"command_run", map[string]any{"command": "chown root:root {d}/f && chmod 755 {d}/f", "user": "root"}}},
 		osb:   []toolCall{{"file_write", map[string]any{"path": "{d}/f", "content": "x", "encoding": "utf-8"}}},
-		check: "stat -c '%a %U' f",
-		want:  "755 user\n",
+		check: "stat -c '%a %U %G' f",
+		want:  "755 root root\n",
+	}, {
+		name:  "file_write in OpenSandbox's shape with an owner and no group",
+		hutch: []toolCall{{"file_write", map[string]any{"path": "{d}/f", "content": "x"}}, {"command_run", map[string]any{"command": "chown user:root {d}/f && chmod 640 {d}/f", "user": "root"}}},
+		osb:   []toolCall{{"file_write", map[string]any{"path": "{d}/f", "content": "x", "owner": "user", "mode": 640}}},
+		check: "stat -c '%a %U %G' f",
+		want:  "640 user root\n",
+	}, {
+		name:  "file_write in neither shape writes as the sandbox's default user",
+		hutch: []toolCall{{"file_write", map[string]any{"path": "{d}/f", "content": "x"}}},
+		osb:   []toolCall{{"file_write", map[string]any{"path": "{d}/f", "content": "x"}}},
+		check: "stat -c '%a %U %G' f",
+		want:  "644 user user\n",
+	}, {
+		// Root's file in a sticky directory, a path relative to the
+		// default user's home, and nothing left beside the file.
+		name: "file_write in OpenSandbox's shape over a file of root's in a sticky directory",
+		hutch: []toolCall{{"command_run", map[string]any{"command": rootFile, "user": "root"}},
+			{"command_run", map[string]any{"command": "echo new > {d}/t/f && chmod 755 {d}/t/f", "user": "root"}}},
+		osb: []toolCall{{"command_run", map[string]any{"command": rootFile, "user": "root"}},
+			{"file_write", map[string]any{"path": "{rel}/t/f", "content": "new\n", "mode": 755}}},
+		check:     "cat t/f; stat -c '%a %U %G' t/f; ls -A t",
+		want:      "new\n755 root root\nf\n",
+		osbResult: map[string]any{"status": "written", "path": "{d}/t/f", "bytes": 4.0},
 	}, {
 		name:  "file_write latin-1",
 		hutch: []toolCall{{"file_write", map[string]any{"path": "{d}/f", "content": "6Q==", "encoding": "base64"}}},
@@ -181,7 +221,7 @@ func TestOpenSandboxShapeSameEffect(t *testing.T) {
 				dir := fmt.Sprintf("/home/user/%s%d", shape.name, i)
 				inSandbox(t, sbx, fmt.Sprintf("mkdir %s && cd %s && %s && chown -R user:user %s", dir, dir, cmpOr(tc.setup, "true"), dir))
 				for _, call := range shape.calls {
-					args := inDir(call.args, dir).(map[string]any)
+					args := inDir(inRel(call.args, strings.TrimPrefix(dir, "/home/user/")), dir).(map[string]any)
 					args["sandbox_id"] = id
 					res := call0(t, cs, call.tool, args)
 					results[shape.name] = structured(t, res)
