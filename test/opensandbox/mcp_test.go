@@ -42,13 +42,20 @@ type mcpRow struct {
 	// check judges one server's result as a user would, and may keep
 	// values in v for later rows.
 	check func(t *testing.T, v map[string]string, r mcpResult)
-	// until, when set, repeats the call (for up to a minute) until it
-	// holds: for effects that land after the call that caused them.
-	until func(r mcpResult) bool
+	// notYet, when set, says the answer is well formed but the effect
+	// it looks for has not landed yet (it lands after the call that
+	// caused it): the call is repeated while it says so.
+	notYet func(r mcpResult) bool
 	// mask are keys whose values differ from call to call by nature
 	// (an execution's id); sorted are arrays whose order is not part of
 	// the answer.
 	mask, sorted []string
+	// defaults are files (below the side's directory) whose owner, group
+	// and mode the calls that made them left to the server: the servers'
+	// defaults differ there (opensandbox-mcp's execd writes as root, mode
+	// 755; hutch mcp as the sandbox's user, as E2B's API does; see
+	// docs/mcp.md), so neither is compared.
+	defaults []string
 }
 
 // testMCP makes every call of opensandbox-mcp's 19 tools through
@@ -113,8 +120,8 @@ func (s *suite) testMCP(t *testing.T) {
 			for i, side := range sides {
 				args := row.args(side.vals)
 				r := callTool(ctx, t, side, row.tool, args)
-				for deadline := time.Now().Add(time.Minute); row.until != nil && !row.until(r) && time.Now().Before(deadline); {
-					time.Sleep(200 * time.Millisecond)
+				for deadline := time.Now().Add(time.Minute); row.notYet != nil && row.notYet(r) && time.Now().Before(deadline); {
+					time.Sleep(100 * time.Millisecond)
 					r = callTool(ctx, t, side, row.tool, args)
 				}
 				results[i] = r
@@ -193,6 +200,9 @@ func (s *suite) mcpRows() []mcpRow {
 			}
 		}
 	}
+	// found checks a search found the files rel (below the side's
+	// directory), and that m.txt, written with a mode, has it and root's
+	// owner and group (the other files' are the servers' defaults).
 	found := func(rel ...string) func(t *testing.T, v map[string]string, r mcpResult) {
 		return func(t *testing.T, v map[string]string, r mcpResult) {
 			var want, got []string
@@ -201,7 +211,11 @@ func (s *suite) mcpRows() []mcpRow {
 			}
 			for _, e := range list(r.out["result"]) {
 				got = append(got, str(e, "path"))
+				if str(e, "path") == v["dir"]+"/m.txt" && (num(e, "mode") != 640 || str(e, "owner") != "root" || str(e, "group") != "root") {
+					t.Errorf("m.txt: %v, want mode 640, owner and group root", e)
+				}
 			}
+			slices.Sort(got)
 			if !slices.Equal(got, want) {
 				t.Errorf("found %q, want %q", got, want)
 			}
@@ -291,21 +305,24 @@ func (s *suite) mcpRows() []mcpRow {
 			},
 			check: status("interrupted")},
 		{name: "interrupted command is gone", tool: "command_run", mask: []string{"id"},
-			args:  sbx(map[string]any{"command": "test -s /tmp/osb-bg.pid && ! kill -0 $(cat /tmp/osb-bg.pid) 2>/dev/null; echo $?"}),
-			until: func(r mcpResult) bool { return stdout(r.out) == "0\n" }, check: wantExecution([]string{"0"}, nil, 0)},
+			args:   sbx(map[string]any{"command": "test -s /tmp/osb-bg.pid && ! kill -0 $(cat /tmp/osb-bg.pid) 2>/dev/null; echo $?"}),
+			notYet: func(r mcpResult) bool { return stdout(r.out) == "1\n" }, check: wantExecution([]string{"0"}, nil, 0)},
 		{name: "create directories", tool: "file_create_directories", check: status("created"),
 			args: dirArgs(func(d string) map[string]any {
 				return map[string]any{"entries": []map[string]any{{"path": d + "/sub", "mode": 755}}}
 			})},
 		{name: "write", tool: "file_write", args: sbx(map[string]any{"path": "$DIR/a.txt", "content": "alpha beta alpha\n"}), check: status("written")},
+		{name: "write with a mode", tool: "file_write", args: sbx(map[string]any{"path": "$DIR/m.txt", "content": "mode\n", "mode": 640}), check: status("written")},
 		{name: "read", tool: "file_read", args: sbx(map[string]any{"path": "$DIR/a.txt"}), check: content("alpha beta alpha\n")},
 		{name: "read a range", tool: "file_read", args: sbx(map[string]any{"path": "$DIR/a.txt", "range_header": "bytes=0-4"}), check: content("alpha")},
-		{name: "search", tool: "file_search", sorted: []string{"result"}, args: sbx(map[string]any{"path": "$DIR", "pattern": "*.txt"}), check: found("/a.txt")},
+		{name: "search", tool: "file_search", sorted: []string{"result"}, defaults: []string{"/a.txt"},
+			args: sbx(map[string]any{"path": "$DIR", "pattern": "*.txt"}), check: found("/a.txt", "/m.txt")},
 		{name: "move", tool: "file_move", check: status("moved"),
 			args: dirArgs(func(d string) map[string]any {
 				return map[string]any{"entries": []map[string]any{{"source": d + "/a.txt", "destination": d + "/sub/b.txt"}}}
 			})},
-		{name: "search after the move", tool: "file_search", sorted: []string{"result"}, args: sbx(map[string]any{"path": "$DIR", "pattern": "*.txt"}), check: found("/sub/b.txt")},
+		{name: "search after the move", tool: "file_search", sorted: []string{"result"}, defaults: []string{"/sub/b.txt"},
+			args: sbx(map[string]any{"path": "$DIR", "pattern": "*.txt"}), check: found("/m.txt", "/sub/b.txt")},
 		{name: "replace", tool: "file_replace_contents",
 			args: dirArgs(func(d string) map[string]any {
 				return map[string]any{"entries": []map[string]any{{"path": d + "/sub/b.txt", "old_content": "alpha", "new_content": "omega"}}}
@@ -424,9 +441,10 @@ var volatile = []string{"timestamp", "execution_time_in_millis", "execution_time
 // answers made equal: the values the side made (ids, its tag and
 // directory) by their names, volatile keys and the row's masked keys as
 // "<masked>" (present, whatever their value; null stays null, which
-// subset does not require), the row's unordered arrays sorted, and an Execution's
-// messages joined into one text per stream (execd may split output
-// anywhere).
+// subset does not require), the owner, group and mode of the row's
+// files of default attributes masked too, the row's unordered arrays
+// sorted, and an Execution's messages joined into one text per stream
+// (execd may split output anywhere).
 func normalize(out any, vals map[string]string, row mcpRow) any {
 	var walk func(key string, x any) any
 	walk = func(key string, x any) any {
@@ -438,6 +456,13 @@ func normalize(out any, vals map[string]string, row mcpRow) any {
 			m := map[string]any{}
 			for k, v := range x {
 				m[k] = walk(k, v)
+			}
+			if p, ok := m["path"].(string); ok && slices.ContainsFunc(row.defaults, func(rel string) bool { return p == "<dir>"+rel }) {
+				for _, k := range []string{"owner", "group", "mode"} {
+					if m[k] != nil {
+						m[k] = "<masked>"
+					}
+				}
 			}
 			return m
 		case []any:
