@@ -25,6 +25,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hutch-sandbox/hutch/test/internal/hutchtest"
 )
 
 // memoryHog allocates 4 MiB chunks whose every byte is written, printing
@@ -194,15 +196,15 @@ func TestLimitPids(t *testing.T) {
 
 	// The host's view while the bomb's children are all alive.
 	pid := initPid(t, id)
-	max := cgroupFile(t, pid, id, "pids", "pids.max", "pids.max")
+	max := hutchtest.CgroupFile(t, pid, id, "pids", "pids.max", "pids.max")
 	if got := readTrim(t, max); got != "64" {
 		t.Errorf("%s = %q, want 64", max, got)
 	}
-	cur := cgroupFile(t, pid, id, "pids", "pids.current", "pids.current")
+	cur := hutchtest.CgroupFile(t, pid, id, "pids", "pids.current", "pids.current")
 	if n, err := strconv.Atoi(readTrim(t, cur)); err != nil || n > 64 || n <= forked {
 		t.Errorf("%s = %d (%v), want more than the %d forked children and <= 64", cur, n, err, forked)
 	}
-	peak := cgroupFile(t, pid, id, "pids", "pids.peak", "pids.peak")
+	peak := hutchtest.CgroupFile(t, pid, id, "pids", "pids.peak", "pids.peak")
 	if b, err := os.ReadFile(peak); err == nil {
 		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err != nil || n > 64 {
 			t.Errorf("%s = %q, want <= 64", peak, b)
@@ -210,7 +212,7 @@ func TestLimitPids(t *testing.T) {
 	} else {
 		t.Logf("no %s on this kernel", peak)
 	}
-	events := cgroupFile(t, pid, id, "pids", "pids.events", "pids.events")
+	events := hutchtest.CgroupFile(t, pid, id, "pids", "pids.events", "pids.events")
 	if f := strings.Fields(readTrim(t, events)); len(f) < 2 || f[0] != "max" || f[1] == "0" {
 		t.Errorf("%s = %q, want a non-zero max count (forks refused)", events, f)
 	}
@@ -243,20 +245,20 @@ func TestLimitCPU(t *testing.T) {
 	id := detachSandbox(t, []string{"--cpus", "0.2"}, "/bin/sh", "-c", "while :; do :; done")
 	pid := initPid(t, id)
 	var stat string
-	if cgroupV2() {
-		f := cgroupFile(t, pid, id, "cpu", "", "cpu.max")
+	if hutchtest.CgroupV2() {
+		f := hutchtest.CgroupFile(t, pid, id, "cpu", "", "cpu.max")
 		if got := readTrim(t, f); got != "20000 100000" {
 			t.Errorf("%s = %q, want %q", f, got, "20000 100000")
 		}
-		stat = cgroupFile(t, pid, id, "cpu", "", "cpu.stat")
+		stat = hutchtest.CgroupFile(t, pid, id, "cpu", "", "cpu.stat")
 	} else {
 		for file, want := range map[string]string{"cpu.cfs_quota_us": "20000", "cpu.cfs_period_us": "100000"} {
-			f := cgroupFile(t, pid, id, "cpu", file, "")
+			f := hutchtest.CgroupFile(t, pid, id, "cpu", file, "")
 			if got := readTrim(t, f); got != want {
 				t.Errorf("%s = %q, want %q", f, got, want)
 			}
 		}
-		stat = cgroupFile(t, pid, id, "cpu", "cpu.stat", "")
+		stat = hutchtest.CgroupFile(t, pid, id, "cpu", "cpu.stat", "")
 	}
 	// A busy loop at a fifth of a CPU is throttled within a few periods; the
 	// deadline only stops a broken limit from hanging the test.

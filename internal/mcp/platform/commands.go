@@ -103,7 +103,7 @@ type InterruptOutput struct {
 
 // Execution is command_run's result in OpenSandbox's shape.
 type Execution struct {
-	ID       string             `json:"id,omitempty" jsonschema:"a background command's id: pass it to command_output (as command_id) and to command_interrupt"`
+	ID       string             `json:"id" jsonschema:"the command's id; a background command's goes to command_output (as command_id) and to command_interrupt"`
 	Result   []ExecutionResult  `json:"result" jsonschema:"always empty for commands"`
 	Error    *ExecutionError    `json:"error,omitempty" jsonschema:"set when the command failed: value is its exit status"`
 	Complete *ExecutionComplete `json:"complete,omitempty" jsonschema:"set when the command succeeded, or a background one started"`
@@ -148,7 +148,8 @@ func (s *Server) addCommandTools(srv *mcp.Server) {
 	addShapedTool[RunInput, RunOutput, Execution](srv, &mcp.Tool{
 		Name: "command_run",
 		Description: "Run a shell command in a sandbox and wait for it (up to timeout_seconds, default 60). Returns exit_code, stdout and stderr; long output keeps its start and end. A non-zero exit code is a normal result, not an error. " +
-			"OpenSandbox's shape (background, working_directory or connect_if_missing given) returns OpenSandbox's Execution instead (exit_code, logs.stdout and logs.stderr, error with the exit status when it failed, complete when it succeeded); background: true starts the command as command_start does and returns its id at once.",
+			"OpenSandbox's shape (background, working_directory or connect_if_missing given) returns OpenSandbox's Execution instead (id, exit_code, logs.stdout and logs.stderr, error with the exit status when it failed, complete when it succeeded); background: true starts the command as command_start does and returns its id at once. " +
+			"A call with only sandbox_id and command gets both.",
 		Annotations: hint("Run command", false, true, false),
 	}, s.run)
 	addTool(srv, &mcp.Tool{
@@ -172,10 +173,11 @@ func (s *Server) run(ctx context.Context, req *mcp.CallToolRequest, in RunInput)
 	if err := conflict("cwd", in.Cwd != "", "working_directory", in.WorkingDirectory != ""); err != nil {
 		return nil, nil, err
 	}
+	hutch := in.Cwd != "" || in.Envs != nil || in.User != "" || in.TimeoutSeconds != 0 || in.MaxOutputBytes != 0
+	osb := in.Background != nil || in.WorkingDirectory != "" || in.ConnectIfMissing != nil
 	if in.WorkingDirectory != "" {
 		in.Cwd = in.WorkingDirectory
 	}
-	osb := in.Background != nil || in.WorkingDirectory != "" || in.ConnectIfMissing != nil
 	if in.Background != nil && *in.Background {
 		if in.TimeoutSeconds != 0 || in.MaxOutputBytes != 0 {
 			return nil, nil, errors.New("timeout_seconds and max_output_bytes do not apply to a background command: stop it with command_interrupt, bound what command_output returns with its max_output_bytes")
@@ -189,16 +191,30 @@ func (s *Server) run(ctx context.Context, req *mcp.CallToolRequest, in RunInput)
 		return nil, Execution{ID: st.CommandID, Result: []ExecutionResult{}, Logs: ExecutionLogs{Stdout: []OutputMessage{}, Stderr: []OutputMessage{}},
 			Complete: &ExecutionComplete{Timestamp: now.UnixMilli(), ExecutionTimeInMillis: now.Sub(began).Milliseconds()}}, nil
 	}
+	id := newCommandID()
 	began := time.Now()
-	out, err := s.runCommand(ctx, req, in)
+	out, err := s.runCommand(ctx, req, in, id)
 	if err != nil {
 		return nil, nil, err
 	}
-	if !osb {
+	exec := executionOf(id, out, began, time.Now())
+	switch {
+	case osb:
+		return nil, exec, nil
+	case hutch:
 		return nil, out, nil
 	}
-	end := time.Now().UnixMilli()
-	exec := Execution{Result: []ExecutionResult{}, ExitCode: &out.ExitCode, Logs: ExecutionLogs{Stdout: []OutputMessage{}, Stderr: []OutputMessage{}}}
+	merged, err := both(out, exec)
+	if err != nil {
+		return nil, nil, err
+	}
+	return nil, merged, nil
+}
+
+// executionOf is how a command ran, as OpenSandbox's Execution says it.
+func executionOf(id string, out RunOutput, began, ended time.Time) Execution {
+	end := ended.UnixMilli()
+	exec := Execution{ID: id, Result: []ExecutionResult{}, ExitCode: &out.ExitCode, Logs: ExecutionLogs{Stdout: []OutputMessage{}, Stderr: []OutputMessage{}}}
 	if out.Stdout != "" {
 		exec.Logs.Stdout = append(exec.Logs.Stdout, OutputMessage{Text: out.Stdout, Timestamp: end})
 	}
@@ -207,17 +223,18 @@ func (s *Server) run(ctx context.Context, req *mcp.CallToolRequest, in RunInput)
 	}
 	switch {
 	case out.ExitCode == 0:
-		exec.Complete = &ExecutionComplete{Timestamp: end, ExecutionTimeInMillis: end - began.UnixMilli()}
+		exec.Complete = &ExecutionComplete{Timestamp: end, ExecutionTimeInMillis: ended.Sub(began).Milliseconds()}
 	case out.TimedOut:
 		exec.Error = &ExecutionError{Name: "CommandExecError", Value: "-1", Timestamp: end, Traceback: []string{"timed out and killed (timeout_seconds)"}}
 	default:
 		exec.Error = &ExecutionError{Name: "CommandExecError", Value: strconv.Itoa(out.ExitCode), Timestamp: end, Traceback: []string{fmt.Sprintf("exit status %d", out.ExitCode)}}
 	}
-	return nil, exec, nil
+	return exec
 }
 
-// runCommand runs a command and waits for it.
-func (s *Server) runCommand(ctx context.Context, req *mcp.CallToolRequest, in RunInput) (RunOutput, error) {
+// runCommand runs a command and waits for it, its process tagged with
+// id (command_start's tags) while it runs.
+func (s *Server) runCommand(ctx context.Context, req *mcp.CallToolRequest, in RunInput, id string) (RunOutput, error) {
 	if strings.TrimSpace(in.Command) == "" {
 		return RunOutput{}, errors.New("command is empty")
 	}
@@ -238,7 +255,7 @@ func (s *Server) runCommand(ctx context.Context, req *mcp.CallToolRequest, in Ru
 	}
 	stdout, stderr := newBounded(limit), newBounded(limit)
 	res, err := sbx.Commands.Run(ctx, in.Command, &sdk.RunOptions{
-		Cwd: in.Cwd, Envs: in.Envs, User: in.User, Timeout: timeout, Stdout: stdout, Stderr: stderr,
+		Cwd: in.Cwd, Envs: in.Envs, User: in.User, Timeout: timeout, Stdout: stdout, Stderr: stderr, Tag: tagOf(id),
 	})
 	out := RunOutput{Stdout: stdout.String(), Stderr: stderr.String(), Truncated: stdout.cut > 0 || stderr.cut > 0}
 	var exit *sdk.CommandExitError

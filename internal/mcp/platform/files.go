@@ -73,8 +73,8 @@ type WriteInput struct {
 	Encoding  string `json:"encoding,omitempty" jsonschema:"text (default) or base64 (content is base64 of the bytes). OpenSandbox's shape names a text encoding to write the content in instead: utf-8, latin-1, ascii or an IANA charset"`
 	// OpenSandbox's.
 	Mode             *int   `json:"mode,omitempty" jsonschema:"OpenSandbox's: permissions as octal digits, e.g. 644; default 755 in OpenSandbox's shape"`
-	Owner            string `json:"owner,omitempty" jsonschema:"OpenSandbox's: the user to own the file"`
-	Group            string `json:"group,omitempty" jsonschema:"OpenSandbox's: the group to own the file"`
+	Owner            string `json:"owner,omitempty" jsonschema:"OpenSandbox's: the user to own the file; default root in OpenSandbox's shape, the sandbox's default user otherwise"`
+	Group            string `json:"group,omitempty" jsonschema:"OpenSandbox's: the group to own the file; default root in OpenSandbox's shape"`
 	ConnectIfMissing *bool  `json:"connect_if_missing,omitempty" jsonschema:"OpenSandbox's; ignored"`
 }
 
@@ -239,11 +239,12 @@ type MakeDirOutput struct {
 func (s *Server) addFileTools(srv *mcp.Server) {
 	addShapedTool[ReadInput, ReadOutput, FileContent](srv, &mcp.Tool{Name: "file_read",
 		Description: "Read a file from a sandbox. Text comes back as is (use offset and limit for line ranges of long files); binary files, or encoding base64, come back as a base64 resource. " +
-			"OpenSandbox's shape (range_header, a text encoding such as utf-8, or connect_if_missing) returns {path, content}: the file's text, or a byte range's (range_header bytes=0-1023), at most 256 KiB at once.",
+			"OpenSandbox's shape (range_header, a text encoding such as utf-8, or connect_if_missing) returns {path, content}: the file's text, or a byte range's (range_header bytes=0-1023), at most 256 KiB at once. " +
+			"A call with only sandbox_id and path that reads a whole text file gets content too.",
 		Annotations: hint("Read file", true, false, true)}, s.read)
 	addTool(srv, &mcp.Tool{Name: "file_write",
-		Description: "Write a file in a sandbox, replacing it if it exists and creating parent directories; returns its path, size and status: written. " +
-			"OpenSandbox's shape (mode, owner, group, a text encoding such as utf-8) also sets the file's mode (default 755) and owner.",
+		Description: "Write a file in a sandbox, owned by its default user, replacing it if it exists and creating parent directories; returns its path, size and status: written. " +
+			"OpenSandbox's shape (mode, owner, group, a text encoding such as utf-8) sets the file's mode and owner too, by default as OpenSandbox does: 755, root:root.",
 		Annotations: hint("Write file", false, true, true)}, s.write)
 	addShapedTool[DeleteInput, DeleteOutput, StatusOutput](srv, &mcp.Tool{Name: "file_delete",
 		Description: "Delete a file (or symlink) in a sandbox: path, or OpenSandbox's paths (→ status: deleted). A missing file is no error. Not for directories: use file_delete_directories.",
@@ -321,10 +322,20 @@ func (s *Server) read(ctx context.Context, req *mcp.CallToolRequest, in ReadInpu
 	}
 	text, start, end, total, truncated := lineRange(string(data), in.Offset, in.Limit, MaxTextOutput)
 	out.StartLine, out.EndLine, out.TotalLines, out.Truncated = start, end, total, truncated
+	res := &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}
 	if truncated {
-		text += fmt.Sprintf("\n[… lines %d-%d of %d shown; read on with offset %d]", start, end, total, end+1)
+		res.Content[0].(*mcp.TextContent).Text += fmt.Sprintf("\n[… lines %d-%d of %d shown; read on with offset %d]", start, end, total, end+1)
 	}
-	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}, out, nil
+	if in.Offset != 0 || in.Limit != 0 || in.Encoding != "" || truncated {
+		return res, out, nil
+	}
+	// Neither shape's arguments, and the whole text: OpenSandbox's
+	// content too.
+	merged, err := both(out, FileContent{Path: in.Path, Content: text})
+	if err != nil {
+		return nil, nil, err
+	}
+	return res, merged, nil
 }
 
 // readText is file_read in OpenSandbox's shape: the text of a file, or
@@ -474,11 +485,14 @@ func (s *Server) write(ctx context.Context, req *mcp.CallToolRequest, in WriteIn
 	}
 	var mode *os.FileMode
 	if osb {
+		// OpenSandbox's defaults: its SDK's mode, and the owner of what
+		// its execd (root) writes.
 		m, err := fileMode(cmp.Or(ptrValue(in.Mode), 755))
 		if err != nil {
 			return nil, WriteOutput{}, err
 		}
 		mode = &m
+		in.Owner, in.Group = cmp.Or(in.Owner, "root"), cmp.Or(in.Group, "root")
 	}
 	if in.Path == "" {
 		return nil, WriteOutput{}, errors.New("path is required")
@@ -504,7 +518,8 @@ func (s *Server) write(ctx context.Context, req *mcp.CallToolRequest, in WriteIn
 // writeWithAttributes writes a file with its mode, owner and group, all
 // or nothing: into a new file beside it, which gets them and then takes
 // its place, so that an owner the sandbox lacks leaves the file as it
-// was. It returns the file's absolute path.
+// was. The new file, and any parent directory made for it, is written as
+// the sandbox's default user. It returns the file's absolute path.
 func writeWithAttributes(ctx context.Context, sbx *sdk.Sandbox, p string, data []byte, mode os.FileMode, owner, group string) (string, error) {
 	tmp := path.Join(path.Dir(p), "."+path.Base(p)+"."+strings.TrimPrefix(newCommandID(), "cmd_")+".hutch-write")
 	info, err := sbx.Files.Write(ctx, tmp, data, nil)

@@ -5,9 +5,12 @@ package platform
 // arguments as well as their own: each argument has Hutch's name, or
 // OpenSandbox's, or both (a call gives one of them). A call that uses an
 // argument only OpenSandbox's tool has is a call "in OpenSandbox's
-// shape"; where the two results differ, such a call gets OpenSandbox's
-// (each tool's description says which). What follows are OpenSandbox's
-// result types and the conversions both shapes share.
+// shape", one that uses an argument only Hutch's has is in Hutch's. Where
+// the two results differ, a call in one shape gets that shape's, and a
+// call in neither (the arguments both tools share) gets both, merged,
+// since either client may have made it (each tool's description says
+// which). What follows are OpenSandbox's result types and the
+// conversions both shapes share.
 
 import (
 	"context"
@@ -43,42 +46,58 @@ type OpenSandboxInfo struct {
 type OpenSandboxFields struct {
 	ID         string            `json:"id" jsonschema:"the sandbox's id (OpenSandbox's name for sandbox_id)"`
 	Status     OpenSandboxStatus `json:"status"`
-	Entrypoint []string          `json:"entrypoint,omitempty" jsonschema:"the entrypoint the sandbox was created with, when this call knows it"`
-	ExpiresAt  time.Time         `json:"expires_at" jsonschema:"when the sandbox will be killed unless renewed"`
+	Entrypoint []string          `json:"entrypoint" jsonschema:"the command the sandbox started in the background when it came up; empty for none"`
+	ExpiresAt  *time.Time        `json:"expires_at,omitempty" jsonschema:"when the sandbox will be killed unless renewed"`
 	CreatedAt  time.Time         `json:"created_at"`
-	Image      *OpenSandboxImage `json:"image,omitempty"`
+	Image      *OpenSandboxImage `json:"image,omitempty" jsonschema:"what the sandbox was made from, unless a snapshot"`
+	SnapshotID string            `json:"snapshot_id,omitempty" jsonschema:"the snapshot the sandbox was made from, if it was"`
 }
 
 // OpenSandboxStatus is a sandbox's state in OpenSandbox's words.
 type OpenSandboxStatus struct {
-	State string `json:"state" jsonschema:"Running or Paused"`
+	State   string `json:"state" jsonschema:"Running or Paused"`
+	Reason  string `json:"reason,omitempty"`
+	Message string `json:"message,omitempty"`
 }
 
 // OpenSandboxImage names what a sandbox was made from.
 type OpenSandboxImage struct {
-	Image string `json:"image" jsonschema:"the template (or imported image) the sandbox runs"`
+	Image string `json:"image" jsonschema:"the OCI image reference or the template name the sandbox was created from"`
 }
 
-func openSandboxOf(i *sdk.SandboxInfo, entrypoint []string) OpenSandboxInfo {
-	tpl := i.Name
-	if tpl == "" {
-		tpl = i.TemplateID
-	}
-	return OpenSandboxInfo{OpenSandboxFields: OpenSandboxFields{
-		ID: i.SandboxID, Status: OpenSandboxStatus{State: openSandboxState(i.State)}, Entrypoint: entrypoint,
-		ExpiresAt: i.EndAt, CreatedAt: i.StartedAt, Image: &OpenSandboxImage{Image: tpl},
+// openSandboxOf is i, read from OpenSandbox's lifecycle API, as
+// OpenSandbox's MCP server gives it.
+func openSandboxOf(i *sdk.OpenSandboxInfo) OpenSandboxInfo {
+	out := OpenSandboxInfo{OpenSandboxFields: OpenSandboxFields{
+		ID: i.ID, Status: OpenSandboxStatus{State: i.State, Reason: i.Reason, Message: i.Message},
+		Entrypoint: i.Entrypoint, CreatedAt: i.CreatedAt, SnapshotID: i.SnapshotID,
 	}, Metadata: i.Metadata}
+	if out.Entrypoint == nil {
+		out.Entrypoint = []string{}
+	}
+	if !i.ExpiresAt.IsZero() {
+		out.ExpiresAt = &i.ExpiresAt
+	}
+	if i.Image != "" {
+		out.Image = &OpenSandboxImage{Image: i.Image}
+	}
+	return out
 }
 
-// openSandboxState is OpenSandbox's name of a Hutch state.
-func openSandboxState(s string) string {
-	switch s {
-	case sdk.StateRunning:
-		return "Running"
-	case sdk.StatePaused:
-		return "Paused"
+// openSandboxInfo reads sandbox id through OpenSandbox's lifecycle API,
+// which keeps what E2B's record of a sandbox lacks: the image reference
+// it was made from, its entrypoint. Callers have found the sandbox
+// through E2B's API first: not found here means a server without the
+// lifecycle API, or a sandbox killed in between.
+func openSandboxInfo(ctx context.Context, c *sdk.Client, id string) (*sdk.OpenSandboxInfo, error) {
+	info, err := c.GetOpenSandboxInfo(ctx, id)
+	if errors.Is(err, sdk.ErrNotFound) {
+		return nil, fmt.Errorf("%w (killed just now, or this hutch serve does not answer OpenSandbox's lifecycle API, /v1, which describes a sandbox as OpenSandbox does)", err)
 	}
-	return s
+	if err != nil {
+		return nil, opFailed(err, id)
+	}
+	return info, nil
 }
 
 // StatusOutput is the result of OpenSandbox's tools that report only
@@ -313,4 +332,23 @@ func addShapedTool[In, H, O any](srv *mcp.Server, t *mcp.Tool, h mcp.ToolHandler
 	}
 	t.InputSchema, t.OutputSchema = in, out
 	mcp.AddTool(srv, t, h)
+}
+
+// both is the result of a call in neither shape: Hutch's result and
+// OpenSandbox's in one object, so that a client of either server reads
+// it. Where both have a key, Hutch's value is kept.
+func both(hutch, osb any) (map[string]json.RawMessage, error) {
+	out := map[string]json.RawMessage{}
+	for _, v := range []any{osb, hutch} {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return nil, err
+		}
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(b, &m); err != nil {
+			return nil, err
+		}
+		maps.Copy(out, m)
+	}
+	return out, nil
 }

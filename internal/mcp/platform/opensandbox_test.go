@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -55,6 +56,19 @@ func inDir(v any, dir string) any {
 	return v
 }
 
+// inRel replaces "{rel}" with rel, the directory relative to
+// /home/user, in the top-level strings of args.
+func inRel(args map[string]any, rel string) map[string]any {
+	out := map[string]any{}
+	for k, v := range args {
+		if s, ok := v.(string); ok {
+			v = strings.ReplaceAll(s, "{rel}", rel)
+		}
+		out[k] = v
+	}
+	return out
+}
+
 // structured decodes a result's structured content into a map.
 func structured(t *testing.T, res *mcp.CallToolResult) map[string]any {
 	t.Helper()
@@ -76,6 +90,10 @@ func inSandbox(t *testing.T, sbx *sdk.Sandbox, cmd string) string {
 	}
 	return res.Stdout
 }
+
+// rootFile makes {d}/t a sticky directory anyone may write in, holding
+// a file of root's.
+const rootFile = "mkdir -m 1777 {d}/t && echo old > {d}/t/f && chmod 600 {d}/t/f"
 
 // TestOpenSandboxShapeSameEffect calls each file and command tool in
 // Hutch's shape in one directory and in OpenSandbox's in another, from
@@ -117,11 +135,34 @@ func TestOpenSandboxShapeSameEffect(t *testing.T) {
 		check: "stat -c '%a %U %G' f",
 		want:  "600 root root\n",
 	}, {
-		name:  "file_write in OpenSandbox's shape makes 755 by default",
-		hutch: []toolCall{{"file_write", map[string]any{"path": "{d}/f", "content": "x"}}, {"command_run", map[string]any{"command": "chmod 755 {d}/f"}}},
+		name:  "file_write in OpenSandbox's shape makes 755 root:root by default, as its execd does",
+		hutch: []toolCall{{"file_write", map[string]any{"path": "{d}/f", "content": "x"}}, {"command_run", map[string]any{"command": "chown root:root {d}/f && chmod 755 {d}/f", "user": "root"}}},
 		osb:   []toolCall{{"file_write", map[string]any{"path": "{d}/f", "content": "x", "encoding": "utf-8"}}},
-		check: "stat -c '%a %U' f",
-		want:  "755 user\n",
+		check: "stat -c '%a %U %G' f",
+		want:  "755 root root\n",
+	}, {
+		name:  "file_write in OpenSandbox's shape with an owner and no group",
+		hutch: []toolCall{{"file_write", map[string]any{"path": "{d}/f", "content": "x"}}, {"command_run", map[string]any{"command": "chown user:root {d}/f && chmod 640 {d}/f", "user": "root"}}},
+		osb:   []toolCall{{"file_write", map[string]any{"path": "{d}/f", "content": "x", "owner": "user", "mode": 640}}},
+		check: "stat -c '%a %U %G' f",
+		want:  "640 user root\n",
+	}, {
+		name:  "file_write in neither shape writes as the sandbox's default user",
+		hutch: []toolCall{{"file_write", map[string]any{"path": "{d}/f", "content": "x"}}},
+		osb:   []toolCall{{"file_write", map[string]any{"path": "{d}/f", "content": "x"}}},
+		check: "stat -c '%a %U %G' f",
+		want:  "644 user user\n",
+	}, {
+		// Root's file in a sticky directory, a path relative to the
+		// default user's home, and nothing left beside the file.
+		name: "file_write in OpenSandbox's shape over a file of root's in a sticky directory",
+		hutch: []toolCall{{"command_run", map[string]any{"command": rootFile, "user": "root"}},
+			{"command_run", map[string]any{"command": "echo new > {d}/t/f && chmod 755 {d}/t/f", "user": "root"}}},
+		osb: []toolCall{{"command_run", map[string]any{"command": rootFile, "user": "root"}},
+			{"file_write", map[string]any{"path": "{rel}/t/f", "content": "new\n", "mode": 755}}},
+		check:     "cat t/f; stat -c '%a %U %G' t/f; ls -A t",
+		want:      "new\n755 root root\nf\n",
+		osbResult: map[string]any{"status": "written", "path": "{d}/t/f", "bytes": 4.0},
 	}, {
 		name:  "file_write latin-1",
 		hutch: []toolCall{{"file_write", map[string]any{"path": "{d}/f", "content": "6Q==", "encoding": "base64"}}},
@@ -180,7 +221,7 @@ func TestOpenSandboxShapeSameEffect(t *testing.T) {
 				dir := fmt.Sprintf("/home/user/%s%d", shape.name, i)
 				inSandbox(t, sbx, fmt.Sprintf("mkdir %s && cd %s && %s && chown -R user:user %s", dir, dir, cmpOr(tc.setup, "true"), dir))
 				for _, call := range shape.calls {
-					args := inDir(call.args, dir).(map[string]any)
+					args := inDir(inRel(call.args, strings.TrimPrefix(dir, "/home/user/")), dir).(map[string]any)
 					args["sandbox_id"] = id
 					res := call0(t, cs, call.tool, args)
 					results[shape.name] = structured(t, res)
@@ -426,6 +467,21 @@ func TestOpenSandboxShapeResults(t *testing.T) {
 		}
 		if body != "hello\n" {
 			t.Errorf("GET http://%s/index.html with %v: %q", ep["endpoint"], ep["headers"], body)
+		}
+		// OpenSandbox's execd, which only the server's route serves:
+		// its endpoint, and the headers it needs.
+		ep = structured(t, call0(t, cs, "sandbox_get_endpoint", map[string]any{"sandbox_id": id, "port": 44772}))
+		if want := strings.TrimPrefix(h.url, "http://") + "/v1/sandboxes/" + id + "/proxy/44772"; ep["endpoint"] != want || ep["origin"] != "template" {
+			t.Errorf("sandbox_get_endpoint of port 44772 = %v, want endpoint %s and origin template", ep, want)
+		}
+		req, _ := http.NewRequest("GET", "http://"+ep["endpoint"].(string)+"/ping", nil)
+		for k, v := range ep["headers"].(map[string]any) {
+			req.Header.Set(k, v.(string))
+		}
+		if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusOK {
+			t.Errorf("GET http://%s/ping with %v: %v %v", ep["endpoint"], ep["headers"], resp, err)
+		} else {
+			resp.Body.Close()
 		}
 		if k := structured(t, call0(t, cs, "sandbox_kill", map[string]any{"sandbox_id": id})); k["status"] != "killed" || k["killed"] != true {
 			t.Errorf("sandbox_kill = %v", k)
@@ -733,5 +789,147 @@ func TestWithoutNulls(t *testing.T) {
 	b, _ := json.Marshal(got)
 	if !changed || string(b) != `{"b":{"d":1},"e":[{}],"g":"x"}` {
 		t.Errorf("withoutNulls = %s, %v", b, changed)
+	}
+}
+
+// TestResultShapes: a call in Hutch's shape gets Hutch's result, one in
+// OpenSandbox's gets OpenSandbox's, and one in neither (only the
+// arguments both tools share, as a call written for opensandbox-mcp may
+// be) gets both, which agree.
+func TestResultShapes(t *testing.T) {
+	h := newHutch(t)
+	cs := h.session(t, h.keyA)
+	id := ok[SandboxInfo](t, cs, "sandbox_create", map[string]any{"metadata": map[string]string{"shapes": "1"}, "timeout_seconds": 600}).SandboxID
+	c, err := sdk.NewClient(sdk.Config{APIURL: h.url, APIKey: h.keyA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sbx, err := c.Connect(context.Background(), id, sdk.ConnectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inSandbox(t, sbx, "cd /home/user && printf 'a\\nb\\n' > t.txt && seq 1 100000 > big.txt && printf '\\0\\1' > bin && chown user t.txt big.txt bin")
+	var ids []string // of the commands run in neither shape
+	for _, tc := range []struct {
+		name       string
+		tool       string
+		args       map[string]any
+		has, lacks []string
+		// check, if set, checks that the shapes' values agree.
+		check func(t *testing.T, out map[string]any)
+	}{
+		{"command_run in neither shape", "command_run", map[string]any{"command": "echo out; echo err >&2; exit 2"},
+			[]string{"exit_code", "stdout", "stderr", "id", "logs", "result", "error"}, []string{"complete"},
+			func(t *testing.T, out map[string]any) {
+				logs, _ := out["logs"].(map[string]any)
+				errInfo, _ := out["error"].(map[string]any)
+				if out["stdout"] != "out\n" || out["stderr"] != "err\n" || out["exit_code"] != 2.0 || fmt.Sprint(logs["stdout"]) != fmt.Sprint([]any{map[string]any{"text": "out\n", "timestamp": logs["stdout"].([]any)[0].(map[string]any)["timestamp"]}}) ||
+					!strings.Contains(fmt.Sprint(logs["stderr"]), "err\n") || errInfo["value"] != "2" {
+					t.Errorf("the shapes disagree: %v", out)
+				}
+				ids = append(ids, out["id"].(string))
+			}},
+		{"command_run in neither shape, succeeding", "command_run", map[string]any{"command": "true"},
+			[]string{"exit_code", "stdout", "id", "logs", "complete"}, []string{"error"},
+			func(t *testing.T, out map[string]any) { ids = append(ids, out["id"].(string)) }},
+		{"command_run in Hutch's shape", "command_run", map[string]any{"command": "pwd", "cwd": "/tmp"},
+			[]string{"exit_code", "stdout", "stderr"}, []string{"id", "logs", "result"}, nil},
+		{"command_run in OpenSandbox's shape", "command_run", map[string]any{"command": "pwd", "working_directory": "/tmp"},
+			[]string{"exit_code", "id", "logs", "result", "complete"}, []string{"stdout", "stderr"}, nil},
+		{"file_read of a text in neither shape", "file_read", map[string]any{"path": "t.txt"},
+			[]string{"path", "size", "encoding", "content"}, nil,
+			func(t *testing.T, out map[string]any) {
+				if out["content"] != "a\nb\n" || out["path"] != "/home/user/t.txt" || out["size"] != 4.0 {
+					t.Errorf("the shapes disagree: %v", out)
+				}
+			}},
+		{"file_read of lines, Hutch's shape", "file_read", map[string]any{"path": "t.txt", "offset": 2}, []string{"path", "start_line"}, []string{"content"}, nil},
+		{"file_read of a text longer than one answer, neither shape", "file_read", map[string]any{"path": "big.txt"}, []string{"path", "truncated"}, []string{"content"}, nil},
+		{"file_read of binary, neither shape", "file_read", map[string]any{"path": "bin"}, []string{"path", "encoding"}, []string{"content"}, nil},
+		{"file_read in OpenSandbox's shape", "file_read", map[string]any{"path": "t.txt", "encoding": "utf-8"}, []string{"path", "content"}, []string{"size", "encoding"}, nil},
+		{"sandbox_list in neither shape", "sandbox_list", map[string]any{}, []string{"sandboxes", "sandbox_infos", "pagination"}, nil,
+			func(t *testing.T, out map[string]any) {
+				var hutch, osb []string
+				for _, s := range out["sandboxes"].([]any) {
+					hutch = append(hutch, s.(map[string]any)["sandbox_id"].(string))
+				}
+				for _, s := range out["sandbox_infos"].([]any) {
+					osb = append(osb, s.(map[string]any)["id"].(string))
+				}
+				if !slices.Equal(hutch, []string{id}) || !slices.Equal(osb, hutch) {
+					t.Errorf("sandboxes %v, sandbox_infos %v; want %s in both", hutch, osb, id)
+				}
+			}},
+		{"sandbox_list in Hutch's shape", "sandbox_list", map[string]any{"metadata": map[string]string{"shapes": "1"}}, []string{"sandboxes"}, []string{"sandbox_infos", "pagination"}, nil},
+		{"sandbox_list in OpenSandbox's shape", "sandbox_list", map[string]any{"filter": map[string]any{}}, []string{"sandbox_infos", "pagination"}, []string{"sandboxes"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.tool != "sandbox_list" {
+				tc.args["sandbox_id"] = id
+			}
+			out := structured(t, call0(t, cs, tc.tool, tc.args))
+			keys := slices.Sorted(maps.Keys(out))
+			for _, k := range tc.has {
+				if !slices.Contains(keys, k) {
+					t.Errorf("no %s in %v", k, keys)
+				}
+			}
+			for _, k := range tc.lacks {
+				if slices.Contains(keys, k) {
+					t.Errorf("%s in %v", k, keys)
+				}
+			}
+			if tc.check != nil {
+				tc.check(t, out)
+			}
+		})
+	}
+	if len(ids) != 2 || ids[0] == ids[1] || validCommandID(ids[0]) != nil {
+		t.Errorf("the commands' ids %q: want two of command_start's form, different", ids)
+	}
+}
+
+// TestOpenSandboxInfo: the sandboxes as OpenSandbox's lifecycle API
+// describes them, in every result that holds OpenSandbox's SandboxInfo:
+// what each was made from, as its create named it, and its entrypoint.
+func TestOpenSandboxInfo(t *testing.T) {
+	h := newHutch(t)
+	cs := h.session(t, h.keyA)
+	md := map[string]string{"info": "1"}
+	type made struct {
+		create     map[string]any // sandbox_create's result
+		image      string         // info.image.image, "" for none
+		snapshot   string         // info.snapshot_id
+		entrypoint string
+	}
+	var sandboxes []made
+	plain := structured(t, call0(t, cs, "sandbox_create", map[string]any{"metadata": md}))
+	sandboxes = append(sandboxes, made{plain, "base", "", "[]"})
+	withEntrypoint := structured(t, call0(t, cs, "sandbox_create", map[string]any{"image": "base", "entrypoint": []string{"sleep", "1234"}, "metadata": md}))
+	sandboxes = append(sandboxes, made{withEntrypoint, "base", "", "[sleep 1234]"})
+	snap := ok[SnapshotOutput](t, cs, "sandbox_snapshot", map[string]any{"sandbox_id": plain["sandbox_id"]})
+	fromSnapshot := structured(t, call0(t, cs, "sandbox_create", map[string]any{"template": snap.SnapshotID, "metadata": md}))
+	sandboxes = append(sandboxes, made{fromSnapshot, "", snap.SnapshotID, "[]"})
+
+	listed := map[string]map[string]any{}
+	for _, i := range structured(t, call0(t, cs, "sandbox_list", map[string]any{"filter": map[string]any{"metadata": md}}))["sandbox_infos"].([]any) {
+		listed[i.(map[string]any)["id"].(string)] = i.(map[string]any)
+	}
+	for _, sb := range sandboxes {
+		id := sb.create["sandbox_id"].(string)
+		info := structured(t, call0(t, cs, "sandbox_get_info", map[string]any{"sandbox_id": id}))
+		connected := structured(t, call0(t, cs, "sandbox_connect", map[string]any{"sandbox_id": id}))
+		for _, r := range []struct {
+			name string
+			info any
+		}{{"sandbox_create's info", sb.create["info"]}, {"sandbox_get_info", info}, {"sandbox_list's item", listed[id]}, {"sandbox_connect's info", connected["info"]}} {
+			i, _ := r.info.(map[string]any)
+			image, _ := i["image"].(map[string]any)
+			status, _ := i["status"].(map[string]any)
+			if i["id"] != id || status["state"] != "Running" || fmt.Sprint(i["entrypoint"]) != sb.entrypoint || (image["image"] == nil) != (sb.image == "") ||
+				(sb.image != "" && image["image"] != sb.image) || (i["snapshot_id"] != nil) != (sb.snapshot != "") || (sb.snapshot != "" && i["snapshot_id"] != sb.snapshot) {
+				t.Errorf("%s of %s = %v; want image %q, snapshot %q, entrypoint %s", r.name, id, r.info, sb.image, sb.snapshot, sb.entrypoint)
+			}
+		}
 	}
 }

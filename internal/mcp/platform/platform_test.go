@@ -284,11 +284,15 @@ func TestPlatformTools(t *testing.T) {
 		if hc := ok[HealthOutput](t, cs, "sandbox_healthcheck", map[string]any{"sandbox_id": id}); !hc.Running {
 			t.Error("sandbox_healthcheck: not running")
 		}
+		// The server's route to the port (opensandbox_test.go fetches
+		// through one).
 		ep := ok[EndpointOutput](t, cs, "sandbox_get_endpoint", map[string]any{"sandbox_id": id, "port": 8000})
-		if ep.URL == "" || ep.Headers["E2b-Sandbox-Id"] != id || ep.Headers["E2b-Sandbox-Port"] != "8000" {
-			t.Errorf("sandbox_get_endpoint = %+v", ep)
+		if want := h.url + "/v1/sandboxes/" + id + "/proxy/8000/"; ep.URL != want || "http://"+ep.Endpoint+"/" != ep.URL {
+			t.Errorf("sandbox_get_endpoint = %+v, want url %s and the same endpoint without its scheme", ep, want)
 		}
-		ok[MetricsOutput](t, cs, "sandbox_get_metrics", map[string]any{"sandbox_id": id})
+		if m := ok[MetricsOutput](t, cs, "sandbox_get_metrics", map[string]any{"sandbox_id": id}); len(m.Samples) > 0 && (m.CPUUsedPercentage == nil || m.CPUCount == nil || *m.CPUCount != 1) {
+			t.Errorf("sandbox_get_metrics = %+v: want the last sample in OpenSandbox's fields, cpu_used_percentage included", m)
+		}
 
 		// Keep, branch and come back.
 		snap := ok[SnapshotOutput](t, cs, "sandbox_snapshot", map[string]any{"sandbox_id": id})

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/url"
 	"strings"
 	"time"
 
@@ -177,12 +178,13 @@ type HealthOutput struct {
 // MetricsOutput is sandbox_get_metrics's output: Hutch's samples, and
 // the last of them as OpenSandbox gives it.
 type MetricsOutput struct {
-	Samples           []Metric `json:"samples" jsonschema:"oldest first, one every few seconds over the last 15 minutes"`
-	CPUCount          float64  `json:"cpu_count,omitempty" jsonschema:"CPUs of the last sample"`
-	CPUUsedPercentage float64  `json:"cpu_used_percentage,omitempty"`
-	MemoryTotalInMiB  float64  `json:"memory_total_in_mib,omitempty"`
-	MemoryUsedInMiB   float64  `json:"memory_used_in_mib,omitempty"`
-	Timestamp         int64    `json:"timestamp,omitempty" jsonschema:"the last sample's time, Unix milliseconds"`
+	Samples []Metric `json:"samples" jsonschema:"oldest first, one every few seconds over the last 15 minutes"`
+	// OpenSandbox's, from the last sample; absent before the first.
+	CPUCount          *float64 `json:"cpu_count,omitempty" jsonschema:"CPUs of the last sample"`
+	CPUUsedPercentage *float64 `json:"cpu_used_percentage,omitempty"`
+	MemoryTotalInMiB  *float64 `json:"memory_total_in_mib,omitempty"`
+	MemoryUsedInMiB   *float64 `json:"memory_used_in_mib,omitempty"`
+	Timestamp         *int64   `json:"timestamp,omitempty" jsonschema:"the last sample's time, Unix milliseconds"`
 }
 
 // Metric is one resource sample.
@@ -203,10 +205,11 @@ type EndpointInput struct {
 
 // EndpointOutput says how to reach a port.
 type EndpointOutput struct {
-	URL      string            `json:"url" jsonschema:"URL to send requests to"`
-	Headers  map[string]string `json:"headers,omitempty" jsonschema:"headers every request must carry to be routed to the sandbox's port"`
-	Host     string            `json:"host,omitempty" jsonschema:"the port's host name, when the server has a sandbox domain"`
-	Endpoint string            `json:"endpoint" jsonschema:"url without its scheme, as OpenSandbox gives it: requests go to http(s)://ENDPOINT/PATH with the headers"`
+	URL      string            `json:"url" jsonschema:"base URL to send requests to: the port's paths go after it (URL + index.html)"`
+	Headers  map[string]string `json:"headers" jsonschema:"headers every request must carry: the sandbox's token for the port, when it needs one"`
+	Host     string            `json:"host,omitempty" jsonschema:"the port's host name, when the server has a sandbox domain: https://HOST/PATH reaches the port at its root path"`
+	Endpoint string            `json:"endpoint" jsonschema:"url without its scheme and final slash, as OpenSandbox gives it: requests go to http(s)://ENDPOINT/PATH with the headers"`
+	Origin   string            `json:"origin,omitempty" jsonschema:"what backs the sandbox, as the server says (template)"`
 }
 
 func (s *Server) addSandboxTools(srv *mcp.Server) {
@@ -265,8 +268,6 @@ const (
 	osbReadyTimeout = 30 * time.Second
 	osbPollInterval = 200 * time.Millisecond
 	maxReadyTimeout = 10 * time.Minute
-	maxOSBListPage  = 1000
-	defaultListPage = 20
 )
 
 func (s *Server) create(ctx context.Context, req *mcp.CallToolRequest, in CreateInput) (*mcp.CallToolResult, CreateOutput, error) {
@@ -328,7 +329,7 @@ func (s *Server) create(ctx context.Context, req *mcp.CallToolRequest, in Create
 			return nil, CreateOutput{}, err
 		}
 	}
-	return s.describe(ctx, sbx, in.Image, in.Entrypoint)
+	return s.describe(ctx, c, sbx.ID)
 }
 
 // readiness reads OpenSandbox's readiness arguments.
@@ -391,20 +392,20 @@ func networkPolicyOf(p *NetworkPolicyInput) (*sdk.NetworkPolicy, error) {
 	return out, nil
 }
 
-// describe is the result of sandbox_create and sandbox_connect; image
-// and entrypoint, when the call knows them, are what the sandbox was made
-// with (E2B's record of it has the template an image became, and no
+// describe is the result of sandbox_create and sandbox_connect: the
+// sandbox as E2B's API describes it (Hutch's fields) and as OpenSandbox's
+// does (info: the image it was made from as its create named it, its
 // entrypoint).
-func (s *Server) describe(ctx context.Context, sbx *sdk.Sandbox, image string, entrypoint []string) (*mcp.CallToolResult, CreateOutput, error) {
-	info, err := sbx.GetInfo(ctx)
+func (s *Server) describe(ctx context.Context, c *sdk.Client, id string) (*mcp.CallToolResult, CreateOutput, error) {
+	info, err := c.GetInfo(ctx, id)
 	if err != nil {
-		return nil, CreateOutput{}, explain(err, sbx.ID)
+		return nil, CreateOutput{}, explain(err, id)
 	}
-	out := CreateOutput{SandboxInfo: infoOf(info), Info: openSandboxOf(info, entrypoint)}
-	if image != "" {
-		out.Info.Image = &OpenSandboxImage{Image: image}
+	osb, err := openSandboxInfo(ctx, c, id)
+	if err != nil {
+		return nil, CreateOutput{}, err
 	}
-	return nil, out, nil
+	return nil, CreateOutput{SandboxInfo: infoOf(info), Info: openSandboxOf(osb)}, nil
 }
 
 // ConnectInput is sandbox_connect's input.
@@ -444,7 +445,11 @@ func (s *Server) connect(ctx context.Context, req *mcp.CallToolRequest, in Conne
 			return nil, CreateOutput{}, err
 		}
 	}
-	return s.describe(ctx, sbx, "", nil)
+	c, err := s.client(ctx, req)
+	if err != nil {
+		return nil, CreateOutput{}, err
+	}
+	return s.describe(ctx, c, sbx.ID)
 }
 
 // connectSandbox connects to sandbox id for sandbox_connect and
@@ -486,7 +491,11 @@ func (s *Server) getInfo(ctx context.Context, req *mcp.CallToolRequest, in Sandb
 	if err != nil {
 		return nil, GetInfoOutput{}, explain(err, in.SandboxID)
 	}
-	return nil, GetInfoOutput{SandboxInfo: infoOf(info), OpenSandboxFields: openSandboxOf(info, nil).OpenSandboxFields}, nil
+	osb, err := openSandboxInfo(ctx, c, in.SandboxID)
+	if err != nil {
+		return nil, GetInfoOutput{}, err
+	}
+	return nil, GetInfoOutput{SandboxInfo: infoOf(info), OpenSandboxFields: openSandboxOf(osb).OpenSandboxFields}, nil
 }
 
 func (s *Server) list(ctx context.Context, req *mcp.CallToolRequest, in ListInput) (*mcp.CallToolResult, any, error) {
@@ -494,7 +503,11 @@ func (s *Server) list(ctx context.Context, req *mcp.CallToolRequest, in ListInpu
 		if in.Metadata != nil || in.State != nil {
 			return nil, nil, errors.New("metadata and state (Hutch's) and filter (OpenSandbox's) are two shapes of this call: give one")
 		}
-		return s.listPage(ctx, req, *f)
+		page, err := s.listPage(ctx, req, *f)
+		if err != nil {
+			return nil, nil, err
+		}
+		return nil, page, nil
 	}
 	c, err := s.client(ctx, req)
 	if err != nil {
@@ -512,54 +525,58 @@ func (s *Server) list(ctx context.Context, req *mcp.CallToolRequest, in ListInpu
 		}
 		out.Sandboxes = append(out.Sandboxes, infoOf(&info))
 	}
-	return nil, out, nil
+	if in.Metadata != nil || in.State != nil {
+		return nil, out, nil
+	}
+	// Neither shape's arguments: OpenSandbox's first page too.
+	page, err := s.listPage(ctx, req, SandboxFilter{})
+	if err != nil {
+		return nil, nil, err
+	}
+	merged, err := both(out, page)
+	if err != nil {
+		return nil, nil, err
+	}
+	return nil, merged, nil
 }
 
-// listPage answers OpenSandbox's sandbox_list: one page of the listing,
-// newest first, with the totals (so the whole listing is walked).
-func (s *Server) listPage(ctx context.Context, req *mcp.CallToolRequest, f SandboxFilter) (*mcp.CallToolResult, any, error) {
-	page, size := max(f.Page, 1), f.PageSize
+// listPage answers OpenSandbox's sandbox_list: one page of the listing
+// of OpenSandbox's lifecycle API, with the totals.
+func (s *Server) listPage(ctx context.Context, req *mcp.CallToolRequest, f SandboxFilter) (PagedSandboxInfos, error) {
 	switch {
 	case f.Page < 0:
-		return nil, nil, fmt.Errorf("filter.page counts from 1, got %d", f.Page)
-	case size == 0:
-		size = defaultListPage
-	case size < 0 || size > maxOSBListPage:
-		return nil, nil, fmt.Errorf("filter.page_size must be between 1 and %d, got %d", maxOSBListPage, size)
+		return PagedSandboxInfos{}, fmt.Errorf("filter.page counts from 1, got %d", f.Page)
+	case f.PageSize < 0:
+		return PagedSandboxInfos{}, fmt.Errorf("filter.page_size must be at least 1, got %d", f.PageSize)
 	}
-	var states []string
-	asked := len(f.States) > 0
 	for _, st := range f.States {
 		switch strings.ToLower(st) {
-		case sdk.StateRunning, sdk.StatePaused:
-			states = append(states, strings.ToLower(st))
-		case "pending", "pausing", "resuming", "stopping", "terminated", "failed":
-			// OpenSandbox's passing states: no sandbox Hutch lists is in one.
+		// OpenSandbox's passing states (pending, …) are states: no
+		// sandbox Hutch lists is in one, so they match nothing.
+		case "running", "paused", "pending", "pausing", "resuming", "stopping", "terminated", "failed":
 		default:
-			return nil, nil, fmt.Errorf("filter.states: %q is not a state (Running, Paused, Pending, Pausing, Resuming, Stopping, Terminated, Failed)", st)
+			return PagedSandboxInfos{}, fmt.Errorf("filter.states: %q is not a state (Running, Paused, Pending, Pausing, Resuming, Stopping, Terminated, Failed)", st)
 		}
 	}
-	out := PagedSandboxInfos{SandboxInfos: []OpenSandboxInfo{}, Pagination: Pagination{Page: page, PageSize: size}}
-	if !asked || len(states) > 0 {
-		c, err := s.client(ctx, req)
-		if err != nil {
-			return nil, nil, err
-		}
-		first := (page - 1) * size
-		for info, err := range c.List(sdk.ListOptions{Metadata: f.Metadata, States: states}).All(ctx) {
-			if err != nil {
-				return nil, nil, err
-			}
-			if n := out.Pagination.TotalItems; n >= first && n < first+size {
-				out.SandboxInfos = append(out.SandboxInfos, openSandboxOf(&info, nil))
-			}
-			out.Pagination.TotalItems++
-		}
+	c, err := s.client(ctx, req)
+	if err != nil {
+		return PagedSandboxInfos{}, err
 	}
-	p := &out.Pagination
-	p.TotalPages = (p.TotalItems + size - 1) / size
-	p.HasNextPage = page < p.TotalPages
-	return nil, out, nil
+	page, err := c.ListOpenSandboxInfo(ctx, sdk.OpenSandboxListOptions{States: f.States, Metadata: f.Metadata, Page: f.Page, PageSize: f.PageSize})
+	switch {
+	case errors.Is(err, sdk.ErrInvalidArgument):
+		return PagedSandboxInfos{}, fmt.Errorf("filter: %w", err)
+	case errors.Is(err, sdk.ErrNotFound):
+		return PagedSandboxInfos{}, fmt.Errorf("%w (this hutch serve does not answer OpenSandbox's lifecycle API, /v1, which filter needs)", err)
+	case err != nil:
+		return PagedSandboxInfos{}, err
+	}
+	out := PagedSandboxInfos{SandboxInfos: []OpenSandboxInfo{}, Pagination: Pagination{Page: page.Page, PageSize: page.PageSize,
+		TotalItems: page.TotalItems, TotalPages: page.TotalPages, HasNextPage: page.HasNextPage}}
+	for _, i := range page.Items {
+		out.SandboxInfos = append(out.SandboxInfos, openSandboxOf(&i))
+	}
+	return out, nil
 }
 
 func (s *Server) renew(ctx context.Context, req *mcp.CallToolRequest, in RenewInput) (*mcp.CallToolResult, RenewOutput, error) {
@@ -610,9 +627,9 @@ func (s *Server) metrics(ctx context.Context, req *mcp.CallToolRequest, in Probe
 	}
 	if n := len(ms); n > 0 {
 		m := ms[n-1]
-		out.CPUCount, out.CPUUsedPercentage = float64(m.CPUCount), m.CPUUsedPct
-		out.MemoryTotalInMiB, out.MemoryUsedInMiB = float64(m.MemTotal)/mb, float64(m.MemUsed)/mb
-		out.Timestamp = m.Timestamp.UnixMilli()
+		out.CPUCount, out.CPUUsedPercentage = ptr(float64(m.CPUCount)), ptr(m.CPUUsedPct)
+		out.MemoryTotalInMiB, out.MemoryUsedInMiB = ptr(float64(m.MemTotal)/mb), ptr(float64(m.MemUsed)/mb)
+		out.Timestamp = ptr(m.Timestamp.UnixMilli())
 	}
 	return nil, out, nil
 }
@@ -625,17 +642,25 @@ func (s *Server) endpoint(ctx context.Context, req *mcp.CallToolRequest, in Endp
 	if err != nil {
 		return nil, EndpointOutput{}, err
 	}
-	r, err := sbx.PortRequest(ctx, "GET", in.Port, "/", nil)
+	c, err := s.client(ctx, req)
 	if err != nil {
 		return nil, EndpointOutput{}, err
 	}
-	out := EndpointOutput{URL: r.URL.String(), Headers: map[string]string{}}
-	out.Endpoint = strings.TrimSuffix(strings.TrimPrefix(strings.TrimPrefix(out.URL, "https://"), "http://"), "/")
-	for _, k := range []string{"E2b-Sandbox-Id", "E2b-Sandbox-Port", "E2b-Traffic-Access-Token"} {
-		if v := r.Header.Get(k); v != "" {
-			out.Headers[k] = v
-		}
+	// OpenSandbox's endpoint, for every port: what its clients know how
+	// to use (execd's port among them, which only this route serves),
+	// and what Hutch's clients can use as well.
+	ep, err := c.GetOpenSandboxEndpoint(ctx, in.SandboxID, in.Port)
+	if errors.Is(err, sdk.ErrNotFound) {
+		err = fmt.Errorf("%w (killed just now, or this hutch serve does not answer OpenSandbox's lifecycle API, /v1, which hands out endpoints)", err)
 	}
+	if err != nil {
+		return nil, EndpointOutput{}, opFailed(err, in.SandboxID)
+	}
+	scheme := "http"
+	if u, err := url.Parse(c.Config().APIURL); err == nil && u.Scheme != "" {
+		scheme = u.Scheme
+	}
+	out := EndpointOutput{URL: scheme + "://" + ep.Endpoint + "/", Headers: ep.Headers, Endpoint: ep.Endpoint, Origin: ep.Origin}
 	if sbx.Domain != "" {
 		out.Host = sbx.Host(in.Port)
 	}
