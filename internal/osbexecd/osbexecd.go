@@ -22,6 +22,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/sync/semaphore"
 )
 
 // Envd is how the host reaches one sandbox's envd.
@@ -65,7 +67,8 @@ type Options struct {
 	MaxUploadBytes int64
 	// MaxReplaceBytes bounds the total size of the files one POST
 	// /files/replace may rewrite, since they pass through the host's
-	// memory. Default 64 MiB.
+	// memory, and their total size after the replacement. Requests
+	// together hold at most four times this; more wait. Default 64 MiB.
 	MaxReplaceBytes int64
 	// MaxCommandLog is how much output of one background command the
 	// host keeps for GET /command/{id}/logs; older output is dropped, and
@@ -134,14 +137,23 @@ type Handler struct {
 
 	routes []route
 
+	// replaceMem bounds the files all POST /files/replace requests hold
+	// in the host's memory at once (replaceInFlight).
+	replaceMem *semaphore.Weighted
+
 	mu        sync.Mutex
 	sandboxes map[string]*sandboxState
 }
 
+// replaceInFlight is how many requests' worth of MaxReplaceBytes all
+// replacements may hold at once; more wait for their turn.
+const replaceInFlight = 4
+
 // New returns a Handler with opts.
 func New(opts Options) *Handler {
 	opts = opts.withDefaults()
-	return &Handler{opts: opts, log: opts.Logger, routes: routeTable(), sandboxes: map[string]*sandboxState{}}
+	return &Handler{opts: opts, log: opts.Logger, routes: routeTable(), sandboxes: map[string]*sandboxState{},
+		replaceMem: semaphore.NewWeighted(replaceInFlight * opts.MaxReplaceBytes)}
 }
 
 // sandboxState is what the handler keeps for one sandbox.

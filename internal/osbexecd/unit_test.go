@@ -2,6 +2,7 @@ package osbexecd
 
 import (
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -153,5 +154,40 @@ func TestShellJoin(t *testing.T) {
 	got := shellJoin([]string{"printf", "%s|", "a b", "it's", ""})
 	if want := `printf '%s|' 'a b' 'it'\''s' ''`; got != want {
 		t.Errorf("shellJoin = %s, want %s", got, want)
+	}
+}
+
+// TestReplacer: the streamed replacement is what bytes.ReplaceAll makes,
+// whatever the size of the reads.
+func TestReplacer(t *testing.T) {
+	tests := []struct{ data, old, new string }{
+		{"a-a-a", "a", "XY"},
+		{"aaaa", "aa", "b"},
+		{"aaa", "aa", ""},
+		{"xyz", "q", "r"},
+		{"", "a", "b"},
+		{"abcabc", "abc", "abcabc"},
+		{"ab", "ab", ""},
+	}
+	for _, tt := range tests {
+		want := strings.ReplaceAll(tt.data, tt.old, tt.new)
+		for _, size := range []int{1, 2, 3, 1024} {
+			rp := &replacer{data: []byte(tt.data), old: []byte(tt.old), new: []byte(tt.new)}
+			var got []byte
+			buf := make([]byte, size)
+			for {
+				n, err := rp.Read(buf)
+				got = append(got, buf[:n]...)
+				if err == io.EOF {
+					break
+				}
+				if err != nil || n == 0 {
+					t.Fatalf("Read: %d, %v", n, err)
+				}
+			}
+			if string(got) != want {
+				t.Errorf("%q %q->%q in reads of %d: %q, want %q", tt.data, tt.old, tt.new, size, got, want)
+			}
+		}
 	}
 }
