@@ -11,7 +11,9 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // sdkUpload is one WriteEntry of the Python SDK.
@@ -626,3 +628,76 @@ func TestReplaceStreams(t *testing.T) {
 	}
 }
 
+// floodBody is a multipart body of metadata parts only, made as it is
+// read: about size bytes of parts of a 4000-byte path each, then the
+// closing boundary. read counts what the server took.
+type floodBody struct {
+	part, end []byte
+	parts     int64 // bytes of parts
+	off       int64
+	read      atomic.Int64
+}
+
+func newFloodBody(size int64) *floodBody {
+	path, _ := json.Marshal(map[string]string{"path": "/tmp/" + strings.Repeat("p", 4000)})
+	part := []byte("--B\r\nContent-Disposition: form-data; name=\"metadata\"\r\nContent-Type: application/json\r\n\r\n" + string(path) + "\r\n")
+	return &floodBody{part: part, end: []byte("--B--\r\n"), parts: size / int64(len(part)) * int64(len(part))}
+}
+
+func (f *floodBody) Read(p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		var src []byte
+		switch {
+		case f.off < f.parts:
+			src = f.part[f.off%int64(len(f.part)):]
+		case f.off < f.parts+int64(len(f.end)):
+			src = f.end[f.off-f.parts:]
+		}
+		if len(src) == 0 {
+			break
+		}
+		c := copy(p[n:], src)
+		n += c
+		f.off += int64(c)
+	}
+	f.read.Add(int64(n))
+	if n == 0 {
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+// TestUploadPendingMetadata: metadata parts waiting for their file parts
+// are bounded, and the upload is refused as soon as the bound is passed,
+// not after the whole body was read into the host's memory.
+func TestUploadPendingMetadata(t *testing.T) {
+	hs := newHarness(t, Options{})
+	body := newFloodBody(200 << 20)
+	start := time.Now()
+	status, _, b := hs.do("POST", "/files/upload", http.Header{"Content-Type": {"multipart/form-data; boundary=B"}}, body)
+	wantError(t, "metadata flood", status, b, 400, codeInvalidMetadata)
+	if !strings.Contains(string(b), fmt.Sprint(maxUploadFiles)) && !strings.Contains(string(b), "KiB") {
+		t.Errorf("the refusal does not name the bound: %s", b)
+	}
+	if read := body.read.Load(); read > 32<<20 {
+		t.Errorf("the server read %d MiB of metadata parts before refusing", read>>20)
+	}
+	t.Logf("refused after %s, %d KiB read", time.Since(start), body.read.Load()>>10)
+
+	// Metadata parts may still come before their files (execd pairs them
+	// by order), within the bound.
+	meta := func(path string) string {
+		return fmt.Sprintf("--B\r\nContent-Disposition: form-data; name=\"metadata\"\r\n\r\n{\"path\": %q}\r\n", path)
+	}
+	file := func(data string) string {
+		return "--B\r\nContent-Disposition: form-data; name=\"file\"; filename=\"f\"\r\n\r\n" + data + "\r\n"
+	}
+	status, b = hs.rawUpload(meta("/tmp/pair1") + meta("/tmp/pair2") + file("one") + file("two") + "--B--\r\n")
+	if status != 200 {
+		t.Fatalf("metadata before files: %d %s", status, b)
+	}
+	if got := hs.mustSh("cat /tmp/pair1 /tmp/pair2"); got != "onetwo" {
+		t.Errorf("metadata before files wrote %q", got)
+	}
+}
