@@ -104,7 +104,7 @@ func (h *Handler) userFor(ctx context.Context, c *call, uid, gid *int64) (string
 // command's id), stdout and stderr, then execution_complete for exit 0 or
 // error (evalue the exit code). A background command's stream ends after
 // init and execution_complete; the command keeps running, its output kept
-// for GET /command/{id}/logs.
+// in the sandbox for GET /command/{id}/logs (bglog.go).
 func (h *Handler) runCommand(w http.ResponseWriter, r *http.Request, c *call) {
 	var req runCommandRequest
 	if err := h.decodeJSON(w, r, &req, false); err != nil {
@@ -123,14 +123,15 @@ func (h *Handler) runCommand(w http.ResponseWriter, r *http.Request, c *call) {
 	}
 	cmd := &command{id: newID(), content: content, background: req.Background, startedAt: time.Now(), done: make(chan struct{})}
 	cmd.tag = "osb-command-" + cmd.id
+	timeout := time.Duration(req.Timeout) * time.Millisecond
 	if req.Background {
-		cmd.log = &logBuffer{}
+		h.runBackground(w, r, c, cmd, cfg, user, timeout)
+		return
 	}
-	if err := c.st.register(cmd, h.opts.MaxCommands); err != nil {
+	if err := h.register(c, cmd); err != nil {
 		fail(w, err)
 		return
 	}
-	timeout := time.Duration(req.Timeout) * time.Millisecond
 	p, err := startProcess(c.st.ctx, h.client(c, user), cfg, cmd.tag, timeout)
 	if err != nil {
 		c.st.unregister(cmd)
@@ -138,10 +139,7 @@ func (h *Handler) runCommand(w http.ResponseWriter, r *http.Request, c *call) {
 		return
 	}
 	stopTimer := p.watchTimeout(c.st.ctx, timeout)
-	var ep *eventPipe
-	if !req.Background {
-		ep = newEventPipe()
-	}
+	ep := newEventPipe()
 	go func() {
 		defer stopTimer()
 		p.follow(func(ev procEvent) {
@@ -152,29 +150,93 @@ func (h *Handler) runCommand(w http.ResponseWriter, r *http.Request, c *call) {
 			case ev.err != nil:
 				c.st.finish(cmd, nil, ev.err.Error())
 				h.log.Info("lost a command's stream", "sandbox", c.id, "command", cmd.id, "err", ev.err)
-			case req.Background:
-				c.st.appendLog(cmd, ev.stdout, h.opts.MaxCommandLog, h.opts.MaxSandboxLog)
-				c.st.appendLog(cmd, ev.stderr, h.opts.MaxCommandLog, h.opts.MaxSandboxLog)
-				return
 			}
-			if ep != nil {
-				ep.deliver(ev)
-			}
+			ep.deliver(ev)
 		})
 	}()
 
 	s := startSSE(w)
-	if err := s.send(streamEvent{Type: eventInit, Text: cmd.id}); err != nil && !req.Background {
+	if err := s.send(streamEvent{Type: eventInit, Text: cmd.id}); err != nil {
 		ep.leave()
 		_ = p.kill(c.st.ctx, procpb.Signal_SIGNAL_SIGKILL)
 		return
 	}
-	if req.Background {
-		ms := time.Since(cmd.startedAt).Milliseconds()
-		_ = s.send(streamEvent{Type: eventComplete, ExecutionTime: &ms})
+	streamForeground(r, s, p, ep, c.st.ctx)
+}
+
+// register adds cmd to c's sandbox, removing from the sandbox the output
+// of the commands it puts over the bounds.
+func (h *Handler) register(c *call, cmd *command) error {
+	drop, err := c.st.register(cmd, h.opts.MaxCommands, h.keptLogs())
+	if len(drop) > 0 {
+		ctx, cancel := context.WithTimeout(c.st.ctx, 30*time.Second)
+		h.removeLogs(ctx, c, drop)
+		cancel()
+	}
+	return err
+}
+
+// runBackground starts cmd, whose process is cfg run as user, in the
+// background: its output goes to a keeper in the sandbox, and the host
+// follows only its end.
+func (h *Handler) runBackground(w http.ResponseWriter, r *http.Request, c *call, cmd *command, cfg *procpb.ProcessConfig, user string, timeout time.Duration) {
+	cmd.log = &commandLog{dir: logRoot + "/" + cmd.id, segment: max(int64(h.opts.MaxCommandLog)/2, 1), end: -1}
+	if err := h.register(c, cmd); err != nil {
+		fail(w, err)
 		return
 	}
-	streamForeground(r, s, p, ep, c.st.ctx)
+	writer := user
+	if writer == "" {
+		writer = h.opts.User
+	}
+	if err := h.startKeeper(r.Context(), c, cmd, writer); err != nil {
+		h.dropKeeper(c, cmd)
+		c.st.unregister(cmd)
+		fail(w, err)
+		return
+	}
+	wrapped := &procpb.ProcessConfig{
+		Cmd:  "/bin/bash",
+		Args: append([]string{"-c", backgroundScript, "hutch-osb", cmd.log.dir + "/out", cfg.GetCmd()}, cfg.GetArgs()...),
+		Envs: cfg.GetEnvs(),
+		Cwd:  cfg.Cwd,
+	}
+	p, err := startProcess(c.st.ctx, h.client(c, user), wrapped, cmd.tag, timeout)
+	if err != nil {
+		h.dropKeeper(c, cmd)
+		c.st.unregister(cmd)
+		fail(w, err)
+		return
+	}
+	stopTimer := p.watchTimeout(c.st.ctx, timeout)
+	go func() {
+		defer stopTimer()
+		// Only what the script says before its output goes to the FIFO
+		// comes here: why it could not open it.
+		var early strings.Builder
+		p.follow(func(ev procEvent) {
+			switch {
+			case ev.end != nil:
+				h.awaitKeeper(c, cmd)
+				code, msg := p.exitOf(ev.end)
+				if early.Len() > 0 {
+					msg = strings.TrimSpace(msg + ": " + early.String())
+				}
+				c.st.finish(cmd, &code, msg)
+			case ev.err != nil:
+				c.st.finish(cmd, nil, ev.err.Error())
+				h.log.Info("lost a command's stream", "sandbox", c.id, "command", cmd.id, "err", ev.err)
+			case early.Len() < maxHelperOutput:
+				early.Write(ev.stdout)
+				early.Write(ev.stderr)
+			}
+		})
+	}()
+	s := startSSE(w)
+	if s.send(streamEvent{Type: eventInit, Text: cmd.id}) == nil {
+		ms := time.Since(cmd.startedAt).Milliseconds()
+		_ = s.send(streamEvent{Type: eventComplete, ExecutionTime: &ms})
+	}
 }
 
 // interruptCommand is DELETE /command?id=: SIGTERM to the command's
@@ -268,7 +330,11 @@ func (h *Handler) commandLogs(w http.ResponseWriter, r *http.Request, c *call) {
 		}
 		cursor = n
 	}
-	out, next := c.st.readLog(cmd, cursor, h.opts.MaxCommandLog, h.opts.MaxSandboxLog)
+	out, next, err := h.readLogs(r.Context(), c, cmd, cursor)
+	if err != nil {
+		fail(w, err)
+		return
+	}
 	w.Header().Set("EXECD-COMMANDS-TAIL-CURSOR", strconv.FormatInt(next, 10))
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.WriteHeader(http.StatusOK)

@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -305,7 +308,9 @@ func TestClientDisconnect(t *testing.T) {
 }
 
 // TestBackgroundLogBounds runs commands whose output is over the bounds:
-// the oldest output goes, and the logs say so.
+// the sandbox keeps the last part of each command's output (from the
+// last MaxCommandLog/2 bytes to MaxCommandLog), and the output of as many
+// commands as MaxSandboxLog/MaxCommandLog; the logs say what went.
 func TestBackgroundLogBounds(t *testing.T) {
 	hs := newHarness(t, Options{MaxCommandLog: 1000, MaxSandboxLog: 1500})
 	run := func(cmd string) string {
@@ -320,7 +325,7 @@ func TestBackgroundLogBounds(t *testing.T) {
 	first := run(`i=0; while [ $i -lt 500 ]; do printf '%09d\n' $i; i=$((i+1)); done`) // 5000 bytes
 	_, h, b := hs.do("GET", "/command/"+first+"/logs", nil, nil)
 	note, rest, _ := strings.Cut(string(b), "\n")
-	if !strings.Contains(note, "4000 bytes of earlier output were dropped") || rest != string(seq(400, 500)) {
+	if !strings.Contains(note, "4500 bytes of earlier output were dropped") || rest != string(seq(450, 500)) {
 		t.Errorf("logs over the command bound: note %q, rest %d bytes starting %.20q", note, len(rest), rest)
 	}
 	if h.Get("EXECD-COMMANDS-TAIL-CURSOR") != "5000" {
@@ -330,16 +335,136 @@ func TestBackgroundLogBounds(t *testing.T) {
 	if string(b) != "000000499\n" {
 		t.Errorf("logs from 4990: %q", b)
 	}
-	// A second command's 800 bytes put the sandbox over 1500: the first
+	// The files are root's, out of the commands' users' reach.
+	if got := hs.mustSh("cd /run/hutch-osb && stat -c '%U %a' . " + first + " " + first + "/9"); got != "root 711\nroot 711\nroot 600\n" {
+		t.Errorf("owners and modes of the log files: %q", got)
+	}
+	// A second command's output puts the sandbox over 1500: the first
 	// (finished) command's output goes.
 	second := run(`i=0; while [ $i -lt 80 ]; do printf '%09d\n' $i; i=$((i+1)); done`)
 	_, _, b = hs.do("GET", "/command/"+second+"/logs", nil, nil)
 	if string(b) != string(seq(0, 80)) {
-		t.Errorf("second command's logs: %d bytes", len(b))
+		t.Errorf("second command's logs: %d bytes %.40q", len(b), b)
 	}
 	_, _, b = hs.do("GET", "/command/"+first+"/logs", nil, nil)
 	if !strings.HasPrefix(string(b), "[hutch: 5000 bytes of earlier output were dropped") || strings.Count(string(b), "\n") != 1 {
 		t.Errorf("first command's logs after the sandbox bound: %q", b)
+	}
+	if got := hs.mustSh("ls /run/hutch-osb"); got != second+"\n" {
+		t.Errorf("the sandbox keeps log directories %q, want only the second command's", got)
+	}
+}
+
+// countingTransport counts the bytes of envd's answers.
+type countingTransport struct {
+	rt http.RoundTripper
+	n  atomic.Int64
+}
+
+func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := c.rt.RoundTrip(r)
+	if err == nil {
+		resp.Body = &countingBody{ReadCloser: resp.Body, n: &c.n}
+	}
+	return resp, err
+}
+
+type countingBody struct {
+	io.ReadCloser
+	n *atomic.Int64
+}
+
+func (b *countingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.n.Add(int64(n))
+	return n, err
+}
+
+// TestBackgroundOutputStaysInSandbox: what a background command writes
+// stays in the sandbox until a client asks for it; the host reads only
+// what GET /command/{id}/logs answers. (The output is random, so that
+// envd's compression does not hide what crosses.)
+func TestBackgroundOutputStaysInSandbox(t *testing.T) {
+	var ct *countingTransport
+	hs := newHarnessVia(t, Options{}, func(rt http.RoundTripper) http.RoundTripper {
+		ct = &countingTransport{rt: rt}
+		return ct
+	})
+	before := ct.n.Load()
+	s, status, body := hs.openStream(context.Background(), "/command", map[string]any{
+		"command": `head -c 30000000 /dev/urandom | base64 -w0; printf '\nend\n' >&2`, "background": true,
+	})
+	if s == nil {
+		t.Fatalf("status %d: %s", status, body)
+	}
+	id := toExecution(s.all(t)).id
+	st := hs.waitStatus(id, 60*time.Second)
+	if deref(st.ExitCode) != 0 {
+		t.Fatalf("status %+v", st)
+	}
+	if got := ct.n.Load() - before; got > 1<<20 {
+		t.Errorf("the host read %d MiB from envd while a background command wrote 40 MB nobody asked for", got>>20)
+	}
+	before = ct.n.Load()
+	_, h, b := hs.do("GET", "/command/"+id+"/logs?cursor=0", nil, nil)
+	note, rest, _ := strings.Cut(string(b), "\n")
+	out, ok := strings.CutSuffix(rest, "\nend\n")
+	if !strings.Contains(note, "bytes of earlier output were dropped") || !ok || strings.Contains(out, "\n") || len(rest) < 512<<10 || len(rest) > 1<<20 {
+		t.Errorf("logs: note %q, then %d bytes ending %q", note, len(rest), rest[max(0, len(rest)-20):])
+	}
+	if c := h.Get("EXECD-COMMANDS-TAIL-CURSOR"); c != "40000005" {
+		t.Errorf("cursor %q, want 40000005", c)
+	}
+	if got := ct.n.Load() - before; got > 2<<20 {
+		t.Errorf("reading the logs took %d MiB from envd", got>>20)
+	}
+}
+
+// TestBackgroundAsUser: a background command of another user writes its
+// output, and cannot reach the kept files of any command.
+func TestBackgroundAsUser(t *testing.T) {
+	hs := newHarness(t, Options{})
+	run := func(body map[string]any) string {
+		s, status, b := hs.openStream(context.Background(), "/command", body)
+		if s == nil {
+			t.Fatalf("status %d: %s", status, b)
+		}
+		id := toExecution(s.all(t)).id
+		hs.waitStatus(id, 10*time.Second)
+		return id
+	}
+	secret := run(map[string]any{"command": "echo secret", "background": true})
+	id := run(map[string]any{"command": `id -un
+cat /run/hutch-osb/` + secret + `/0 >/dev/null 2>&1 || echo no read
+ls /run/hutch-osb >/dev/null 2>&1 || echo no list
+{ : > /run/hutch-osb/x; } 2>/dev/null || echo no write`, "background": true, "uid": 1000})
+	if _, _, b := hs.do("GET", "/command/"+id+"/logs", nil, nil); string(b) != "user\nno read\nno list\nno write\n" {
+		t.Errorf("logs of a command as uid 1000: %q", b)
+	}
+	if _, _, b := hs.do("GET", "/command/"+secret+"/logs", nil, nil); string(b) != "secret\n" {
+		t.Errorf("logs of the first command: %q", b)
+	}
+}
+
+// TestBackgroundOutputOrder: stdout and stderr of a background command
+// are kept in the order the command wrote them.
+func TestBackgroundOutputOrder(t *testing.T) {
+	hs := newHarness(t, Options{})
+	s, status, body := hs.openStream(context.Background(), "/command", map[string]any{
+		"command": `i=0; while [ $i -lt 300 ]; do echo o$i; echo e$i >&2; i=$((i+1)); done`, "background": true,
+	})
+	if s == nil {
+		t.Fatalf("status %d: %s", status, body)
+	}
+	id := toExecution(s.all(t)).id
+	hs.waitStatus(id, 10*time.Second)
+	_, _, b := hs.do("GET", "/command/"+id+"/logs", nil, nil)
+	var want strings.Builder
+	for i := range 300 {
+		fmt.Fprintf(&want, "o%d\ne%d\n", i, i)
+	}
+	if string(b) != want.String() {
+		t.Errorf("logs are not in the order written: %.80q", b)
 	}
 }
 

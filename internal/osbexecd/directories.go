@@ -1,7 +1,9 @@
 package osbexecd
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -181,16 +183,26 @@ func (h *Handler) listDirectory(w http.ResponseWriter, r *http.Request, c *call)
 		fail(w, badRequest("path is not a directory: %s", e.GetPath()))
 		return
 	}
-	out := []fileInfo{}
+	var entries []*fspb.EntryInfo
 	if depth > 0 {
-		entries, err := ec.listDir(r.Context(), e.GetPath(), uint32(depth))
-		if err != nil {
+		if entries, err = ec.listDir(r.Context(), e.GetPath(), uint32(depth)); err != nil {
 			fail(w, err)
 			return
 		}
-		for _, en := range entries {
-			out = append(out, toFileInfo(en))
-		}
 	}
-	writeJSON(w, out)
+	// A listing may have hundreds of thousands of entries: they are
+	// encoded one by one as they are sent, not built as one answer.
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	bw := bufio.NewWriterSize(w, 64<<10)
+	enc := json.NewEncoder(bw)
+	bw.WriteByte('[')
+	for i, en := range entries {
+		if i > 0 {
+			bw.WriteByte(',')
+		}
+		_ = enc.Encode(toFileInfo(en))
+	}
+	bw.WriteString("]\n")
+	_ = bw.Flush()
 }

@@ -124,6 +124,15 @@ func (ec *envdClient) exists(ctx context.Context, path string) (bool, error) {
 // files makes a request to envd's /files for path. A transport failure is
 // ErrUnavailable; the response is returned whatever its status.
 func (ec *envdClient) files(ctx context.Context, method, path string, header http.Header, body io.Reader) (*http.Response, error) {
+	req, err := ec.filesRequest(ctx, method, path, header, body)
+	if err != nil {
+		return nil, err
+	}
+	return ec.do(ctx, req)
+}
+
+// filesRequest is the request files makes.
+func (ec *envdClient) filesRequest(ctx context.Context, method, path string, header http.Header, body io.Reader) (*http.Request, error) {
 	q := url.Values{"username": {ec.user}}
 	if path != "" {
 		q.Set("path", path)
@@ -140,6 +149,11 @@ func (ec *envdClient) files(ctx context.Context, method, path string, header htt
 	}
 	// Bytes as they are: a Range and its Content-Length need them.
 	req.Header.Set("Accept-Encoding", "identity")
+	return req, nil
+}
+
+// do sends req to envd.
+func (ec *envdClient) do(ctx context.Context, req *http.Request) (*http.Response, error) {
 	resp, err := ec.http.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -190,25 +204,45 @@ func (ec *envdClient) readFile(ctx context.Context, path string, max int64) ([]b
 		return nil, filesError("read "+path, resp)
 	}
 	defer resp.Body.Close()
+	tooLarge := &apiError{http.StatusRequestEntityTooLarge, codeTooLarge, fmt.Sprintf("%s is larger than %d bytes", path, max)}
 	if resp.ContentLength > max {
-		return nil, &apiError{http.StatusRequestEntityTooLarge, codeTooLarge, fmt.Sprintf("%s is larger than %d bytes", path, max)}
+		return nil, tooLarge
+	}
+	if resp.ContentLength >= 0 {
+		// One buffer of the announced size, not ReadAll's doublings;
+		// a body longer than announced is cut by the transport.
+		b := make([]byte, resp.ContentLength)
+		if _, err := io.ReadFull(resp.Body, b); err != nil {
+			return nil, fmt.Errorf("read %s: %w", path, err)
+		}
+		return b, nil
 	}
 	b, err := io.ReadAll(io.LimitReader(resp.Body, max+1))
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
 	if int64(len(b)) > max {
-		return nil, &apiError{http.StatusRequestEntityTooLarge, codeTooLarge, fmt.Sprintf("%s is larger than %d bytes", path, max)}
+		return nil, tooLarge
 	}
 	return b, nil
 }
 
-// writeFile replaces path's content with data, atomically (envd writes a
-// temporary file and renames it). An existing file keeps its mode; the
-// file belongs to the client's user.
-func (ec *envdClient) writeFile(ctx context.Context, path string, data []byte) error {
+// writeFile replaces path's content with the size bytes open returns,
+// atomically (envd writes a temporary file and renames it). open may be
+// called again should the request be retried. An existing file keeps its
+// mode; the file belongs to the client's user.
+func (ec *envdClient) writeFile(ctx context.Context, path string, size int64, open func() io.Reader) error {
 	h := http.Header{"Content-Type": {"application/octet-stream"}}
-	resp, err := ec.files(ctx, http.MethodPost, path, h, bytes.NewReader(data))
+	req, err := ec.filesRequest(ctx, http.MethodPost, path, h, open())
+	if err != nil {
+		return err
+	}
+	req.ContentLength = size
+	if size == 0 {
+		req.Body = http.NoBody
+	}
+	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(open()), nil }
+	resp, err := ec.do(ctx, req)
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"sort"
 	"strconv"
@@ -266,6 +267,12 @@ type replaceResult struct {
 // every occurrence of old in each file, keeping its mode and owner. Every
 // file is read and checked before any is written; each is written
 // atomically. With ?verbose=true the answer counts the replacements.
+//
+// The files pass through the host: what they are now is bounded by
+// MaxReplaceBytes for the request together, and so is what they become
+// (a one-byte old and a long new multiply a file). The result is streamed
+// to envd as it is made, never built, and the files read by all requests
+// at once are bounded by replaceInFlight.
 func (h *Handler) replaceContent(w http.ResponseWriter, r *http.Request, c *call) {
 	var items map[string]replaceItem
 	if err := h.decodeJSON(w, r, &items, false); err != nil {
@@ -290,15 +297,12 @@ func (h *Handler) replaceContent(w http.ResponseWriter, r *http.Request, c *call
 	}
 	sort.Strings(paths)
 	ec := h.client(c, "")
-	type change struct {
-		path    string // resolved
-		owner   string
-		content []byte
-	}
-	var changes []change
-	results := make(map[string]replaceResult, len(paths))
-	budget := h.opts.MaxReplaceBytes
-	for _, p := range paths {
+	limit := h.opts.MaxReplaceBytes
+	tooLarge := &apiError{http.StatusRequestEntityTooLarge, codeTooLarge, fmt.Sprintf("the files to replace in are larger than %d bytes together", limit)}
+
+	entries := make([]*fspb.EntryInfo, len(paths))
+	var size int64
+	for i, p := range paths {
 		e, err := ec.stat(r.Context(), p)
 		if err != nil {
 			fail(w, err)
@@ -308,29 +312,62 @@ func (h *Handler) replaceContent(w http.ResponseWriter, r *http.Request, c *call
 			fail(w, badRequest("%s is not a regular file", p))
 			return
 		}
-		data, err := ec.readFile(r.Context(), p, budget)
+		entries[i] = e
+		if size += e.GetSize(); size > limit {
+			fail(w, tooLarge)
+			return
+		}
+	}
+	// Hold the host's memory for the files as they are now; one that
+	// grew since its stat is read up to what is held, no further.
+	held := max(size, 1)
+	if err := h.replaceMem.Acquire(r.Context(), held); err != nil {
+		return // the client left
+	}
+	defer h.replaceMem.Release(held)
+
+	type change struct {
+		path  string // resolved
+		owner string
+		data  []byte
+		old   []byte
+		new   []byte
+		size  int64 // after the replacement
+	}
+	var changes []change
+	results := make(map[string]replaceResult, len(paths))
+	left, total := held, int64(0)
+	for i, p := range paths {
+		data, err := ec.readFile(r.Context(), p, left)
 		if err != nil {
 			var ae *apiError
 			if errors.As(err, &ae) && ae.status == http.StatusRequestEntityTooLarge {
-				err = &apiError{ae.status, ae.code, fmt.Sprintf("the files to replace in are larger than %d bytes together", h.opts.MaxReplaceBytes)}
+				err = &apiError{http.StatusConflict, codeRuntimeError, fmt.Sprintf("%s grew while it was being read; try again", p)}
 			}
 			fail(w, err)
 			return
 		}
-		budget -= int64(len(data))
+		left -= int64(len(data))
 		old, repl := []byte(*items[p].Old), []byte(*items[p].New)
 		n := bytes.Count(data, old)
 		results[p] = replaceResult{ReplacedCount: n}
-		if n > 0 {
-			owner, _ := ownerText(e.GetOwner(), e.GetGroup())
-			changes = append(changes, change{path: e.GetPath(), owner: owner, content: bytes.ReplaceAll(data, old, repl)})
+		if n == 0 {
+			continue
 		}
+		after := int64(len(data)) + int64(n)*(int64(len(repl))-int64(len(old)))
+		if total += after; total > limit {
+			fail(w, badRequest("the files would be %d bytes together after the replacement, more than the %d bytes one request may write", total, limit))
+			return
+		}
+		owner, _ := ownerText(entries[i].GetOwner(), entries[i].GetGroup())
+		changes = append(changes, change{path: entries[i].GetPath(), owner: owner, data: data, old: old, new: repl, size: after})
 	}
 	var ops []permOp
 	for _, ch := range changes {
 		// envd's write keeps the mode and gives the file to the writer;
 		// the owner it had is put back below.
-		if err := ec.writeFile(r.Context(), ch.path, ch.content); err != nil {
+		open := func() io.Reader { return &replacer{data: ch.data, old: ch.old, new: ch.new} }
+		if err := ec.writeFile(r.Context(), ch.path, ch.size, open); err != nil {
 			fail(w, err)
 			return
 		}
@@ -345,6 +382,45 @@ func (h *Handler) replaceContent(w http.ResponseWriter, r *http.Request, c *call
 		return
 	}
 	okEmpty(w)
+}
+
+// replacer reads data with every old replaced by new, as bytes.ReplaceAll
+// would make it (matches found left to right, not overlapping), without
+// building the result.
+type replacer struct {
+	data, old, new []byte
+	out            []byte // what is ready to be read
+	pendingNew     bool   // new comes after out
+	done           bool
+}
+
+func (rp *replacer) Read(p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		if len(rp.out) == 0 {
+			switch {
+			case rp.pendingNew:
+				rp.out, rp.pendingNew = rp.new, false
+			case rp.done:
+				if n == 0 {
+					return 0, io.EOF
+				}
+				return n, nil
+			default:
+				i := bytes.Index(rp.data, rp.old)
+				if i < 0 {
+					rp.out, rp.data, rp.done = rp.data, nil, true
+				} else {
+					rp.out, rp.data, rp.pendingNew = rp.data[:i], rp.data[i+len(rp.old):], true
+				}
+			}
+			continue
+		}
+		c := copy(p[n:], rp.out)
+		rp.out = rp.out[c:]
+		n += c
+	}
+	return n, nil
 }
 
 // chmodFiles is POST /files/permissions {"<path>": {owner, group, mode}}:

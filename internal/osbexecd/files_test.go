@@ -8,9 +8,12 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // sdkUpload is one WriteEntry of the Python SDK.
@@ -548,4 +551,153 @@ func TestDirectories(t *testing.T) {
 		status, b = hs.json("DELETE", "/directories", nil)
 		wantError(t, "no path", status, b, 400, codeMissingQuery)
 	})
+}
+
+// TestReplaceBounds: the size of what a replacement writes is bounded as
+// well as what it reads (a one-byte old and a long new multiply a file),
+// over all the files of the request together, and a refusal comes before
+// anything is written.
+func TestReplaceBounds(t *testing.T) {
+	const limit = 1 << 20
+	hs := newHarness(t, Options{MaxReplaceBytes: limit})
+	hs.mustSh(`set -e
+mkdir -p /w
+head -c 102400 /dev/zero | tr '\0' a > /w/big
+head -c 307200 /dev/zero | tr '\0' a > /w/m1
+cp /w/m1 /w/m2
+head -c 2000000 /dev/zero | tr '\0' a > /w/huge`)
+	sizes := func() string { return hs.mustSh("stat -c '%n %s' /w/big /w/m1 /w/m2 /w/huge") }
+	before := sizes()
+	limitText := fmt.Sprint(limit)
+	tests := []struct {
+		name    string
+		body    map[string]map[string]string
+		status  int
+		code    string
+		message string // a part of the message
+	}{
+		{"result of one file over the bound", map[string]map[string]string{"/w/big": {"old": "a", "new": strings.Repeat("b", 100)}},
+			400, codeInvalidRequest, limitText},
+		{"results together over the bound", map[string]map[string]string{"/w/m1": {"old": "a", "new": "bb"}, "/w/m2": {"old": "a", "new": "bb"}},
+			400, codeInvalidRequest, limitText},
+		{"input over the bound", map[string]map[string]string{"/w/huge": {"old": "a", "new": "b"}},
+			413, codeTooLarge, limitText},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			status, b := hs.json("POST", "/files/replace", tt.body)
+			wantError(t, tt.name, status, b, tt.status, tt.code)
+			if !strings.Contains(string(b), tt.message) {
+				t.Errorf("message %s does not name the limit %s", b, tt.message)
+			}
+			if got := sizes(); got != before {
+				t.Errorf("a refused replacement changed the files:\n%s\nwant\n%s", got, before)
+			}
+		})
+	}
+	// Growing within the bound works, and says how many it replaced.
+	status, b := hs.json("POST", "/files/replace?verbose=true", map[string]map[string]string{"/w/m1": {"old": "a", "new": "bb"}})
+	var got map[string]replaceResult
+	if status != 200 || json.Unmarshal(b, &got) != nil || got["/w/m1"].ReplacedCount != 307200 {
+		t.Fatalf("replace within the bound: %d %s", status, b)
+	}
+	if out := hs.mustSh("stat -c %s /w/m1; tr -d b < /w/m1 | wc -c"); out != "614400\n0\n" {
+		t.Errorf("after replace within the bound: %q", out)
+	}
+}
+
+// TestReplaceStreams: a replacement's result goes to the sandbox as it is
+// made; the host holds the files read, not what they become.
+func TestReplaceStreams(t *testing.T) {
+	hs := newHarness(t, Options{})
+	hs.mustSh(`mkdir -p /w && head -c 4194304 /dev/zero | tr '\0' a > /w/grow`)
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	status, b := hs.json("POST", "/files/replace", map[string]map[string]string{"/w/grow": {"old": "a", "new": "bbbbbbbbbbbb"}})
+	runtime.ReadMemStats(&m1)
+	if status != 200 {
+		t.Fatalf("replace: %d %s", status, b)
+	}
+	if out := hs.mustSh("stat -c %s /w/grow; tr -d b < /w/grow | wc -c"); out != "50331648\n0\n" {
+		t.Errorf("after replace: %q", out)
+	}
+	// 4 MiB read and 48 MiB written: the host must not have built the
+	// 48 MiB.
+	if alloc := m1.TotalAlloc - m0.TotalAlloc; alloc > 24<<20 {
+		t.Errorf("the replacement allocated %d MiB on the host for a 4 MiB file becoming 48 MiB", alloc>>20)
+	}
+}
+
+// floodBody is a multipart body of metadata parts only, made as it is
+// read: about size bytes of parts of a 4000-byte path each, then the
+// closing boundary. read counts what the server took.
+type floodBody struct {
+	part, end []byte
+	parts     int64 // bytes of parts
+	off       int64
+	read      atomic.Int64
+}
+
+func newFloodBody(size int64) *floodBody {
+	path, _ := json.Marshal(map[string]string{"path": "/tmp/" + strings.Repeat("p", 4000)})
+	part := []byte("--B\r\nContent-Disposition: form-data; name=\"metadata\"\r\nContent-Type: application/json\r\n\r\n" + string(path) + "\r\n")
+	return &floodBody{part: part, end: []byte("--B--\r\n"), parts: size / int64(len(part)) * int64(len(part))}
+}
+
+func (f *floodBody) Read(p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		var src []byte
+		switch {
+		case f.off < f.parts:
+			src = f.part[f.off%int64(len(f.part)):]
+		case f.off < f.parts+int64(len(f.end)):
+			src = f.end[f.off-f.parts:]
+		}
+		if len(src) == 0 {
+			break
+		}
+		c := copy(p[n:], src)
+		n += c
+		f.off += int64(c)
+	}
+	f.read.Add(int64(n))
+	if n == 0 {
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+// TestUploadPendingMetadata: metadata parts waiting for their file parts
+// are bounded, and the upload is refused as soon as the bound is passed,
+// not after the whole body was read into the host's memory.
+func TestUploadPendingMetadata(t *testing.T) {
+	hs := newHarness(t, Options{})
+	body := newFloodBody(200 << 20)
+	start := time.Now()
+	status, _, b := hs.do("POST", "/files/upload", http.Header{"Content-Type": {"multipart/form-data; boundary=B"}}, body)
+	wantError(t, "metadata flood", status, b, 400, codeInvalidMetadata)
+	if !strings.Contains(string(b), fmt.Sprint(maxUploadFiles)) && !strings.Contains(string(b), "KiB") {
+		t.Errorf("the refusal does not name the bound: %s", b)
+	}
+	if read := body.read.Load(); read > 32<<20 {
+		t.Errorf("the server read %d MiB of metadata parts before refusing", read>>20)
+	}
+	t.Logf("refused after %s, %d KiB read", time.Since(start), body.read.Load()>>10)
+
+	// Metadata parts may still come before their files (execd pairs them
+	// by order), within the bound.
+	meta := func(path string) string {
+		return fmt.Sprintf("--B\r\nContent-Disposition: form-data; name=\"metadata\"\r\n\r\n{\"path\": %q}\r\n", path)
+	}
+	file := func(data string) string {
+		return "--B\r\nContent-Disposition: form-data; name=\"file\"; filename=\"f\"\r\n\r\n" + data + "\r\n"
+	}
+	status, b = hs.rawUpload(meta("/tmp/pair1") + meta("/tmp/pair2") + file("one") + file("two") + "--B--\r\n")
+	if status != 200 {
+		t.Fatalf("metadata before files: %d %s", status, b)
+	}
+	if got := hs.mustSh("cat /tmp/pair1 /tmp/pair2"); got != "onetwo" {
+		t.Errorf("metadata before files wrote %q", got)
+	}
 }

@@ -37,6 +37,13 @@ type harness struct {
 
 func newHarness(t *testing.T, opts Options) *harness {
 	t.Helper()
+	return newHarnessVia(t, opts, nil)
+}
+
+// newHarnessVia is newHarness whose handler reaches envd through
+// wrap(transport) (nil: the transport itself).
+func newHarnessVia(t *testing.T, opts Options, wrap func(http.RoundTripper) http.RoundTripper) *harness {
+	t.Helper()
 	sb := envdtest.Start(t)
 	token := "osb-test-token"
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -46,6 +53,9 @@ func newHarness(t *testing.T, opts Options) *harness {
 	}
 	h := New(opts)
 	e := Envd{Transport: sb.Client.Transport, Token: token}
+	if wrap != nil {
+		e.Transport = wrap(e.Transport)
+	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.Serve(w, r, sb.ID, e)
 	}))

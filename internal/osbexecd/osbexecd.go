@@ -2,8 +2,10 @@
 // specs/execd-api.yaml of opensandbox-group/OpenSandbox) for Hutch's
 // sandboxes from the host, by translating every call to the sandbox's own
 // envd: commands become process.Process Start/SendSignal streams, files
-// go through envd's /files and filesystem.Filesystem. Nothing else runs
-// in the sandbox and no port is added to it.
+// go through envd's /files and filesystem.Filesystem. No daemon runs in
+// the sandbox and no port is added to it; beside each background command
+// a shell keeps its output in the sandbox's files (bglog.go), so that the
+// host spends nothing on output no client asks for.
 //
 // Paths mean what they mean to envd: absolute inside the sandbox, ".."
 // cleaned, links followed inside the sandbox's mount namespace, so the
@@ -22,6 +24,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/sync/semaphore"
 )
 
 // Envd is how the host reaches one sandbox's envd.
@@ -65,16 +69,19 @@ type Options struct {
 	MaxUploadBytes int64
 	// MaxReplaceBytes bounds the total size of the files one POST
 	// /files/replace may rewrite, since they pass through the host's
-	// memory. Default 64 MiB.
+	// memory, and their total size after the replacement. Requests
+	// together hold at most four times this; more wait. Default 64 MiB.
 	MaxReplaceBytes int64
 	// MaxCommandLog is how much output of one background command the
-	// host keeps for GET /command/{id}/logs; older output is dropped, and
-	// the logs say so. Default 1 MiB.
+	// sandbox keeps, on its own disk, for GET /command/{id}/logs: the
+	// last half of it to all of it (two files of half this size); older
+	// output is dropped, and the logs say so. One GET answers at most
+	// this much. Default 1 MiB.
 	MaxCommandLog int
-	// MaxSandboxLog bounds the output kept for all background commands of
-	// one sandbox together: past it, the logs of the oldest finished
-	// commands go first, then the oldest output of the command writing.
-	// Default 16 MiB.
+	// MaxSandboxLog bounds the output kept for the background commands of
+	// one sandbox together, each counted at MaxCommandLog: past it, the
+	// output of the oldest finished commands is removed when a command
+	// starts (running commands keep theirs). Default 16 MiB.
 	MaxSandboxLog int
 	// MaxCommands bounds the commands one sandbox keeps a status for;
 	// past it the oldest finished one is forgotten, and a new command is
@@ -125,37 +132,45 @@ func (o Options) withDefaults() Options {
 }
 
 // Handler serves execd's API for any number of sandboxes. It keeps, per
-// sandbox, the commands it started (status, and background commands'
-// output) and the bash sessions; Forget drops them. It is safe for
-// concurrent use.
+// sandbox, the commands it started (their status; background commands'
+// output stays in the sandbox) and the bash sessions; Forget drops them.
+// It is safe for concurrent use.
 type Handler struct {
 	opts Options
 	log  *slog.Logger
 
 	routes []route
 
+	// replaceMem bounds the files all POST /files/replace requests hold
+	// in the host's memory at once (replaceInFlight).
+	replaceMem *semaphore.Weighted
+
 	mu        sync.Mutex
 	sandboxes map[string]*sandboxState
 }
 
+// replaceInFlight is how many requests' worth of MaxReplaceBytes all
+// replacements may hold at once; more wait for their turn.
+const replaceInFlight = 4
+
 // New returns a Handler with opts.
 func New(opts Options) *Handler {
 	opts = opts.withDefaults()
-	return &Handler{opts: opts, log: opts.Logger, routes: routeTable(), sandboxes: map[string]*sandboxState{}}
+	return &Handler{opts: opts, log: opts.Logger, routes: routeTable(), sandboxes: map[string]*sandboxState{},
+		replaceMem: semaphore.NewWeighted(replaceInFlight * opts.MaxReplaceBytes)}
 }
 
 // sandboxState is what the handler keeps for one sandbox.
 type sandboxState struct {
 	id string
-	// ctx bounds the work that outlives a request (background commands'
-	// streams); Forget cancels it.
+	// ctx bounds the work that outlives a request (commands' streams);
+	// Forget cancels it.
 	ctx    context.Context
 	cancel context.CancelFunc
 
 	mu       sync.Mutex
 	commands map[string]*command
 	order    []*command // oldest first
-	logBytes int        // output kept for all commands
 	sessions map[string]*session
 }
 
@@ -172,9 +187,10 @@ func (h *Handler) state(id string) *sandboxState {
 	return st
 }
 
-// Forget drops what the handler keeps for sandbox id (background
-// commands' logs, sessions) once the sandbox is gone, and stops following
-// its commands' streams.
+// Forget drops what the handler keeps for sandbox id (commands,
+// sessions) once the sandbox is gone, and stops following its commands'
+// streams. The files of background commands' output went with the
+// sandbox.
 func (h *Handler) Forget(id string) {
 	h.mu.Lock()
 	st := h.sandboxes[id]

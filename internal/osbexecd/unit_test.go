@@ -2,8 +2,10 @@ package osbexecd
 
 import (
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
@@ -106,45 +108,53 @@ func TestModeAndOwner(t *testing.T) {
 	}
 }
 
-// TestLogBuffer checks the bounds of kept output without a sandbox.
-func TestLogBuffer(t *testing.T) {
+// TestCommandRegister checks the bounds of kept commands and their
+// output without a sandbox.
+func TestCommandRegister(t *testing.T) {
 	st := &sandboxState{commands: map[string]*command{}}
-	mk := func(id string, running bool) *command {
-		c := &command{id: id, log: &logBuffer{}, done: make(chan struct{})}
-		if err := st.register(c, 3); err != nil {
+	ids := func(cmds []*command) []string {
+		var out []string
+		for _, c := range cmds {
+			out = append(out, c.id)
+		}
+		return out
+	}
+	mk := func(id string, background, running bool, wantDrop ...string) *command {
+		t.Helper()
+		c := &command{id: id, done: make(chan struct{})}
+		if background {
+			c.log = &commandLog{end: -1}
+		}
+		drop, err := st.register(c, 4, 2)
+		if err != nil {
 			t.Fatal(err)
+		}
+		if got := ids(drop); !slices.Equal(got, wantDrop) {
+			t.Errorf("registering %s drops the output of %v, want %v", id, got, wantDrop)
 		}
 		c.running = running
 		return c
 	}
-	a := mk("a", false)
-	st.appendLog(a, []byte("0123456789"), 6, 10)
-	if out, next := st.readLog(a, 0, 6, 10); !strings.HasPrefix(string(out), "[hutch: 4 bytes") || !strings.HasSuffix(string(out), "]\n456789") || next != 10 {
-		t.Errorf("over the command bound: %q %d", out, next)
-	}
-	if out, next := st.readLog(a, 7, 6, 10); string(out) != "789" || next != 10 {
-		t.Errorf("from 7: %q %d", out, next)
-	}
-	b := mk("b", true)
-	st.appendLog(b, []byte("abcdef"), 6, 10) // 12 > 10: a's finished output goes
-	if out, _ := st.readLog(a, 10, 6, 10); len(out) != 0 {
-		t.Errorf("a at its end: %q", out)
-	}
-	if out, _ := st.readLog(a, 0, 6, 10); !strings.HasPrefix(string(out), "[hutch: 10 bytes") {
-		t.Errorf("a after the sandbox bound: %q", out)
-	}
-	c := mk("c", true)
-	st.appendLog(c, []byte("ABCDEF"), 6, 10) // 12 > 10 with both running: c's own oldest go
-	if out, _ := st.readLog(c, 2, 6, 10); string(out) != "CDEF" || st.logBytes != 10 {
-		t.Errorf("c: %q, kept %d", out, st.logBytes)
-	}
-	// A fourth command evicts the oldest finished one (a) ...
-	mk("d", true)
+	mk("a", true, false)
+	mk("b", false, false)
+	mk("c", true, true)
+	// A third background command's output is one over 2: the oldest
+	// finished one's (a) goes.
+	mk("d", true, true, "a")
+	// A fifth command evicts the oldest finished one (a, output gone
+	// already) ...
+	mk("e", true, true)
 	if st.lookup("a") != nil || st.lookup("b") == nil {
 		t.Error("the oldest finished command was not the one forgotten")
 	}
-	// ... and with all running, a fifth is refused.
-	if err := st.register(&command{id: "e", done: make(chan struct{})}, 3); err == nil {
+	// ... then b (a foreground command: no output to remove); c, d and e
+	// keep theirs while they run.
+	mk("f", false, true)
+	if st.lookup("b") != nil {
+		t.Error("b was not forgotten")
+	}
+	// With all running, one more is refused.
+	if _, err := st.register(&command{id: "g", done: make(chan struct{})}, 4, 2); err == nil {
 		t.Error("a command past the bound with all running was accepted")
 	}
 }
@@ -153,5 +163,40 @@ func TestShellJoin(t *testing.T) {
 	got := shellJoin([]string{"printf", "%s|", "a b", "it's", ""})
 	if want := `printf '%s|' 'a b' 'it'\''s' ''`; got != want {
 		t.Errorf("shellJoin = %s, want %s", got, want)
+	}
+}
+
+// TestReplacer: the streamed replacement is what bytes.ReplaceAll makes,
+// whatever the size of the reads.
+func TestReplacer(t *testing.T) {
+	tests := []struct{ data, old, new string }{
+		{"a-a-a", "a", "XY"},
+		{"aaaa", "aa", "b"},
+		{"aaa", "aa", ""},
+		{"xyz", "q", "r"},
+		{"", "a", "b"},
+		{"abcabc", "abc", "abcabc"},
+		{"ab", "ab", ""},
+	}
+	for _, tt := range tests {
+		want := strings.ReplaceAll(tt.data, tt.old, tt.new)
+		for _, size := range []int{1, 2, 3, 1024} {
+			rp := &replacer{data: []byte(tt.data), old: []byte(tt.old), new: []byte(tt.new)}
+			var got []byte
+			buf := make([]byte, size)
+			for {
+				n, err := rp.Read(buf)
+				got = append(got, buf[:n]...)
+				if err == io.EOF {
+					break
+				}
+				if err != nil || n == 0 {
+					t.Fatalf("Read: %d, %v", n, err)
+				}
+			}
+			if string(got) != want {
+				t.Errorf("%q %q->%q in reads of %d: %q, want %q", tt.data, tt.old, tt.new, size, got, want)
+			}
+		}
 	}
 }

@@ -15,6 +15,12 @@ import (
 // maxUploadFiles bounds the files of one upload.
 const maxUploadFiles = 1000
 
+// maxPendingMetadata bounds the metadata parts of one upload held while
+// they wait for their file parts (execd pairs the n-th metadata part with
+// the n-th file part, so a client may send them all first): their paths,
+// owners and groups together.
+const maxPendingMetadata = 1 << 20
+
 // fileMetadata is execd's FileMetadata, the JSON part before each file.
 type fileMetadata struct {
 	Path  string `json:"path"`
@@ -108,6 +114,7 @@ func (h *Handler) upload(w http.ResponseWriter, r *http.Request, c *call) {
 // errEnvdAnswered means envd stopped reading.
 func transcodeUpload(in *multipart.Reader, out *multipart.Writer, checkNames func(owner, group string) error) ([]permOp, error) {
 	var pending []fileMetadata
+	pendingBytes := 0
 	var ops []permOp
 	seen := map[string]bool{}
 	for {
@@ -146,6 +153,14 @@ func transcodeUpload(in *multipart.Reader, out *multipart.Writer, checkNames fun
 			if err := checkNames(meta.Owner, meta.Group); err != nil {
 				return nil, err
 			}
+			// Refused as soon as it is over the bounds, before the rest
+			// of the body is read.
+			if len(ops)+len(pending) >= maxUploadFiles {
+				return nil, &apiError{http.StatusBadRequest, codeInvalidMetadata, fmt.Sprintf("at most %d files may be uploaded at once; this metadata part is one more", maxUploadFiles)}
+			}
+			if pendingBytes += len(meta.Path) + len(meta.Owner) + len(meta.Group); pendingBytes > maxPendingMetadata {
+				return nil, &apiError{http.StatusBadRequest, codeInvalidMetadata, fmt.Sprintf("the metadata parts waiting for their file parts are over %d KiB; send each file part after its metadata part", maxPendingMetadata>>10)}
+			}
 			pending = append(pending, meta)
 		case "file":
 			if len(pending) == 0 {
@@ -153,6 +168,7 @@ func transcodeUpload(in *multipart.Reader, out *multipart.Writer, checkNames fun
 			}
 			meta := pending[0]
 			pending = pending[1:]
+			pendingBytes -= len(meta.Path) + len(meta.Owner) + len(meta.Group)
 			if seen[meta.Path] {
 				return nil, &apiError{http.StatusBadRequest, codeInvalidFile, fmt.Sprintf("path %q is uploaded twice", meta.Path)}
 			}
