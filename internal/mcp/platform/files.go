@@ -585,16 +585,7 @@ func (s *Server) remove(ctx context.Context, req *mcp.CallToolRequest, in Delete
 		out, err = removeOne(ctx, sbx, paths[i], dir)
 		return err
 	})
-	if err != nil && !osb {
-		err = errors.Unwrap(err) // one path: no place to report
-	}
-	switch {
-	case err != nil:
-		return nil, nil, opFailed(err, in.SandboxID)
-	case osb:
-		return nil, StatusOutput{Status: "deleted"}, nil
-	}
-	return nil, out, nil
+	return batchAnswer(err, osb, "deleted", out, in.SandboxID)
 }
 
 // removeOne removes the file (or the directory, with dir) at p; nothing
@@ -787,16 +778,7 @@ func (s *Server) makeDirs(ctx context.Context, req *mcp.CallToolRequest, in Make
 		}
 		return setAttributes(ctx, sbx, info.Path, modes[i], e.Owner, e.Group)
 	})
-	if err != nil && !osb {
-		err = errors.Unwrap(err)
-	}
-	switch {
-	case err != nil:
-		return nil, nil, opFailed(err, in.SandboxID)
-	case osb:
-		return nil, StatusOutput{Status: "created"}, nil
-	}
-	return nil, out, nil
+	return batchAnswer(err, osb, "created", out, in.SandboxID)
 }
 
 func (s *Server) move(ctx context.Context, req *mcp.CallToolRequest, in MoveInput) (*mcp.CallToolResult, any, error) {
@@ -831,16 +813,7 @@ func (s *Server) move(ctx context.Context, req *mcp.CallToolRequest, in MoveInpu
 		}
 		return err
 	})
-	if err != nil && !osb {
-		err = errors.Unwrap(err)
-	}
-	switch {
-	case err != nil:
-		return nil, nil, opFailed(err, in.SandboxID)
-	case osb:
-		return nil, StatusOutput{Status: "moved"}, nil
-	}
-	return nil, out, nil
+	return batchAnswer(err, osb, "moved", out, in.SandboxID)
 }
 
 func (s *Server) replaceAll(ctx context.Context, req *mcp.CallToolRequest, in ReplaceContentsInput) (*mcp.CallToolResult, any, error) {
@@ -925,4 +898,21 @@ func replaceIn(ctx context.Context, sbx *sdk.Sandbox, p, old, repl string, onlyO
 		return 0, "", err
 	}
 	return n, info.Path, nil
+}
+
+// batchAnswer is the answer of a tool that works through a batch (batch):
+// the error of the item that failed (in Hutch's shape, which has one item,
+// without the item's place), OpenSandbox's {"status": status} when the call
+// is in its shape, else out.
+func batchAnswer(err error, osb bool, status string, out any, sandboxID string) (*mcp.CallToolResult, any, error) {
+	if err != nil && !osb {
+		err = errors.Unwrap(err) // one item: no place to report
+	}
+	switch {
+	case err != nil:
+		return nil, nil, opFailed(err, sandboxID)
+	case osb:
+		return nil, StatusOutput{Status: status}, nil
+	}
+	return nil, out, nil
 }
