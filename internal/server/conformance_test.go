@@ -34,20 +34,7 @@ func TestResponsesMatchDocument(t *testing.T) {
 	cp := servertest.Start(t, 1)
 	key := cp.Keys[0]
 
-	resp, err := http.Get(cp.URL + "/openapi.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	doc, err := libopenapi.NewDocument(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, errs := validator.NewValidator(doc)
-	if len(errs) > 0 {
-		t.Fatal(errs)
-	}
+	v := servedValidator(t, cp)
 
 	// call sends a request and checks it and its answer against the
 	// document; it returns the answer's body. A request sent without a
@@ -356,4 +343,25 @@ func TestSignedURLBounds(t *testing.T) {
 	if code, body := get("/" + strings.Repeat("a", 5000)); code != http.StatusUnauthorized || !strings.Contains(body, "invalid signature") {
 		t.Errorf("a signed URL with a 5,000-byte path: %d %s, want 401 invalid signature", code, body)
 	}
+}
+
+// servedValidator checks requests and answers against the OpenAPI
+// document cp serves.
+func servedValidator(t *testing.T, cp *servertest.ControlPlane) validator.Validator {
+	t.Helper()
+	resp, err := http.Get(cp.URL + "/openapi.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	doc, err := libopenapi.NewDocument(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, errs := validator.NewValidator(doc)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	return v
 }

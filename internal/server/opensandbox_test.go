@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pb33f/libopenapi"
 	validator "github.com/pb33f/libopenapi-validator"
 
 	"github.com/hutch-sandbox/hutch/internal/server/servertest"
@@ -36,21 +35,7 @@ type osbAPI struct {
 
 func newOSBAPI(t *testing.T, cp *servertest.ControlPlane) *osbAPI {
 	t.Helper()
-	resp, err := http.Get(cp.URL + "/openapi.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	doc, err := libopenapi.NewDocument(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, errs := validator.NewValidator(doc)
-	if len(errs) > 0 {
-		t.Fatal(errs)
-	}
-	return &osbAPI{t: t, cp: cp, doc: v}
+	return &osbAPI{t: t, cp: cp, doc: servedValidator(t, cp)}
 }
 
 // answer is an HTTP answer, read.

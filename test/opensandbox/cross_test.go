@@ -16,11 +16,7 @@ func (s *suite) testE2BInterop(t *testing.T) {
 	lines := s.runScript(t, s.js, env, nodePath(t), "cross.mjs")
 	e2bID, osbID := lines["e2b-create"].ID, lines["osb-create"].ID
 
-	checks := []struct {
-		step  string
-		err   int
-		check func(t *testing.T, l line)
-	}{
+	checks := []stepCheck{
 		{step: "e2b-create"},
 		{step: "osb-connect", check: func(t *testing.T, l line) {
 			if l.ID != e2bID || l.State != "Running" || l.Metadata["osbtest"] != tag || l.Metadata["made"] != "e2b" {
@@ -51,27 +47,7 @@ func (s *suite) testE2BInterop(t *testing.T) {
 		}},
 		{step: "osb-info-killed", err: 404},
 	}
-	for _, c := range checks {
-		t.Run(c.step, func(t *testing.T) {
-			l, ok := lines[c.step]
-			switch {
-			case !ok:
-				t.Fatalf("the script did not get to step %s", c.step)
-			case c.err == 0 && l.Error != nil:
-				t.Fatalf("failed: %s", l.Error)
-			case c.err != 0 && l.Error == nil:
-				t.Fatalf("succeeded (%+v), want a failure with status %d", l, c.err)
-			case c.err != 0 && (l.Error.Status != c.err || l.Error.Code == ""):
-				t.Errorf("failed with %s, want status %d and OpenSandbox's code", l.Error, c.err)
-			}
-			if c.check != nil {
-				c.check(t, l)
-			}
-		})
-	}
-	if len(lines) != len(checks) {
-		t.Errorf("the script printed %d steps, the test knows %d", len(lines), len(checks))
-	}
+	judge(t, lines, checks)
 	// Both are gone from both APIs.
 	for _, id := range []string{e2bID, osbID} {
 		if id == "" {

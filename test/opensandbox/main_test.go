@@ -322,3 +322,38 @@ func unique(prefix string) string {
 	rand.Read(b)
 	return prefix + "-" + hex.EncodeToString(b)
 }
+
+// stepCheck is what one step of a script must have done: failed with
+// status err (0: not failed), and passed check, if any.
+type stepCheck struct {
+	step  string
+	err   int
+	check func(t *testing.T, l line)
+}
+
+// judge runs checks against a script's lines, one subtest per step, and
+// fails when the script printed a step no check knows.
+func judge(t *testing.T, lines map[string]line, checks []stepCheck) {
+	t.Helper()
+	for _, c := range checks {
+		t.Run(c.step, func(t *testing.T) {
+			l, ok := lines[c.step]
+			switch {
+			case !ok:
+				t.Fatalf("the script did not get to step %s", c.step)
+			case c.err == 0 && l.Error != nil:
+				t.Fatalf("failed: %s", l.Error)
+			case c.err != 0 && l.Error == nil:
+				t.Fatalf("succeeded (%+v), want a failure with status %d", l, c.err)
+			case c.err != 0 && (l.Error.Status != c.err || l.Error.Code == ""):
+				t.Errorf("failed with %s, want status %d and OpenSandbox's code", l.Error, c.err)
+			}
+			if c.check != nil {
+				c.check(t, l)
+			}
+		})
+	}
+	if len(lines) != len(checks) {
+		t.Errorf("the script printed %d steps, the test knows %d", len(lines), len(checks))
+	}
+}

@@ -32,12 +32,7 @@ func (s *suite) testSDK(t *testing.T, client string) {
 	id := lines["create"].ID
 	imageID := lines["create-image"].ID
 
-	checks := []struct {
-		step string
-		// err is the status the step must fail with; 0: it must not.
-		err   int
-		check func(t *testing.T, l line)
-	}{
+	checks := []stepCheck{
 		{step: "create", check: func(t *testing.T, l line) {
 			if l.ID == "" || l.State != "Running" {
 				t.Errorf("id %q, state %q; want an id, Running", l.ID, l.State)
@@ -132,27 +127,7 @@ func (s *suite) testSDK(t *testing.T, client string) {
 		{step: "kill"},
 		{step: "info-killed", err: 404},
 	}
-	for _, c := range checks {
-		t.Run(c.step, func(t *testing.T) {
-			l, ok := lines[c.step]
-			switch {
-			case !ok:
-				t.Fatalf("the script did not get to step %s", c.step)
-			case c.err == 0 && l.Error != nil:
-				t.Fatalf("failed: %s", l.Error)
-			case c.err != 0 && l.Error == nil:
-				t.Fatalf("succeeded (%+v), want a failure with status %d", l, c.err)
-			case c.err != 0 && (l.Error.Status != c.err || l.Error.Code == ""):
-				t.Errorf("failed with %s, want status %d and OpenSandbox's code", l.Error, c.err)
-			}
-			if c.check != nil {
-				c.check(t, l)
-			}
-		})
-	}
-	if len(lines) != len(checks) {
-		t.Errorf("the script printed %d steps, the test knows %d", len(lines), len(checks))
-	}
+	judge(t, lines, checks)
 	// Killed through OpenSandbox's API, gone from E2B's.
 	for _, sid := range []string{id, imageID} {
 		if sid == "" {
