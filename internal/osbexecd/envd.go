@@ -36,6 +36,7 @@ type envdClient struct {
 	e    Envd
 	user string
 	http *http.Client
+	c    *call // the request it serves, for the shares it holds
 }
 
 // client returns a client for c's sandbox acting as user ("" is
@@ -44,12 +45,12 @@ func (h *Handler) client(c *call, user string) *envdClient {
 	if user == "" {
 		user = h.opts.User
 	}
-	return &envdClient{e: c.envd, user: user, http: &http.Client{Transport: c.envd.Transport}}
+	return &envdClient{e: c.envd, user: user, http: &http.Client{Transport: c.envd.Transport}, c: c}
 }
 
 // as returns a client for the same sandbox acting as user.
 func (ec *envdClient) as(user string) *envdClient {
-	return &envdClient{e: ec.e, user: user, http: ec.http}
+	return &envdClient{e: ec.e, user: user, http: ec.http, c: ec.c}
 }
 
 func (ec *envdClient) header(h http.Header) {

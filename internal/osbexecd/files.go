@@ -61,6 +61,13 @@ func isDir(e *fspb.EntryInfo) bool {
 
 // listDir is filesystem.ListDir of path down to depth levels.
 func (ec *envdClient) listDir(ctx context.Context, path string, depth uint32) ([]*fspb.EntryInfo, error) {
+	if err := ec.c.holdListing(ctx); err != nil {
+		return nil, err
+	}
+	// An envd that stops answering (its sandbox's root stopped it) holds
+	// the share for at most this long.
+	ctx, cancel := context.WithTimeout(ctx, listingDeadline)
+	defer cancel()
 	req := connect.NewRequest(&fspb.ListDirRequest{Path: path, Depth: depth})
 	ec.header(req.Header())
 	resp, err := ec.fs().ListDir(ctx, req)
@@ -274,6 +281,11 @@ type replaceResult struct {
 // to envd as it is made, never built, and the files read by all requests
 // at once are bounded by replaceInFlight.
 func (h *Handler) replaceContent(w http.ResponseWriter, r *http.Request, c *call) {
+	// A sandbox whose envd stops answering holds its share of the
+	// server's replace memory for at most this long.
+	ctx, cancel := context.WithTimeout(r.Context(), replaceDeadline)
+	defer cancel()
+	r = r.WithContext(ctx)
 	var items map[string]replaceItem
 	if err := h.decodeJSON(w, r, &items, false); err != nil {
 		fail(w, err)
@@ -321,10 +333,14 @@ func (h *Handler) replaceContent(w http.ResponseWriter, r *http.Request, c *call
 	// Hold the host's memory for the files as they are now; one that
 	// grew since its stat is read up to what is held, no further.
 	held := max(size, 1)
-	if err := h.replaceMem.Acquire(r.Context(), held); err != nil {
-		return // the client left
+	if err := h.replaceMem.acquire(r.Context(), c.envd.Tenant, held); err != nil {
+		if r.Context().Err() == nil {
+			w.Header().Set("Retry-After", "5")
+			fail(w, err)
+		}
+		return
 	}
-	defer h.replaceMem.Release(held)
+	defer h.replaceMem.release(c.envd.Tenant, held)
 
 	type change struct {
 		path  string // resolved

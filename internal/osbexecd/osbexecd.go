@@ -24,8 +24,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"golang.org/x/sync/semaphore"
 )
 
 // Envd is how the host reaches one sandbox's envd.
@@ -41,6 +39,9 @@ type Envd struct {
 	// false when there is none yet; GET /metrics answers it instead of
 	// envd's view from inside, which sees the host's memory.
 	Metrics func(ctx context.Context) (Metrics, bool)
+	// Tenant names whose sandbox it is (its API key): bounds the whole
+	// server's requests share are fair between tenants (shares).
+	Tenant string
 }
 
 // Metrics is one sample of a sandbox's use, as execd's GET /metrics
@@ -143,21 +144,63 @@ type Handler struct {
 
 	// replaceMem bounds the files all POST /files/replace requests hold
 	// in the host's memory at once (replaceInFlight).
-	replaceMem *semaphore.Weighted
+	replaceMem *shares
+	// listings bounds the envd listings (ListDir answers, up to
+	// maxListingBytes each) all requests hold at once.
+	listings *shares
 
 	mu        sync.Mutex
 	sandboxes map[string]*sandboxState
 }
 
 // replaceInFlight is how many requests' worth of MaxReplaceBytes all
-// replacements may hold at once; more wait for their turn.
+// replacements may hold at once; more wait for their turn, for at most
+// shareWait.
 const replaceInFlight = 4
+
+// listingsInFlight is how many envd listings all requests may hold at
+// once (listingsInFlight × maxListingBytes of the host's memory).
+const listingsInFlight = 4
+
+// shareWait is the longest a request waits for its share of a bound the
+// whole server's requests share (replaceInFlight, listingsInFlight): past
+// it the answer is a 429, so that one tenant holding the shares (a sandbox
+// whose envd it stopped, a client that stopped reading) delays the others
+// by at most this, never for as long as it likes.
+const shareWait = 10 * time.Second
+
+// replaceDeadline bounds a whole replacement: reading the files, writing
+// them back.
+const replaceDeadline = 2 * time.Minute
+
+// holdListing takes the request's share of the server's listings, once,
+// waiting at most shareWait: a listing and what is made of it stay in the
+// host's memory until the answer is written, however slowly the client
+// reads it.
+func (c *call) holdListing(ctx context.Context) error {
+	if c == nil || c.listings == nil || c.holding {
+		return nil
+	}
+	if err := c.listings.acquire(ctx, c.envd.Tenant, 1); err != nil {
+		return err
+	}
+	c.holding = true
+	return nil
+}
+
+// release gives back what the request held.
+func (c *call) release() {
+	if c.holding {
+		c.listings.release(c.envd.Tenant, 1)
+		c.holding = false
+	}
+}
 
 // New returns a Handler with opts.
 func New(opts Options) *Handler {
 	opts = opts.withDefaults()
 	return &Handler{opts: opts, log: opts.Logger, routes: routeTable(), sandboxes: map[string]*sandboxState{},
-		replaceMem: semaphore.NewWeighted(replaceInFlight * opts.MaxReplaceBytes)}
+		replaceMem: newShares(replaceInFlight * opts.MaxReplaceBytes), listings: newShares(listingsInFlight)}
 }
 
 // sandboxState is what the handler keeps for one sandbox.
@@ -205,6 +248,11 @@ func (h *Handler) Forget(id string) {
 type call struct {
 	id   string
 	envd Envd
+	// listings is the handler's bound on listings; holding is whether
+	// this request holds a share of it, which it keeps until its answer
+	// is written (release).
+	listings *shares
+	holding  bool
 	// st is the sandbox's state, for /command and /session requests only.
 	st     *sandboxState
 	params map[string]string
@@ -299,7 +347,8 @@ func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, id string, e Env
 			writeError(w, http.StatusMethodNotAllowed, codeMethodNotAllowed, r.Method+" is not allowed on "+path)
 			return
 		}
-		c := &call{id: id, envd: e, params: params}
+		c := &call{id: id, envd: e, params: params, listings: h.listings}
+		defer c.release()
 		if len(segs) > 0 && (segs[0] == "command" || segs[0] == "session") {
 			// Only commands and sessions keep state: a file request for
 			// a sandbox that is gone leaves nothing behind.

@@ -193,6 +193,11 @@ func osbCreateRequest(req *osbapi.CreateSandboxRequest) (sandbox.CreateRequest, 
 			return cr, osbapi.BadRequest("resourceLimits: " + err.Error())
 		}
 	}
+	for k := range req.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return cr, osbapi.BadRequest(fmt.Sprintf("env: %q is not a variable name (empty, or with '=' or NUL)", k))
+		}
+	}
 	for k := range req.Metadata {
 		if strings.HasPrefix(k, "opensandbox.io/") {
 			return cr, osbapi.BadRequest(fmt.Sprintf("metadata key %q: the opensandbox.io/ prefix is reserved", k))

@@ -266,6 +266,8 @@ func TestOpenSandboxCreate(t *testing.T) {
 		{"pool", `{"extensions":{"poolRef":"warm"},"image":{"uri":"base"}}`, key, 400, "SANDBOX::INVALID_PARAMETER", "poolRef"},
 		{"platform windows", `{"image":{"uri":"base"},"platform":{"os":"windows","arch":"amd64"}}`, key, 400, "SANDBOX::INVALID_PARAMETER", "windows"},
 		{"reserved metadata", `{"image":{"uri":"base"},"metadata":{"opensandbox.io/x":"1"}}`, key, 400, "SANDBOX::INVALID_PARAMETER", "opensandbox.io/"},
+		{"env name with =", `{"image":{"uri":"base"},"env":{"A=B":"x"}}`, key, 400, "SANDBOX::INVALID_PARAMETER", "env"},
+		{"image neither template nor reference", `{"image":{"uri":"Not An Image!"}}`, key, 400, "HUTCH::SANDBOX_IMAGE_PULL_FAILED", "not an image reference"},
 		{"egress action", `{"image":{"uri":"base"},"networkPolicy":{"egress":[{"action":"log","target":"a.example"}]}}`, key, 400, "SANDBOX::INVALID_PARAMETER", "action"},
 		{"not JSON", `{"image":`, key, 400, "SANDBOX::INVALID_PARAMETER", "JSON"},
 		{"no body", ``, key, 400, "SANDBOX::INVALID_PARAMETER", "JSON body"},
@@ -1039,6 +1041,9 @@ func TestOpenSandboxProxy(t *testing.T) {
 	h := http.Header{"Open-Sandbox-Api-Key": {key}, "X-Execd-Access-Token": {token}, "X-Probe": {"kept"}}
 	e2bKey := http.Header{"X-Api-Key": {key}, "Authorization": {"Bearer " + key}, "X-Probe": {"kept"}}
 	appAuth := http.Header{"Authorization": {"Bearer app-token"}, "X-Probe": {"kept"}}
+	// The key as a bearer token however the API takes it (review 29, G3).
+	lowerBearer := http.Header{"Authorization": {"bearer " + key}, "X-Probe": {"kept"}}
+	spacedBearer := http.Header{"Authorization": {"Bearer  " + key}, "X-Probe": {"kept"}}
 	for _, c := range []struct {
 		method, rest, body string
 		h                  http.Header
@@ -1047,6 +1052,8 @@ func TestOpenSandboxProxy(t *testing.T) {
 		{"POST", "/echo", `{"hello":"sandbox"}`, h},
 		{"DELETE", "/echo", "", h},
 		{"GET", "/echo", "", e2bKey},
+		{"GET", "/echo", "", lowerBearer},
+		{"GET", "/echo", "", spacedBearer},
 		{"GET", "/app", "", appAuth},
 	} {
 		r := o.send(c.method, path+c.rest, c.body, c.h)

@@ -67,10 +67,15 @@ func (s *Server) osbProxy(w http.ResponseWriter, r *http.Request) {
 		for _, h := range []string{osbapi.HeaderAPIKey, osbapi.HeaderExecdToken, "X-API-Key"} {
 			r2.Header.Del(h)
 		}
-		if a := r2.Header.Get("Authorization"); strings.HasPrefix(a, "Bearer e2b_") {
-			// A Hutch API key as a bearer token: the server's, not the
-			// sandbox's (any other Authorization is the app's own).
-			r2.Header.Del("Authorization")
+		for _, a := range r2.Header.Values("Authorization") {
+			// A Hutch API key as a bearer token, however it is spelled:
+			// the server's, not the sandbox's (any other Authorization
+			// is the app's own).
+			if scheme, token, _ := strings.Cut(strings.TrimSpace(a), " "); strings.EqualFold(scheme, "bearer") &&
+				strings.HasPrefix(strings.TrimSpace(token), "e2b_") {
+				r2.Header.Del("Authorization")
+				break
+			}
 		}
 		s.proxy(w, r2, id, port)
 		return
@@ -109,7 +114,7 @@ func (s *Server) osbProxy(w http.ResponseWriter, r *http.Request) {
 		}
 		return float64(m.CPUCount), m.CPUUsedPct, float64(m.MemTotal) / (1 << 20), float64(m.MemUsed) / (1 << 20), true
 	}
-	s.execd.ServeSandbox(w, r2, id, transport, token, metrics)
+	s.execd.ServeSandbox(w, r2, id, owner, transport, token, metrics)
 }
 
 // osbReachable reports whether the router may reach sandbox id's ports:

@@ -116,7 +116,8 @@ type Execd interface {
 	// for sandbox id, whose envd transport reaches and whose envd access
 	// token is token ("" for none). The caller authenticated r.
 	// metrics is the sandbox's latest sample as the host measures it.
-	ServeSandbox(w http.ResponseWriter, r *http.Request, id string, transport http.RoundTripper, token string,
+	// tenant is the key whose sandbox it is.
+	ServeSandbox(w http.ResponseWriter, r *http.Request, id, tenant string, transport http.RoundTripper, token string,
 		metrics func(context.Context) (cpus, cpuPct, memTotalMiB, memUsedMiB float64, ok bool))
 	// Forget drops what is kept for sandbox id, which is gone.
 	Forget(id string)
