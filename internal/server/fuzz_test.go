@@ -5,12 +5,16 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
 	"github.com/hutch-sandbox/hutch/api/gen/process"
 	"github.com/hutch-sandbox/hutch/internal/envdapi"
+	"github.com/hutch-sandbox/hutch/internal/osbapi"
+	"github.com/hutch-sandbox/hutch/internal/sandbox"
 )
 
 // The edge's input surfaces that are functions of bytes a client sends:
@@ -101,4 +105,45 @@ func startRequest(tb testing.TB, cmd string, args ...string) []byte {
 		tb.Fatal(err)
 	}
 	return envelope(0, b)
+}
+
+// FuzzOSBCreate: any body of OpenSandbox's POST /v1/sandboxes decodes or
+// is refused in its error shape with a 4xx, and what passes is within
+// the bounds the manager is told: a timeout in range, resources parsed,
+// env names a process can have.
+func FuzzOSBCreate(f *testing.F) {
+	for _, s := range []string{
+		`{"image":{"uri":"base"},"timeout":600,"resourceLimits":{"cpu":"1","memory":"2Gi"},"entrypoint":["tail","-f","/dev/null"]}`,
+		`{"snapshotId":"snap","timeout":null,"env":{"A":"1"},"metadata":{"k":"v"}}`,
+		`{"image":{"uri":"python:3.12","auth":{"username":"u","password":"p"}},"networkPolicy":{"defaultAction":"deny","egress":[{"action":"allow","target":"pypi.org"}]}}`,
+		`{"image":{"uri":"base"},"resourceLimits":{"cpu":"500m","memory":"1.5Gi","gpu":"0"},"platform":{"os":"linux","arch":"amd64"}}`,
+		`{"image":{"uri":"base"},"timeout":59}`,
+		`{"image":`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		r, _ := http.NewRequest(http.MethodPost, "/v1/sandboxes", bytes.NewReader(body))
+		var req osbapi.CreateSandboxRequest
+		err := osbapi.DecodeJSON(r, &req, osbMaxBody, false)
+		var cr sandbox.CreateRequest
+		if err == nil {
+			cr, err = osbCreateRequest(&req)
+		}
+		if err != nil {
+			if se := osbapi.Of(err); se.Status != 400 && se.Status != 413 || !strings.Contains(se.Code, "::") {
+				t.Fatalf("refused with %d %q (%v), want a 400 or 413 in OpenSandbox's shape", se.Status, se.Code, err)
+			}
+			return
+		}
+		if cr.Timeout < osbapi.MinTimeout*time.Second || cr.Timeout > osbapi.MaxTimeout*time.Second ||
+			cr.Resources.CPUMillis < 0 || cr.Resources.MemoryMB < 0 || !cr.Secure {
+			t.Fatalf("passed out of bounds: %+v", cr)
+		}
+		for k := range cr.Envs {
+			if k == "" || strings.ContainsAny(k, "=\x00") {
+				t.Fatalf("passed env name %q", k)
+			}
+		}
+	})
 }
