@@ -50,8 +50,10 @@ const opTimeout = 2 * time.Minute
 // failure there ends the row), then n iterations, each running op on
 // both sides one after the other, the side that goes first alternating
 // (A B, B A, …) so that drift and the server's background work hit both.
-// between runs after each iteration, untimed (the warm pool's refill).
-// hutch serve's CPU is read around each operation with cpu.
+// between runs after every operation, untimed: a create waits there for
+// the warm pool to refill, so that the other side's create never runs
+// beside the refill the first one started. hutch serve's CPU is read
+// around each operation with cpu.
 func (b *bench) runAB(name string, n, warmup int, cpu cpuMeter, op abOp, between func(ctx context.Context) error) *row {
 	r := &row{name: name, n: n, parts: map[string]*[2][]time.Duration{}}
 	fmt.Printf("    %-70s ", name)
@@ -91,23 +93,25 @@ func (b *bench) runAB(name string, n, warmup int, cpu cpuMeter, op abOp, between
 				fmt.Println(r.aborted)
 				return r
 			}
-		}
-		if between != nil {
-			if err := between(b.ctx); err != nil {
-				r.aborted = "warm-up: " + err.Error()
-				fmt.Println(r.aborted)
-				return r
+			if between != nil {
+				if err := between(b.ctx); err != nil {
+					r.aborted = "warm-up: " + err.Error()
+					fmt.Println(r.aborted)
+					return r
+				}
 			}
 		}
 	}
+measured:
 	for k := 0; k < n && b.ctx.Err() == nil; k++ {
 		first := k % 2
-		one(first)
-		one(1 - first)
-		if between != nil {
-			if err := between(b.ctx); err != nil {
-				r.aborted = err.Error()
-				break
+		for _, side := range []int{first, 1 - first} {
+			one(side)
+			if between != nil {
+				if err := between(b.ctx); err != nil {
+					r.aborted = err.Error()
+					break measured
+				}
 			}
 		}
 		if (k+1)%max(1, n/10) == 0 {

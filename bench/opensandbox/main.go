@@ -105,7 +105,7 @@ func realMain() int {
 		pkgVersion(cfg.osbPython, "opensandbox"), pythonVersion(cfg.osbPython), pkgVersion(cfg.e2bPython, "e2b"), pythonVersion(cfg.e2bPython))
 	fmt.Printf("raw clients: Go (%s) in this harness, a kept-alive HTTP/1.1 connection per path; both run `/bin/bash -c true` as root (what execd's POST /command asks envd for)\n", runtime.Version())
 	fmt.Printf("servers, one at a time: `hutch serve --network=false --warm 0`, then `hutch serve --network=false` (its default warm pool of %d); running-sandbox rows on the first\n", cfg.warm)
-	fmt.Printf("runs: create %d per path per server after %d warm-up, %v settle between (after the pool refilled); running-sandbox rows %d per path after %d warm-up\n",
+	fmt.Printf("runs: create %d per path per server after %d warm-up, each when the warm pool is full again and %v more have passed; running-sandbox rows %d per path after %d warm-up\n",
 		cfg.nCreate, cfg.warmupCreate, cfg.settle, cfg.n, cfg.warmup)
 	harness.PrintLoad("before")
 	fmt.Println()

@@ -25,7 +25,7 @@ func newFlags(cfg *config) *flag.FlagSet {
 	fs.IntVar(&cfg.warmup, "warmup", 20, "warm-up operations per path in each running-sandbox row (not measured)")
 	fs.IntVar(&cfg.warmupCreate, "warmup-create", 3, "warm-up creates per path in each create row (not measured)")
 	fs.IntVar(&cfg.warm, "warm", 4, "hutch serve's default warm pool (not set: told, to wait for its refills)")
-	fs.DurationVar(&cfg.settle, "settle", 100*time.Millisecond, "wait between create iterations, after the warm pool refilled")
+	fs.DurationVar(&cfg.settle, "settle", 100*time.Millisecond, "wait before each create, after the warm pool refilled")
 	fs.StringVar(&cfg.only, "only", "", "comma-separated sections ("+strings.Join(sectionKeys, ",")+"); default all")
 	return fs
 }

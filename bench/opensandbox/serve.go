@@ -103,10 +103,9 @@ func (s *server) waitHealthy(ctx context.Context) error {
 }
 
 // waitPool waits until s's warm pool is full (its sandboxes are in
-// `hutch ps` from their start; none is handed out between the
-// iterations) and then -settle more, so that the last refill's envd is up
-// and no refill runs during the next iteration. Nothing to wait for
-// with --warm 0.
+// `hutch ps` from their start; none is handed out between the creates)
+// and then -settle more, so that the last refill's envd is up and no
+// refill runs during the next create. With --warm 0 only -settle.
 func (b *bench) waitPool(ctx context.Context, s *server) error {
 	if s.warm > 0 {
 		deadline := time.Now().Add(30 * time.Second)
