@@ -182,3 +182,54 @@ own_netns_ready() {
 	fi
 	ip link set lo up
 }
+
+# venv_path REQUIREMENTS: sets VENV_DIR to where python_venv keeps the
+# venv of REQUIREMENTS, and VENV_BASE to the python3 it is made with:
+# /var/cache/hutch/venv/<the first 16 hex digits of the sha256 of the base
+# python's path, its sys.version and the file>, exactly as
+# test/internal/hutchtest.PythonVenv keys it (its TestBenchVenvPath checks
+# that the two agree), so the tests' venvs and the benches' are the same.
+venv_path() {
+	VENV_BASE=/usr/bin/python3
+	[ -x "$VENV_BASE" ] || VENV_BASE=$(command -v python3) || {
+		echo "bench: python3 is required (run ./scripts/setup.sh)" >&2
+		exit 1
+	}
+	venv_version=$("$VENV_BASE" -c 'import sys, venv; print(sys.version)') || {
+		echo "bench: $VENV_BASE has no venv module (run ./scripts/setup.sh)" >&2
+		exit 1
+	}
+	VENV_DIR=/var/cache/hutch/venv/$({ printf '%s\n%s\n' "$VENV_BASE" "$venv_version"; cat "$1"; } | sha256sum | cut -c1-16)
+}
+
+# python_venv REQUIREMENTS: sets PYTHON to the python of a virtual
+# environment holding exactly the packages of REQUIREMENTS (every one
+# pinned name==version), made the first time as
+# test/internal/hutchtest.PythonVenv makes it: in a directory beside
+# VENV_DIR (venv_path), under the same lock, `python3 -m venv`, `pip
+# install --no-deps -r`, `pip check`, then renamed into place.
+python_venv() {
+	if grep -v -e '^[[:space:]]*#' -e '^[[:space:]]*$' "$1" | grep -v -q -E '^[A-Za-z0-9._-]+==[^<>=!~*,; ]+$'; then
+		echo "bench: $1: every requirement must be pinned (name==version)" >&2
+		exit 1
+	fi
+	venv_path "$1"
+	PYTHON=$VENV_DIR/bin/python
+	[ -x "$PYTHON" ] && return 0
+	venv_cache=$(dirname "$VENV_DIR")
+	mkdir -p "$venv_cache"
+	echo "==> making the venv for $1 in $VENV_DIR"
+	(
+		flock 9
+		[ -x "$PYTHON" ] && exit 0
+		tmp=$(mktemp -d "$venv_cache/.build-XXXXXX")
+		trap 'rm -rf "$tmp"' EXIT
+		"$VENV_BASE" -m venv "$tmp/venv"
+		pip="$tmp/venv/bin/python -m pip --disable-pip-version-check --no-input"
+		# PIP_* from the environment must not change what gets installed.
+		for v in $(env | sed -n 's/^\(PIP_[A-Za-z0-9_]*\)=.*/\1/p'); do unset "$v"; done
+		PIP_CONFIG_FILE=/dev/null $pip install --no-deps --cache-dir "$venv_cache/../pip" -r "$1"
+		PIP_CONFIG_FILE=/dev/null $pip check
+		mv "$tmp/venv" "$VENV_DIR"
+	) 9>"$venv_cache/.lock"
+}

@@ -31,10 +31,20 @@ func FilesURL(base, path string) string {
 // is read to its end outside the timing, so that its connection is reused
 // as the SDK's would be. A process that exits non-zero is an error.
 func StartProcess(ctx context.Context, proc processconnect.ProcessClient, cfg *pb.ProcessConfig) (d, first time.Duration, err error) {
+	return StartProcessAs(ctx, proc, cfg, "")
+}
+
+// StartProcessAs is StartProcess with an Authorization header, which
+// selects envd's user ("Basic " + base64("<user>:")); "" sends none
+// (envd's default user).
+func StartProcessAs(ctx context.Context, proc processconnect.ProcessClient, cfg *pb.ProcessConfig, authorization string) (d, first time.Duration, err error) {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	req := connect.NewRequest(&pb.StartRequest{Process: cfg, Stdin: proto.Bool(false)})
 	req.Header().Set("Keepalive-Ping-Interval", "50")
+	if authorization != "" {
+		req.Header().Set("Authorization", authorization)
+	}
 	t0 := time.Now()
 	stream, err := proc.Start(ctx, req)
 	if err != nil {

@@ -43,8 +43,7 @@ func PythonVenv(t testing.TB, requirementsFile string) (python string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sum := sha256.Sum256([]byte(base + "\n" + version + "\n" + string(reqs)))
-	dir := filepath.Join(VenvCache, hex.EncodeToString(sum[:8]))
+	dir := venvDir(base, version, reqs)
 	python = filepath.Join(dir, "bin", "python")
 	if _, err := os.Stat(python); err == nil {
 		return python
@@ -97,6 +96,14 @@ func PythonVenv(t testing.TB, requirementsFile string) (python string) {
 	}
 	t.Logf("made %s for %s in %v", dir, requirementsFile, time.Since(start).Round(time.Millisecond))
 	return python
+}
+
+// venvDir is the directory of the venv of requirements reqs made with
+// the python base of sys.version version. bench/lib.sh's venv_path
+// computes the same, so the benches share these venvs.
+func venvDir(base, version string, reqs []byte) string {
+	sum := sha256.Sum256([]byte(base + "\n" + version + "\n" + string(reqs)))
+	return filepath.Join(VenvCache, hex.EncodeToString(sum[:8]))
 }
 
 // basePython is the python3 venvs are made with, Debian's own when it is
