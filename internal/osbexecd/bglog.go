@@ -190,6 +190,10 @@ func (h *Handler) awaitKeeper(c *call, cmd *command) {
 // removeLogs removes the files of cmds' output from the sandbox, noting
 // how long each output was, for the logs to say what went.
 func (h *Handler) removeLogs(ctx context.Context, c *call, cmds []*command) {
+	// The listings below are the request's only ones: their share goes
+	// back now, not when a foreground command this request starts ends
+	// (review 30, H3).
+	defer c.release()
 	ec := h.client(c, "root")
 	for _, cmd := range cmds {
 		end := int64(-1)

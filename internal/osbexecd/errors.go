@@ -45,6 +45,9 @@ func writeError(w http.ResponseWriter, status int, code, message string) {
 	h.Del("Content-Disposition")
 	h.Set("Content-Type", "application/json")
 	h.Set("X-Content-Type-Options", "nosniff")
+	if status == http.StatusTooManyRequests && h.Get("Retry-After") == "" {
+		h.Set("Retry-After", "5")
+	}
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(errorBody{Code: code, Message: message})
 }

@@ -11,9 +11,10 @@ import (
 
 // shares is a bound every request of the server shares (the host memory
 // of replacements, of listings), fair between tenants: one tenant holds at
-// most half of it, so that a tenant holding its shares for long (a
-// sandbox whose envd it stopped, a client that stopped reading) leaves the
-// other half to everyone else. A request waits for its share at most
+// most a quarter of it, so that tenants holding their shares for long (a
+// sandbox whose envd they stopped, a client that reads slowly) leave the
+// rest to everyone else unless four of them act together (review 30: with
+// halves, two keys were enough). A request waits for its share at most
 // shareWait, then is answered 429.
 type shares struct {
 	sem       *semaphore.Weighted
@@ -24,14 +25,14 @@ type shares struct {
 }
 
 func newShares(total int64) *shares {
-	return &shares{sem: semaphore.NewWeighted(total), perTenant: max(total/2, 1), held: map[string]int64{}}
+	return &shares{sem: semaphore.NewWeighted(total), perTenant: max(total/4, 1), held: map[string]int64{}}
 }
 
 // listingDeadline bounds one envd listing.
 const listingDeadline = time.Minute
 
 // errBusy is acquire's error when the share did not come in time.
-var errBusy = &apiError{http.StatusTooManyRequests, codeTooMany, "the server is busy with this kind of request; try again shortly"}
+var errBusy = &apiError{http.StatusTooManyRequests, codeTooMany, "the server is busy with this kind of request, or this key has its share of it in flight; try again shortly"}
 
 // acquire takes n for tenant, n at most perTenant (a request asks for no
 // more than that).

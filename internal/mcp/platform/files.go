@@ -19,6 +19,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"golang.org/x/text/encoding"
 
+	"github.com/hutch-sandbox/hutch/internal/errdefs"
 	"github.com/hutch-sandbox/hutch/sdk"
 )
 
@@ -884,6 +885,10 @@ func (s *Server) replace(ctx context.Context, req *mcp.CallToolRequest, in Repla
 // replaceIn counts the occurrences of old in the file at p and, unless
 // there are none or, with onlyOne, more than one, replaces them all with
 // repl. It returns the count and the file's absolute path.
+// maxReplaceResult bounds what a replacement writes back (and builds in
+// memory first): the largest file the tools read whole.
+const maxReplaceResult = MaxReadBytes
+
 func replaceIn(ctx context.Context, sbx *sdk.Sandbox, p, old, repl string, onlyOne bool) (int, string, error) {
 	data, info, err := readFile(ctx, sbx, p)
 	if err != nil {
@@ -893,6 +898,13 @@ func replaceIn(ctx context.Context, sbx *sdk.Sandbox, p, old, repl string, onlyO
 	n := strings.Count(text, old)
 	if n == 0 || (onlyOne && n > 1) {
 		return n, info.Path, nil
+	}
+	// The result's size is known before it is built: a short text
+	// replaced by a long one everywhere in a large file would otherwise
+	// build gigabytes in this process (review 30, H4).
+	if size := int64(len(text)) + int64(n)*(int64(len(repl))-int64(len(old))); size > maxReplaceResult {
+		return 0, "", fmt.Errorf("replacing %d occurrences in %s would make it %d bytes, more than the %d bytes this tool writes: %w",
+			n, info.Path, size, maxReplaceResult, errdefs.ErrInvalidArgument)
 	}
 	if _, err := sbx.Files.Write(ctx, p, []byte(strings.ReplaceAll(text, old, repl)), nil); err != nil {
 		return 0, "", err

@@ -234,6 +234,14 @@ func TestPlatformTools(t *testing.T) {
 		}
 		fails(t, cs, "file_edit", map[string]any{"sandbox_id": id, "path": "proj/main.py", "old_text": "b = 2", "new_text": "b = 3"}, "occurs 2 times")
 		fails(t, cs, "file_edit", map[string]any{"sandbox_id": id, "path": "proj/main.py", "old_text": "c = 9", "new_text": "x"}, "does not occur")
+		// A replacement whose result would pass the tools' bound is
+		// refused before it is built, and the file stays as it was
+		// (review 30, H4: 1 MiB of "a" with 20 bytes for each one).
+		ok[WriteOutput](t, cs, "file_write", map[string]any{"sandbox_id": id, "path": "/tmp/big", "content": strings.Repeat("a", 1<<20)})
+		fails(t, cs, "file_replace_contents", map[string]any{"sandbox_id": id, "path": "/tmp/big", "old_text": "a", "new_text": strings.Repeat("b", 20)}, "more than the")
+		if r := ok[ReadOutput](t, cs, "file_read", map[string]any{"sandbox_id": id, "path": "/tmp/big", "limit": 1}); r.Size != 1<<20 {
+			t.Errorf("/tmp/big after the refused replacement: %d bytes, want 1 MiB as written", r.Size)
+		}
 		if e := ok[ReplaceOutput](t, cs, "file_edit", map[string]any{"sandbox_id": id, "path": "proj/main.py", "old_text": "a = 1", "new_text": "a = 10"}); e.Replacements != 1 {
 			t.Errorf("file_edit = %+v", e)
 		}
