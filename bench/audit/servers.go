@@ -2,13 +2,10 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"time"
 
@@ -23,9 +20,6 @@ type server struct {
 	data string // its data directory
 	url  string // http://127.0.0.1:port
 }
-
-// servingAddr finds the address in serve's "serving" log line.
-var servingAddr = regexp.MustCompile(`msg=serving addr=([0-9.:]+)`)
 
 // startServe starts `hutch serve --listen 127.0.0.1:0 args...` on data
 // (which must exist) with the run's key, its output in data + ".log", and
@@ -47,39 +41,12 @@ func (b *bench) startServe(ctx context.Context, name, data string, args ...strin
 	return s, nil
 }
 
-// waitHealthy waits (30 s at most) for the serving line in the log and
-// then for GET /health to answer 200.
+// waitHealthy waits for s to serve (harness.Process.WaitServing) and
+// keeps its URL.
 func (s *server) waitHealthy(ctx context.Context) error {
-	deadline := time.Now().Add(30 * time.Second)
-	var last error = errors.New("no serving line in the log yet")
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		if s.Exited() {
-			return fmt.Errorf("hutch serve (%s) exited: %s", s.name, s.LogTail())
-		}
-		if s.url == "" {
-			if b, err := os.ReadFile(s.Log); err == nil {
-				if m := servingAddr.FindSubmatch(b); m != nil {
-					s.url = "http://" + string(m[1])
-				}
-			}
-		}
-		if s.url != "" {
-			resp, err := http.Get(s.url + "/health")
-			if err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == http.StatusOK {
-					return nil
-				}
-				err = errors.New(resp.Status)
-			}
-			last = err
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	return fmt.Errorf("hutch serve (%s) did not answer GET /health within 30 s (%v): %s", s.name, last, s.LogTail())
+	url, err := s.WaitServing(ctx, s.name)
+	s.url = url
+	return err
 }
 
 // stop ends the server (SIGTERM, SIGKILL after 30 s) and waits for it. On

@@ -4,14 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -30,9 +28,6 @@ type server struct {
 	url  string // http://127.0.0.1:port
 	warm int    // its warm pool's size
 }
-
-// servingAddr finds the address in serve's "serving" log line.
-var servingAddr = regexp.MustCompile(`msg=serving addr=([0-9.:]+)`)
 
 // startServe starts `hutch serve --listen 127.0.0.1:0 args...` on a fresh
 // data directory under -dir with the run's key, its output in the
@@ -67,39 +62,12 @@ func (b *bench) startServe(ctx context.Context, name, dirName string, warm int, 
 	return s, nil
 }
 
-// waitHealthy waits (30 s at most) for the serving line in the log and
-// then for GET /health to answer 200.
+// waitHealthy waits for s to serve (harness.Process.WaitServing) and
+// keeps its URL.
 func (s *server) waitHealthy(ctx context.Context) error {
-	deadline := time.Now().Add(30 * time.Second)
-	var last error = errors.New("no serving line in the log yet")
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		if s.Exited() {
-			return fmt.Errorf("hutch serve (%s) exited: %s", s.name, s.LogTail())
-		}
-		if s.url == "" {
-			if b, err := os.ReadFile(s.Log); err == nil {
-				if m := servingAddr.FindSubmatch(b); m != nil {
-					s.url = "http://" + string(m[1])
-				}
-			}
-		}
-		if s.url != "" {
-			resp, err := http.Get(s.url + "/health")
-			if err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == http.StatusOK {
-					return nil
-				}
-				err = errors.New(resp.Status)
-			}
-			last = err
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	return fmt.Errorf("hutch serve (%s) did not answer GET /health within 30 s (%v): %s", s.name, last, s.LogTail())
+	url, err := s.WaitServing(ctx, s.name)
+	s.url = url
+	return err
 }
 
 // waitPool waits until s's warm pool is full (its sandboxes are in

@@ -1,9 +1,13 @@
 package harness
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"syscall"
 	"time"
@@ -75,4 +79,44 @@ func (p *Process) LogTail() string {
 		s = "…" + s[len(s)-2000:]
 	}
 	return s
+}
+
+// servingAddr finds the address in hutch serve's "serving" log line.
+var servingAddr = regexp.MustCompile(`msg=serving addr=([0-9.:]+)`)
+
+// WaitServing waits (30 s at most) for a hutch serve process's "serving"
+// log line and then for its GET /health to answer 200, and returns its
+// URL (http://host:port). name says which server in errors.
+func (p *Process) WaitServing(ctx context.Context, name string) (string, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	var last error = errors.New("no serving line in the log yet")
+	url := ""
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		if p.Exited() {
+			return "", fmt.Errorf("hutch serve (%s) exited: %s", name, p.LogTail())
+		}
+		if url == "" {
+			if b, err := os.ReadFile(p.Log); err == nil {
+				if m := servingAddr.FindSubmatch(b); m != nil {
+					url = "http://" + string(m[1])
+				}
+			}
+		}
+		if url != "" {
+			resp, err := http.Get(url + "/health")
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					return url, nil
+				}
+				err = errors.New(resp.Status)
+			}
+			last = err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if ctx.Err() != nil {
+		return "", ctx.Err()
+	}
+	return "", fmt.Errorf("hutch serve (%s) did not answer GET /health within 30 s (%v): %s", name, last, p.LogTail())
 }
