@@ -43,6 +43,7 @@ func newServeCmd(g *globals) *cobra.Command {
 		maxVolumes     int
 		pausedKeep     time.Duration
 		registryAllow  []string
+		mcpMirror      string
 		withNet        bool
 		netCIDR        string
 		dnsUpstream    []string
@@ -132,7 +133,7 @@ Stopping the server leaves sandboxes running; a restart adopts them.`,
 				DataDir: g.dataDir, Templates: g.templates, Domain: domain,
 				Resources: resources, MaxResources: runtime.Resources{MemoryBytes: maxMemoryBytes, CPUs: maxCPUs}, Warm: pools, MaxSandboxes: total, MaxPerKey: perKey,
 				TuneHost: true, Logger: logger, SandboxBinary: sandboxBinary(logger), CABundle: extraCAs,
-				ReadyTimeout: readyTimeout, RegistryAllow: registryAllow,
+				ReadyTimeout: readyTimeout, RegistryAllow: registryAllow, MCPRegistryMirror: mcpMirror,
 				SnapshotTTL: snapshotTTL, PausedRetention: pausedKeep, VolumeSize: volumeBytes, MaxVolumesPerKey: maxVolumes,
 				Runtime: runtimeName, Runtimes: runtimes, Cluster: clusterCfg,
 				MetricsOnAPI: metricsAPI, AuditRetention: auditKeep, NoAudit: noAudit,
@@ -225,6 +226,7 @@ Stopping the server leaves sandboxes running; a restart adopts them.`,
 	cmd.Flags().StringVar(&disk, "disk", "4G", "each sandbox's disk: its writable layer lives on a file system of this size with one inode per 16 KiB, so a sandbox cannot fill the host's disk or inodes (a template's diskSizeMB overrides it; 0: no limit, not for untrusted code)")
 	cmd.Flags().IntVar(&warm, "warm", 4, "sandboxes of the base template kept started ahead of demand (0: start each on demand)")
 	cmd.Flags().StringToIntVar(&warmTemplates, "warm-template", nil, "warm pools of other templates, NAME=N (repeatable; base=N overrides --warm)")
+	cmd.Flags().StringVar(&mcpMirror, "mcp-registry-mirror", "", "pull the images of MCP catalog servers (E2B's mcp option) from this registry (HOST[:PORT][/PATH]) in place of their own, the repository path kept: mcp/notion comes from HOST/mcp/notion; it may be on a loopback or private address")
 	cmd.Flags().StringSliceVar(&registryAllow, "registry-allow", nil, "a registry (HOST:PORT as image references write it, or HOST for every port) on a loopback or private address that template builds through the API may pull from; they pull from public addresses only otherwise (repeatable)")
 	cmd.Flags().StringVar(&maxMemory, "max-memory", "0", "the most memory one sandbox may ask for itself (OpenSandbox's resourceLimits, the Go SDK's Resources); 0: a quarter of the host's")
 	cmd.Flags().Float64Var(&maxCPUs, "max-cpus", 0, "the most cores one sandbox may ask for itself (OpenSandbox's resourceLimits, the Go SDK's Resources); 0: every core of the host")

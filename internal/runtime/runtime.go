@@ -238,6 +238,31 @@ type Spec struct {
 	// order, over its root once that is built. A backend that cannot
 	// mount them fails Create.
 	Mounts []Mount
+	// Images are container images' root filesystems shown inside the
+	// sandbox, for programs of those images to run chrooted there (the
+	// MCP gateway's catalog servers). A backend that cannot show them
+	// fails Create with errdefs.ErrNotImplemented.
+	Images []ImageRoot
+}
+
+// ImageRoot is an image's root filesystem inside a sandbox: the layers of
+// an image imported into the template store, merged read-only, under a
+// writable layer of the sandbox's own (what a program of the image writes
+// stays in the sandbox; the store's layers never change). Its /proc and
+// /dev are the sandbox's own, bound in once the sandbox's are masked, so
+// a chrooted program sees no more of the kernel than the sandbox does.
+type ImageRoot struct {
+	// Build is the template build the layers are of. The mount's source
+	// names it, which keeps its layers in the store while it is mounted.
+	Build string `json:"build"`
+	// Layers are the build's layer directories, bottom first.
+	Layers []string `json:"layers"`
+	// Target is where the sandbox sees the root (see CheckMountTarget).
+	Target string `json:"target"`
+	// Config, if set, is written beside the root, to Target+".json"
+	// (root's, mode 0644): what the image says about running its programs,
+	// for the one who runs them.
+	Config []byte `json:"config,omitempty"`
 }
 
 // Mount is a host directory shown inside a sandbox, read-write unless

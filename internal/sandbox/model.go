@@ -130,6 +130,36 @@ type Sandbox struct {
 	// for none).
 	Image      string
 	Entrypoint []string
+	// Images are the image roots the sandbox shows, in the order of the
+	// create request (nil for none).
+	Images []ImageMount
+}
+
+// ImageMount is an image's root filesystem shown in a sandbox, for
+// programs of the image to run chrooted there (runtime.ImageRoot): the
+// MCP gateway runs catalog servers from their images this way. Beside the
+// root, at Path+".json", is the image's ImageConfig.
+type ImageMount struct {
+	// Template names an imported image in the template store; the key
+	// creating the sandbox must be allowed to use it.
+	Template string
+	// Build is filled in by Create: a resume shows the same build.
+	Build string
+	// Path is where the sandbox sees the root.
+	Path string
+}
+
+// ImageConfig is what an image says about running its programs, written
+// as JSON beside its root in the sandbox (ImageMount). Its field names
+// are the contract with the program that reads it (the MCP gateway).
+type ImageConfig struct {
+	// Cmd is the image's Entrypoint followed by its Cmd.
+	Cmd []string `json:"cmd,omitempty"`
+	// Env holds its KEY=VALUE defaults.
+	Env []string `json:"env,omitempty"`
+	// WorkingDir and User are the image's ("" when unset).
+	WorkingDir string `json:"workingDir,omitempty"`
+	User       string `json:"user,omitempty"`
 }
 
 // VolumeMount is a volume mounted into a sandbox.
@@ -176,8 +206,16 @@ func toRecord(sb *Sandbox, info string) *store.Sandbox {
 		AutoPause: sb.Lifecycle.OnTimeout == OnTimeoutPause, AutoResume: sb.Lifecycle.AutoResume,
 		AutoPauseFilesystem: sb.Lifecycle.PauseFilesystem,
 		Metadata:            sb.Metadata, EnvVars: sb.Envs, StartedAt: sb.StartedAt, EndAt: sb.EndAt,
-		Runtime: info, VolumeMounts: toStoreMounts(sb.Volumes),
+		Runtime: info, VolumeMounts: toStoreMounts(sb.Volumes), ImageMounts: toStoreImages(sb.Images),
 	}
+}
+
+func toStoreImages(is []ImageMount) []store.ImageMount {
+	var out []store.ImageMount
+	for _, i := range is {
+		out = append(out, store.ImageMount{Template: i.Template, Build: i.Build, Path: i.Path})
+	}
+	return out
 }
 
 func toStoreMounts(vs []VolumeMount) []store.VolumeMount {
@@ -205,6 +243,9 @@ func fromRecord(rec *store.Sandbox) *Sandbox {
 	}
 	for _, v := range rec.VolumeMounts {
 		sb.Volumes = append(sb.Volumes, VolumeMount{VolumeID: v.VolumeID, Name: v.Name, Path: v.Path})
+	}
+	for _, i := range rec.ImageMounts {
+		sb.Images = append(sb.Images, ImageMount{Template: i.Template, Build: i.Build, Path: i.Path})
 	}
 	var info runtimeInfo
 	json.Unmarshal([]byte(rec.Runtime), &info)

@@ -346,7 +346,11 @@ func (m *Manager) resumeFiles(ctx context.Context, rec *store.Sandbox, build, ba
 			if err != nil {
 				return nil, err
 			}
-			return m.startOn(ctx, rec.ID, tpl, mounts, backend, ownResources(sb))
+			images, err := m.imageRoots(sb.KeyID, sb.Images, false)
+			if err != nil {
+				return nil, err
+			}
+			return m.startOn(ctx, rec.ID, tpl, attached{mounts, images}, backend, ownResources(sb))
 		},
 		init: func(ctx context.Context, st *started, sb *Sandbox) error {
 			if err := m.initEnvd(ctx, st.route, sb, tpl); err != nil {

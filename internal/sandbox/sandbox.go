@@ -271,6 +271,11 @@ type CreateRequest struct {
 	// template's default user; a create whose entrypoint cannot start
 	// fails. A resume that boots the sandbox again starts it again.
 	Entrypoint []string
+	// Images are image roots shown in the sandbox (Build is filled in):
+	// each Template must be one KeyID may use, each Path a mount path
+	// runtime.CheckMountTarget accepts. Such a sandbox always starts on
+	// demand, never from the warm pool.
+	Images []ImageMount
 	// alias, when set, is reported as the name the template was asked
 	// for by (a fork's: its source's, not its build's id).
 	alias string
@@ -360,6 +365,11 @@ func (m *Manager) create(ctx context.Context, req CreateRequest, path *string) (
 	}
 	// Until the record names the volumes, which then keeps them.
 	defer releaseVolumes()
+	req.Images = slices.Clone(req.Images)
+	images, err := m.imageRoots(req.KeyID, req.Images, true)
+	if err != nil {
+		return nil, err
+	}
 	if req.Template == "" {
 		req.Template = DefaultTemplate
 	}
@@ -413,7 +423,7 @@ func (m *Manager) create(ctx context.Context, req CreateRequest, path *string) (
 		if st, err = m.restoreAs(ctx, newID(), tpl.Checkpoint, backend); err != nil {
 			return nil, err
 		}
-	} else if len(mounts) == 0 && backend == tpl.Runtime && req.Resources.IsZero() {
+	} else if len(mounts) == 0 && len(images) == 0 && backend == tpl.Runtime && req.Resources.IsZero() {
 		// A warm sandbox was started without mounts, on the template's
 		// backend, with the server's resources: one with volumes, asked
 		// for on another backend or with resources of its own always
@@ -437,7 +447,7 @@ func (m *Manager) create(ctx context.Context, req CreateRequest, path *string) (
 		// Until this create is done: its sandbox's envd still starts.
 		m.cold.Add(1)
 		defer m.cold.Add(-1)
-		if st, err = m.startOn(ctx, newID(), tpl, mounts, backend, req.Resources); err != nil {
+		if st, err = m.startOn(ctx, newID(), tpl, attached{mounts, images}, backend, req.Resources); err != nil {
 			return nil, err
 		}
 	}
@@ -455,6 +465,7 @@ func (m *Manager) create(ctx context.Context, req CreateRequest, path *string) (
 		Network: req.Network, Lifecycle: req.Lifecycle,
 		Metadata: orEmpty(req.Metadata), Envs: orEmpty(req.Envs), StartedAt: time.Now().UTC(),
 		Volumes: req.Volumes, Image: req.Image, Entrypoint: slices.Clone(req.Entrypoint),
+		Images: req.Images,
 	}
 	sb.EndAt = sb.StartedAt.Add(req.Timeout)
 	if req.Secure {
@@ -565,6 +576,49 @@ func (m *Manager) mountsOf(sb *Sandbox) ([]runtime.Mount, error) {
 	return out, nil
 }
 
+// attached is what a sandbox shows of the host besides its template:
+// volumes and image roots.
+type attached struct {
+	mounts []runtime.Mount
+	images []runtime.ImageRoot
+}
+
+// imageRoots checks the image mounts of a sandbox of keyID and returns
+// what the runtime shows for them. On create (fill), it looks each
+// template up and fills in its Build; a resume shows the builds recorded.
+func (m *Manager) imageRoots(keyID string, ims []ImageMount, fill bool) ([]runtime.ImageRoot, error) {
+	var out []runtime.ImageRoot
+	seen := map[string]bool{}
+	for i, im := range ims {
+		if err := runtime.CheckMountTarget(im.Path); err != nil {
+			return nil, err
+		}
+		p := filepath.Clean(im.Path)
+		if seen[p] {
+			return nil, fmt.Errorf("two images at %s: %w", p, errdefs.ErrInvalidArgument)
+		}
+		seen[p] = true
+		ref := im.Build
+		if fill {
+			ref = im.Template
+		}
+		tpl, err := m.templates.Get(ref)
+		if err != nil {
+			return nil, fmt.Errorf("image %s: %w", im.Template, err)
+		}
+		if err := tpl.MayUse(keyID); err != nil {
+			return nil, fmt.Errorf("image %s: %w", im.Template, err)
+		}
+		if tpl.Checkpoint != "" {
+			return nil, fmt.Errorf("image %s is a snapshot with its memory, not an image: %w", im.Template, errdefs.ErrInvalidArgument)
+		}
+		ims[i].Build, ims[i].Path = tpl.ID, p
+		cfg, _ := json.Marshal(ImageConfig{Cmd: tpl.Cmd, Env: tpl.Env, WorkingDir: tpl.DefaultWorkdir, User: tpl.DefaultUser})
+		out = append(out, runtime.ImageRoot{Build: tpl.ID, Layers: tpl.LowerDirs(), Target: p, Config: cfg})
+	}
+	return out, nil
+}
+
 // orEmpty is m, or an empty map for nil: a sandbox's maps are never nil.
 func orEmpty(m map[string]string) map[string]string {
 	if m == nil {
@@ -619,13 +673,13 @@ func (s *started) discard() {
 // two sockets the manager made in DataDir/sockets (see route): the control
 // socket as descriptor 3, the API socket as 4.
 func (m *Manager) start(ctx context.Context, tpl *template.Template, mounts []runtime.Mount) (_ *started, retErr error) {
-	return m.startOn(ctx, newID(), tpl, mounts, tpl.Runtime, Resources{})
+	return m.startOn(ctx, newID(), tpl, attached{mounts: mounts}, tpl.Runtime, Resources{})
 }
 
 // startAs is start with the sandbox's id given: a sandbox paused without
 // its memory comes back under its own.
 func (m *Manager) startAs(ctx context.Context, id string, tpl *template.Template, mounts []runtime.Mount) (_ *started, retErr error) {
-	return m.startOn(ctx, id, tpl, mounts, tpl.Runtime, Resources{})
+	return m.startOn(ctx, id, tpl, attached{mounts: mounts}, tpl.Runtime, Resources{})
 }
 
 // envdSockets makes sandbox id's envd sockets: listening, in this order
@@ -654,7 +708,7 @@ func (m *Manager) envdSockets(id string) (api, control string, files []*os.File,
 
 // startOn is startAs on runtime backend backend ("" for the default),
 // with the sandbox's own resources own (zero: the server's).
-func (m *Manager) startOn(ctx context.Context, id string, tpl *template.Template, mounts []runtime.Mount, backend string, own Resources) (_ *started, retErr error) {
+func (m *Manager) startOn(ctx context.Context, id string, tpl *template.Template, with attached, backend string, own Resources) (_ *started, retErr error) {
 	if err := m.dataRoom(); err != nil {
 		return nil, err
 	}
@@ -673,7 +727,7 @@ func (m *Manager) startOn(ctx context.Context, id string, tpl *template.Template
 	}()
 	sbx, err := m.rt.Create(ctx, runtime.Spec{
 		ID: id, Runtime: backend, Template: tpl.ID, Resources: m.resourcesOf(tpl, own),
-		Labels: map[string]string{controlPlaneLabel: "true"}, Mounts: mounts,
+		Labels: map[string]string{controlPlaneLabel: "true"}, Mounts: with.mounts, Images: with.images,
 		Process: runtime.Process{
 			Args: envdapi.Command(runtime.SelfExe, tpl.DefaultUser),
 			User: "root", ExtraFiles: files,

@@ -90,6 +90,9 @@ type Config struct {
 	// RegistryAllow are the registries on loopback or private addresses
 	// template builds may pull from (see builder.Options.RegistryAllow).
 	RegistryAllow []string
+	// MCPRegistryMirror is server.Options.MCPRegistryMirror. Its registry
+	// may be on a loopback or private address: the operator named it.
+	MCPRegistryMirror string
 	// Cluster makes the server a node of a cluster on etcd; nil: a
 	// single node (its SQLite store is the whole truth).
 	Cluster *ClusterConfig
@@ -246,9 +249,15 @@ func Open(ctx context.Context, cfg Config) (_ *Server, retErr error) {
 			return nil, err
 		}
 	}
-	s.builder = builder.New(builder.Options{Store: templates, Manager: s.Manager, CABundle: cfg.CABundle, RegistryAllow: cfg.RegistryAllow, Metrics: s.Metrics, Faults: cfg.Faults, Logger: logger})
+	allow := cfg.RegistryAllow
+	if cfg.MCPRegistryMirror != "" {
+		host, _, _ := strings.Cut(cfg.MCPRegistryMirror, "/")
+		allow = append(slices.Clone(allow), host)
+	}
+	s.builder = builder.New(builder.Options{Store: templates, Manager: s.Manager, CABundle: cfg.CABundle, RegistryAllow: allow, Metrics: s.Metrics, Faults: cfg.Faults, Logger: logger})
 	srv := server.New(server.Options{Manager: s.Manager, Domain: cfg.Domain, Logger: logger, Templates: templates, Builder: s.builder, Volumes: vols, Cluster: s.Cluster,
-		Metrics: s.Metrics, MetricsOnAPI: cfg.MetricsOnAPI, Audit: s.Audit, Execd: execd})
+		Metrics: s.Metrics, MetricsOnAPI: cfg.MetricsOnAPI, Audit: s.Audit, Execd: execd,
+		MCPRegistryMirror: cfg.MCPRegistryMirror})
 	s.Handler = srv
 	if s.cluster != nil {
 		s.cluster.serve(s, s.Cluster.PeerHandler(srv.Forwarded()), logger)

@@ -273,35 +273,56 @@ func (s *Server) osbImage(ctx context.Context, keyID string, img *osbapi.ImageSp
 		return "", false, osbapi.Errorf(http.StatusBadRequest, osbapi.CodeImagePull,
 			fmt.Sprintf("image %q: no template of that name, and not an image reference: %v", img.URI, err))
 	}
-	tplName := imageTemplateName(keyID, img.URI)
-	if s.builder == nil || s.templates == nil {
-		return "", false, osbapi.Errorf(http.StatusBadRequest, osbapi.CodeImagePull,
-			fmt.Sprintf("image %q: no template of that name, and this server imports no images (no template store)", img.URI))
-	}
 	spec := builder.Spec{FromImage: img.URI}
 	if a := img.Auth; a != nil {
 		spec.Username, spec.Password = a.Username, a.Password
 	}
+	tplName, err := s.importImage(ctx, keyID, spec)
+	switch {
+	case err == nil:
+		return tplName, true, nil
+	case errors.Is(err, errNoImports):
+		return "", false, osbapi.Errorf(http.StatusBadRequest, osbapi.CodeImagePull,
+			fmt.Sprintf("image %q: no template of that name, and %v", img.URI, err))
+	case errors.Is(err, errdefs.ErrResourceExhausted), ctx.Err() != nil:
+		return "", false, err
+	default:
+		return "", false, osbapi.Errorf(http.StatusBadRequest, osbapi.CodeImagePull,
+			fmt.Sprintf("image %q: not a template of this key's, and it could not be imported: %v", img.URI, err))
+	}
+}
+
+// errNoImports: the server has no template store to import images into.
+var errNoImports = errors.New("this server imports no images (no template store)")
+
+// importImage imports spec.FromImage from its registry as a template of
+// the key's own, named after the reference (imageTemplateName), and
+// returns its name. An import happens once per key and reference: later
+// calls find the template (its layers are the store's, shared by every
+// key and pulled once per host). Concurrent calls for one image wait for
+// the one importing it.
+func (s *Server) importImage(ctx context.Context, keyID string, spec builder.Spec) (string, error) {
+	if s.builder == nil || s.templates == nil {
+		return "", errNoImports
+	}
+	tplName := imageTemplateName(keyID, spec.FromImage)
 	for {
 		if t, err := s.templates.Get(tplName); err == nil && t.MayUse(keyID) == nil {
-			return tplName, true, nil
+			return tplName, nil
 		}
 		_, err := s.builder.Run(ctx, keyID, builder.Request{Name: tplName}, spec, nil)
 		switch {
 		case err == nil:
-			return tplName, true, nil
+			return tplName, nil
 		case errors.Is(err, errdefs.ErrAlreadyExists):
 			// Another create imports it now: wait for that one.
 			select {
 			case <-ctx.Done():
-				return "", false, ctx.Err()
+				return "", ctx.Err()
 			case <-time.After(250 * time.Millisecond):
 			}
-		case errors.Is(err, errdefs.ErrResourceExhausted):
-			return "", false, err
 		default:
-			return "", false, osbapi.Errorf(http.StatusBadRequest, osbapi.CodeImagePull,
-				fmt.Sprintf("image %q: not a template of this key's, and it could not be imported: %v", img.URI, err))
+			return "", err
 		}
 	}
 }

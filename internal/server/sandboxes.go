@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -171,6 +172,21 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, req e2bapi.NewSa
 		cr.Network.AllowOut, cr.Network.DenyOut, cr.Network.PublicTraffic = n.AllowOut, n.DenyOut, n.AllowPublicTraffic
 		if n.MaskRequestHost != nil {
 			cr.Network.MaskRequestHost = *n.MaskRequestHost
+		}
+	}
+	images, hosts, err := s.mcpImages(r.Context(), keyID(r), req.MCP)
+	if err != nil {
+		e2bapi.Write(w, s.logger, err)
+		return
+	}
+	cr.Images = images
+	if len(cr.Network.AllowOut) > 0 || len(cr.Network.DenyOut) > 0 {
+		// The sandbox has an egress policy: the MCP servers it runs may
+		// still reach what they need.
+		for _, h := range hosts {
+			if !slices.Contains(cr.Network.AllowOut, h) {
+				cr.Network.AllowOut = append(cr.Network.AllowOut, h)
+			}
 		}
 	}
 	auditNote(r, "template", req.TemplateID)

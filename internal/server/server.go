@@ -72,6 +72,10 @@ type Options struct {
 	// OpenSandbox's lifecycle API (opensandboxproxy.go); nil answers it
 	// 501.
 	Execd Execd
+	// MCPRegistryMirror, when set, is the registry ("host[:port][/path]")
+	// the images of MCP catalog servers are pulled from in place of their
+	// own (catalog.Mirror).
+	MCPRegistryMirror string
 }
 
 // Server serves the API and routes sandbox traffic. Safe for concurrent use.
@@ -107,6 +111,8 @@ type Server struct {
 	console *console.Console
 	// execd serves OpenSandbox's in-sandbox API (Options.Execd).
 	execd Execd
+	// mcpMirror is Options.MCPRegistryMirror.
+	mcpMirror string
 }
 
 // Execd serves OpenSandbox's in-sandbox API (execd) for one sandbox at a
@@ -135,6 +141,7 @@ func New(opts Options) *Server {
 		bodyGrace: opts.BodyGrace, bodyMinRate: int64(opts.BodyMinRate), templates: opts.Templates, builder: opts.Builder, volumes: opts.Volumes, cluster: opts.Cluster,
 		prom: opts.Metrics, audit: opts.Audit, gatewaySecrets: newSecretBook(), auditBodies: newBodyBudget(auditBodyBudget, auditKeyBudget), gatewayBodies: newBodyBudget(gatewayBodyBudget, gatewayKeyBudget)}
 	s.execd = opts.Execd
+	s.mcpMirror = opts.MCPRegistryMirror
 	if opts.MetricsOnAPI && opts.Metrics != nil {
 		s.promAPI = opts.Metrics.Handler()
 		s.promSlots = make(chan struct{}, metrics.MaxScrapes)

@@ -89,6 +89,17 @@ type Sandbox struct {
 	// VolumeMounts are the volumes mounted into the sandbox (nil for
 	// none). A volume named here is in use: DeleteVolume refuses it.
 	VolumeMounts []VolumeMount
+	// ImageMounts are the image roots shown in the sandbox (nil for none).
+	ImageMounts []ImageMount
+}
+
+// ImageMount is an image's root filesystem shown in a sandbox.
+type ImageMount struct {
+	// Template and Build name the imported image (Template as asked for).
+	Template string `json:"template"`
+	Build    string `json:"build"`
+	// Path is where the sandbox sees it.
+	Path string `json:"path"`
 }
 
 // VolumeMount is one volume mounted into a sandbox.
@@ -122,7 +133,7 @@ const sandboxColumns = `id, template_id, alias, envd_version, envd_access_token,
 	traffic_access_token, secure, allow_internet_access, auto_pause, auto_resume,
 	allow_out, deny_out, allow_public_traffic, mask_request_host,
 	metadata, env_vars, started_at, end_at, cpu_count, memory_mb, disk_size_mb, state,
-	key_id, runtime, auto_pause_memory, volume_mounts, cpu_millis, image, entrypoint`
+	key_id, runtime, auto_pause_memory, volume_mounts, cpu_millis, image, entrypoint, image_mounts`
 
 func nullString(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }
 
@@ -173,11 +184,12 @@ func scanSandbox(r rowScanner) (Sandbox, error) {
 		mounts             string
 		cpuMillis          int64
 		entrypoint         string
+		images             string
 	)
 	if err := r.Scan(&sb.ID, &sb.TemplateID, &sb.Alias, &sb.EnvdVersion,
 		&sb.EnvdAccessToken, &sb.TrafficAccessToken, &secure, &allowNet, &ap, &ar,
 		&allow, &deny, &public, &sb.MaskRequestHost, &meta, &envs, &startedAt, &endAt, &cpu, &mem, &diskSize, &sb.State,
-		&keyID, &sb.Runtime, &apMemory, &mounts, &cpuMillis, &sb.Image, &entrypoint); err != nil {
+		&keyID, &sb.Runtime, &apMemory, &mounts, &cpuMillis, &sb.Image, &entrypoint, &images); err != nil {
 		return Sandbox{}, err
 	}
 	if err := json.Unmarshal([]byte(mounts), &sb.VolumeMounts); err != nil {
@@ -191,6 +203,12 @@ func scanSandbox(r rowScanner) (Sandbox, error) {
 	}
 	if len(sb.Entrypoint) == 0 {
 		sb.Entrypoint = nil
+	}
+	if err := json.Unmarshal([]byte(images), &sb.ImageMounts); err != nil {
+		return Sandbox{}, fmt.Errorf("sandbox %s: imageMounts: %w", sb.ID, err)
+	}
+	if len(sb.ImageMounts) == 0 {
+		sb.ImageMounts = nil
 	}
 	sb.CPUMillis = int(cpuMillis)
 	sb.Secure, sb.AutoPause, sb.AutoResume, sb.AutoPauseFilesystem = secure, ap, ar, !apMemory
@@ -276,14 +294,20 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox) error {
 	if err != nil {
 		return errorf("store: create sandbox %s: entrypoint: %w", sb.ID, err)
 	}
+	images := []byte("[]")
+	if len(sb.ImageMounts) > 0 {
+		if images, err = json.Marshal(sb.ImageMounts); err != nil {
+			return errorf("store: create sandbox %s: imageMounts: %w", sb.ID, err)
+		}
+	}
 	_, err = s.db.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		sb.ID, sb.TemplateID, sb.Alias, sb.EnvdVersion, sb.EnvdAccessToken,
 		sb.TrafficAccessToken, sb.Secure, nullBool(sb.AllowInternetAccess), sb.AutoPause, sb.AutoResume,
 		allow, deny, nullBool(sb.AllowPublicTraffic), sb.MaskRequestHost,
 		meta, envs, toNanos(sb.StartedAt), toNanos(sb.EndAt), sb.CPUCount, sb.MemoryMB, sb.DiskSizeMB,
 		sb.State, nullString(sb.KeyID), sb.Runtime, !sb.AutoPauseFilesystem, string(mounts),
-		sb.CPUMillis, sb.Image, entrypoint)
+		sb.CPUMillis, sb.Image, entrypoint, string(images))
 	switch {
 	case isUniqueViolation(err):
 		return errorf("store: create sandbox %s: %w", sb.ID, errdefs.ErrAlreadyExists)

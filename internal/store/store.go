@@ -258,6 +258,11 @@ ALTER TABLE sandboxes ADD COLUMN cpu_millis INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE sandboxes ADD COLUMN image TEXT NOT NULL DEFAULT '';
 ALTER TABLE sandboxes ADD COLUMN entrypoint TEXT NOT NULL DEFAULT '[]' CHECK (json_valid(entrypoint));
 `,
+	// The images whose roots a sandbox shows (the MCP gateway's catalog
+	// servers): a resume that boots it again shows them again.
+	`
+ALTER TABLE sandboxes ADD COLUMN image_mounts TEXT NOT NULL DEFAULT '[]' CHECK (json_valid(image_mounts));
+`,
 }
 
 // migrateRetrying runs migrate, retrying while it fails with SQLITE_BUSY for

@@ -18,6 +18,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/hutch-sandbox/hutch/internal/mcp/catalog"
 )
 
 // Server is one configured upstream MCP server, resolved from the config.
@@ -38,6 +40,17 @@ type Server struct {
 	// starts or installs (an npx package, a git repository); empty when it
 	// runs offline.
 	Download string
+	// Root, when set, is the root of the server's image in the sandbox
+	// (ImageRoot): Command and Args are then the image's entrypoint and
+	// the catalog's arguments, read at start from Root+".json", and the
+	// server runs chrooted there as a user of its own (UID).
+	Root string
+	UID  int
+	// Image names the image Root holds, for messages.
+	Image string
+	// Remote, when set, is a hosted server the gateway connects to in
+	// place of starting a process.
+	Remote *catalog.Remote
 	// AllowTools, if not empty, lists the only tools exposed; DenyTools
 	// lists tools never exposed. Names are the upstream's, unprefixed.
 	AllowTools, DenyTools []string
@@ -86,6 +99,9 @@ func ParseConfig(raw []byte) ([]*Server, error) {
 		if err != nil {
 			return nil, fmt.Errorf("server %q: %w", key, err)
 		}
+		if s.Root != "" {
+			s.UID = imageUIDBase + len(out)
+		}
 		out = append(out, s)
 	}
 	return out, nil
@@ -109,6 +125,8 @@ func parseServer(key string, raw json.RawMessage) (*Server, error) {
 		s, err = githubServer(key, raw)
 	case Catalog[key] != nil:
 		s, err = Catalog[key].resolve(key, raw)
+	case catalog.Load().Lookup(key) != nil:
+		s, err = catalogServer(key, catalog.Load().Lookup(key), raw)
 	default:
 		if !serverName.MatchString(key) {
 			return nil, fmt.Errorf("not in the catalog, and not a usable name (letters, digits and -) for a {command, args, env} server")
@@ -133,8 +151,7 @@ func commandServer(key string, raw json.RawMessage) (*Server, error) {
 		return nil, err
 	}
 	if c.Command == "" {
-		known := slices.Sorted(maps.Keys(Catalog))
-		return nil, fmt.Errorf("not in the catalog (%s) and no \"command\" given", strings.Join(known, ", "))
+		return nil, fmt.Errorf("not in the catalog (E2B's SDK names its servers; Hutch's copy is internal/mcp/catalog/catalog.json, see docs/mcp-gateway.md) and no \"command\" given")
 	}
 	s := &Server{Name: key, Command: c.Command, Args: c.Args, Env: c.Env, Dir: c.Cwd}
 	if c.Command == "npx" || c.Command == "uvx" {
@@ -170,4 +187,32 @@ func githubServer(key string, raw json.RawMessage) (*Server, error) {
 	}
 	name := m[1] + "-" + strings.ReplaceAll(m[2], ".", "-")
 	return &Server{Name: name, Command: "/bin/sh", Args: []string{"-c", c.RunCmd}, Env: c.Envs, Dir: dir, Install: install, Download: url}, nil
+}
+
+// ImagesDir is where the host shows catalog servers' images in a sandbox:
+// ImageRoot(name) each, its config beside it (see sandbox.ImageConfig).
+const ImagesDir = "/opt/mcp/images"
+
+// ImageRoot is where the image of catalog server name is in a sandbox.
+func ImageRoot(name string) string { return ImagesDir + "/" + name }
+
+// imageUIDBase is the first uid servers run from images get: each its own
+// (imageUIDBase + its index among the image servers), so no server reads
+// another's environment (its secrets) through /proc.
+const imageUIDBase = 61000
+
+// catalogServer is a server of the catalog Hutch has no package run for:
+// run from its image, or connected to where it is hosted.
+func catalogServer(key string, e *catalog.Entry, raw json.RawMessage) (*Server, error) {
+	r, err := e.Resolve(raw)
+	if err != nil {
+		return nil, err
+	}
+	if r.Remote != nil {
+		return &Server{Name: key, Remote: r.Remote, Download: r.Remote.URL}, nil
+	}
+	if r.Image == "" {
+		return nil, fmt.Errorf("the catalog names no image for it")
+	}
+	return &Server{Name: key, Root: ImageRoot(key), Image: r.Image, Args: r.Args, Env: r.Env}, nil
 }

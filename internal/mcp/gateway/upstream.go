@@ -49,28 +49,44 @@ func baseEnv(workspace string) []string {
 	return []string{"PATH=" + path, "HOME=/root", "LANG=C.UTF-8", "PWD=" + workspace}
 }
 
-// connect starts the server and opens a session to it.
+// connect starts the server (or, for a hosted one, connects to it) and
+// opens a session to it.
 func (u *upstream) connect(ctx context.Context) (*mcp.ClientSession, error) {
-	cmd := exec.Command(u.srv.Command, u.srv.Args...)
-	env := baseEnv(u.workspace)
-	for _, k := range sortedKeys(u.srv.Env) {
-		env = append(env, k+"="+u.srv.Env[k])
-	}
-	cmd.Env = env
-	cmd.Dir = u.srv.Dir
-	if cmd.Dir == "" {
-		cmd.Dir = u.workspace
-	}
-	if _, err := os.Stat(cmd.Dir); err != nil {
-		cmd.Dir = "/"
-	}
-	cmd.Stderr = &prefixWriter{w: u.stderr, prefix: u.srv.Name + ": "}
 	client := mcp.NewClient(&mcp.Implementation{Name: "hutch-mcp-gateway", Version: "1"}, &mcp.ClientOptions{})
 	// Servers that ask for roots (server-filesystem) get the workspace.
 	client.AddRoots(&mcp.Root{URI: "file://" + u.workspace, Name: "workspace"})
+	if u.srv.Remote != nil {
+		cs, err := client.Connect(ctx, remoteTransport(u.srv.Remote), nil)
+		if err != nil {
+			return nil, fmt.Errorf("connect to %s (%s): %w", u.srv.Name, u.srv.Remote.URL, err)
+		}
+		return cs, nil
+	}
+	var cmd *exec.Cmd
+	if u.srv.Root != "" {
+		var err error
+		if cmd, err = imageCommand(u.srv); err != nil {
+			return nil, err
+		}
+	} else {
+		cmd = exec.Command(u.srv.Command, u.srv.Args...)
+		env := baseEnv(u.workspace)
+		for _, k := range sortedKeys(u.srv.Env) {
+			env = append(env, k+"="+u.srv.Env[k])
+		}
+		cmd.Env = env
+		cmd.Dir = u.srv.Dir
+		if cmd.Dir == "" {
+			cmd.Dir = u.workspace
+		}
+		if _, err := os.Stat(cmd.Dir); err != nil {
+			cmd.Dir = "/"
+		}
+	}
+	cmd.Stderr = &prefixWriter{w: u.stderr, prefix: u.srv.Name + ": "}
 	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}, nil)
 	if err != nil {
-		return nil, fmt.Errorf("start %s (%s): %w", u.srv.Name, strings.Join(append([]string{u.srv.Command}, u.srv.Args...), " "), err)
+		return nil, fmt.Errorf("start %s (%s): %w", u.srv.Name, strings.Join(cmd.Args, " "), err)
 	}
 	return cs, nil
 }

@@ -196,6 +196,11 @@ func (rt *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandb
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	if len(spec.Images) > 0 {
+		// Not yet: runsc would need each image's overlay and its /proc and
+		// /dev binds expressed as OCI mounts (docs/mcp-gateway.md).
+		return nil, fmt.Errorf("image roots (MCP catalog servers run from their images) are not available on the gvisor runtime yet: %w", errdefs.ErrNotImplemented)
+	}
 	if spec.Process.Terminal && len(spec.Process.ExtraFiles) > 0 {
 		return nil, fmt.Errorf("a first process with a terminal cannot serve extra files on the gvisor runtime: %w", errdefs.ErrInvalidArgument)
 	}

@@ -105,6 +105,9 @@ func runInit(sock *os.File, sigs <-chan os.Signal, notified <-chan struct{}) (in
 		want++
 	}
 	want += len(cfg.Mounts)
+	for _, img := range cfg.Images {
+		want += img.Layers
+	}
 	if len(fds) != want {
 		return 0, fmt.Errorf("expected %d mounts, got %d fds", want, len(fds))
 	}
@@ -112,6 +115,9 @@ func runInit(sock *os.File, sigs <-chan os.Signal, notified <-chan struct{}) (in
 		return 0, err
 	}
 	if err := setupSystem(&cfg); err != nil {
+		return 0, err
+	}
+	if err := completeImages(&cfg); err != nil {
 		return 0, err
 	}
 	proc, err := prepareProcess(&cfg)

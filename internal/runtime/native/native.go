@@ -205,6 +205,19 @@ func validateSpec(spec *runtime.Spec) error {
 			return bad("mount source %q is not absolute", m.Source)
 		}
 	}
+	for _, img := range spec.Images {
+		if err := runtime.CheckMountTarget(img.Target); err != nil {
+			return err
+		}
+		if n := len(img.Layers); n == 0 || n > MaxLayers {
+			return bad("image %s has %d layers (1 to %d)", img.Build, n, MaxLayers)
+		}
+		for _, l := range img.Layers {
+			if !filepath.IsAbs(l) {
+				return bad("image layer %q is not absolute", l)
+			}
+		}
+	}
 	return nil
 }
 
@@ -299,16 +312,23 @@ func (rt *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.San
 	if n := len(rec.TemplateLayers); n == 0 || n > MaxLayers {
 		return nil, fmt.Errorf("template %s has %d layers (1 to %d): %w", tpl.Name, n, MaxLayers, errdefs.ErrInvalidArgument)
 	}
-	subs := []string{"lower", "rootfs", "upper", "work", "disk"}
+	subs := []string{"lower", "rootfs", "upper", "work", "disk", "img", "imglower"}
 	for i := range rec.TemplateLayers {
 		subs = append(subs, filepath.Join("lower", strconv.Itoa(i)))
+	}
+	for i, img := range spec.Images {
+		subs = append(subs, imageLower(i, -1))
+		for j := range img.Layers {
+			subs = append(subs, imageLower(i, j))
+		}
 	}
 	for _, sub := range subs {
 		p := filepath.Join(dir, sub)
 		if err := os.Mkdir(p, 0o755); err != nil {
 			return nil, fmt.Errorf("sandbox dir: %w", err)
 		}
-		if sub == "upper" || sub == "work" {
+		// The images' writable layers go in img/ (or on the disk layer).
+		if sub == "upper" || sub == "work" || sub == "img" {
 			if err := os.Chown(p, hostID, hostID); err != nil {
 				return nil, fmt.Errorf("sandbox dir: %w", err)
 			}
@@ -455,8 +475,19 @@ func (rt *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.San
 		mounts = append(mounts, vfd)
 		targets = append(targets, m.Target)
 	}
+	var images []imageConfig
+	for _, img := range spec.Images {
+		for _, l := range img.Layers {
+			fd, err := idmappedTree(l, pid)
+			if err != nil {
+				return nil, fmt.Errorf("image %s: %w", img.Build, err)
+			}
+			mounts = append(mounts, fd)
+		}
+		images = append(images, imageConfig{Build: img.Build, Layers: len(img.Layers), Target: img.Target, Config: img.Config})
+	}
 	cfg := initConfig{
-		ID: spec.ID, Hostname: spec.Hostname, Dir: dir, Mounts: targets,
+		ID: spec.ID, Hostname: spec.Hostname, Dir: dir, Mounts: targets, Images: images,
 		DefaultUser: tpl.DefaultUser, NoNewPrivileges: spec.NoNewPrivileges,
 		Layers: len(rec.TemplateLayers), TemplateID: tpl.ID, Disk: spec.Resources.DiskBytes > 0,
 		Args: spec.Process.Args, Env: spec.Process.Env, User: spec.Process.User, Cwd: spec.Process.Cwd,

@@ -59,10 +59,15 @@ func setupRootfs(cfg *initConfig, mountFds []int) error {
 	if cfg.Disk {
 		nroot++
 	}
-	if len(mountFds) != nroot+len(cfg.Mounts) {
-		return fmt.Errorf("attach mounts: %d mounts for %d volumes", len(mountFds)-nroot, len(cfg.Mounts))
+	nimage := 0
+	for _, img := range cfg.Images {
+		nimage += img.Layers
 	}
-	volumeFds := mountFds[nroot:]
+	if len(mountFds) != nroot+len(cfg.Mounts)+nimage {
+		return fmt.Errorf("attach mounts: %d mounts for %d volumes and %d image layers", len(mountFds)-nroot, len(cfg.Mounts), nimage)
+	}
+	volumeFds := mountFds[nroot : nroot+len(cfg.Mounts)]
+	imageFds := mountFds[nroot+len(cfg.Mounts):]
 	for _, fd := range mountFds[:nroot] {
 		unix.Close(fd)
 	}
@@ -141,8 +146,14 @@ func setupRootfs(cfg *initConfig, mountFds []int) error {
 			for _, fd := range volumeFds[i+1:] {
 				unix.Close(fd)
 			}
+			for _, fd := range imageFds {
+				unix.Close(fd)
+			}
 			return err
 		}
+	}
+	if err := mountImages(cfg, root, layer, imageFds); err != nil {
+		return err
 	}
 
 	// pivot_root(".", ".") stacks the old root on top of the new one, so it

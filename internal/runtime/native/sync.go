@@ -23,20 +23,31 @@ type initConfig struct {
 	Disk            bool   `json:"disk"`       // a disk layer mount follows the template's
 	// Mounts are the targets of the host directories (volumes) whose
 	// mounts follow the disk layer's (or the template's), in order.
-	Mounts   []string `json:"mounts,omitempty"`
-	Args     []string `json:"args"`
-	Env      []string `json:"env"`
-	User     string   `json:"user"`
-	Cwd      string   `json:"cwd"`
-	Terminal bool     `json:"terminal"`
-	Rows     uint16   `json:"rows"`
-	Cols     uint16   `json:"cols"`
+	Mounts []string `json:"mounts,omitempty"`
+	// Images are the image roots (runtime.ImageRoot), whose layers' mounts
+	// follow the volumes', each image's bottom first.
+	Images   []imageConfig `json:"images,omitempty"`
+	Args     []string      `json:"args"`
+	Env      []string      `json:"env"`
+	User     string        `json:"user"`
+	Cwd      string        `json:"cwd"`
+	Terminal bool          `json:"terminal"`
+	Rows     uint16        `json:"rows"`
+	Cols     uint16        `json:"cols"`
 	// Log: descriptors 5 and 6 are the output files, for the init to keep
 	// the process's output in; the process gets a pipe.
 	Log bool `json:"log"`
 	// SocketBudget: how much the receive queues no cgroup is charged for
 	// may hold (see sockGuard); 0 for no watch.
 	SocketBudget int64 `json:"socketBudget,omitempty"`
+}
+
+// imageConfig is one runtime.ImageRoot as the init sees it.
+type imageConfig struct {
+	Build  string `json:"build"`
+	Layers int    `json:"layers"`
+	Target string `json:"target"`
+	Config []byte `json:"config,omitempty"`
 }
 
 // initMsg is every later sync message, in either direction.

@@ -1,0 +1,73 @@
+// Catalog servers run from their images (TestCatalogImages): the official
+// E2B JS SDK creates a sandbox whose mcp option names catalog servers that
+// Hutch runs from their images (pulled through --mcp-registry-mirror from
+// a registry on loopback, where the test put images of the reference
+// server-everything under the catalog's names); the official TypeScript
+// MCP client lists and calls their prefixed tools through Hutch's routing.
+// Usage: node catalog.mjs E2B_JS_DIR (with E2B_API_URL, E2B_SANDBOX_URL,
+// E2B_API_KEY pointing at hutch serve).
+import assert from 'node:assert/strict'
+import path from 'node:path'
+import { Client } from '@modelcontextprotocol/sdk/client/index.js'
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
+
+const e2bDir = process.argv[2]
+const { Sandbox } = await import(path.join(e2bDir, 'node_modules', 'e2b', 'dist', 'index.mjs'))
+const base = process.env.E2B_SANDBOX_URL
+const text = (r) => r.content.filter((c) => c.type === 'text').map((c) => c.text).join('')
+
+const sbx = await Sandbox.create({
+  timeoutMs: 300_000,
+  mcp: {
+    airtable: { airtableApiKey: 'pat-airtable-secret', nodeenv: 'production' },
+    tavily: { apiKey: 'tvly-secret' },
+    memory: {},
+  },
+})
+try {
+  const token = await sbx.getMcpToken()
+  const client = new Client({ name: 'catalog-test', version: '1.0.0' })
+  await client.connect(new StreamableHTTPClientTransport(new URL(base + '/mcp'), {
+    requestInit: { headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '50005', Authorization: `Bearer ${token}` } },
+  }))
+  const names = (await client.listTools()).tools.map((t) => t.name)
+  for (const want of ['airtable__echo', 'airtable__get-env', 'tavily__echo', 'tavily__get-env', 'memory__read_graph']) {
+    assert.ok(names.includes(want), `tools/list lacks ${want}: ${names.join(', ')}`)
+  }
+  const echo = text(await client.callTool({ name: 'airtable__echo', arguments: { message: 'through the image' } }))
+  assert.ok(echo.includes('through the image'), `airtable__echo: ${echo}`)
+
+  // Each server has its own configuration and the image's environment,
+  // and nothing of the other's.
+  const airtable = text(await client.callTool({ name: 'airtable__get-env', arguments: {} }))
+  const tavily = text(await client.callTool({ name: 'tavily__get-env', arguments: {} }))
+  assert.ok(airtable.includes('pat-airtable-secret') && airtable.includes('"NODE_ENV": "production"'), `airtable's env: ${airtable}`)
+  assert.ok(airtable.includes('FROM_IMAGE'), `airtable's env lacks the image's: ${airtable}`)
+  assert.ok(!airtable.includes('tvly-secret'), `airtable sees tavily's key: ${airtable}`)
+  assert.ok(tavily.includes('tvly-secret') && !tavily.includes('pat-airtable-secret'), `tavily's env: ${tavily}`)
+  assert.ok(!airtable.includes(token) && !tavily.includes(token), 'a server sees the gateway token')
+
+  // A server cannot read another's environment through /proc: each runs
+  // as a user of its own, in its own image's root.
+  const r = await sbx.commands.run('ps -eo uid,args | grep -E "node /app/dist/index.js" | grep -v grep', { user: 'root' })
+  const uids = new Set(r.stdout.trim().split('\n').map((l) => l.trim().split(/\s+/)[0]))
+  assert.equal(uids.size, 2, `the image servers' uids: ${r.stdout}`)
+  assert.ok(![...uids].includes('0'), `an image server runs as root: ${r.stdout}`)
+  await client.close()
+} finally {
+  await sbx.kill()
+}
+
+// Bad configurations fail the create, in the SDK's words.
+const refused = async (mcp, want) => {
+  await assert.rejects(Sandbox.create({ timeoutMs: 60_000, mcp }), (e) => {
+    assert.match(String(e.message), /Failed to start MCP gateway/, String(e))
+    for (const w of want) assert.ok(String(e.message).includes(w), `${e.message} lacks ${w}`)
+    return true
+  })
+}
+await refused({ airtable: { airtableApiKey: 'k' } }, ['"nodeenv"', 'airtable'])
+await refused({ notACatalogServer: {} }, ['notACatalogServer', 'catalog'])
+// In the catalog, but the mirror has no image of it.
+await refused({ stripe: { secretKey: 'sk' } }, ['stripe', 'could not be pulled'])
+console.log('catalog servers ran from their images')
