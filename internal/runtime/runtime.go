@@ -259,6 +259,9 @@ type ImageRoot struct {
 	Layers []string `json:"layers"`
 	// Target is where the sandbox sees the root (see CheckMountTarget).
 	Target string `json:"target"`
+	// Binds are directories of the sandbox shown inside the root: what a
+	// program of the image is given of the sandbox's files.
+	Binds []ImageBind `json:"binds,omitempty"`
 	// Config, if set, is written beside the root, to Target+".json"
 	// (root's, mode 0644): what the image says about running its programs,
 	// for the one who runs them.
@@ -279,6 +282,54 @@ type Mount struct {
 	// not a directory fails Create.
 	Target   string
 	ReadOnly bool
+}
+
+// ImageBind is a directory or file of a sandbox (From; a missing one is
+// made, as a directory) shown in an image root (at To, a path in the
+// image's root, made if missing). No
+// component of either may be a symlink; both must be paths
+// CheckMountTarget accepts, and From may neither hold an image root nor
+// be inside one (CheckImages).
+type ImageBind struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+	// ReadOnly shows it read-only.
+	ReadOnly bool `json:"readOnly,omitempty"`
+}
+
+// CheckImages returns an errdefs.ErrInvalidArgument unless images are
+// image roots a backend may show: targets and binds CheckMountTarget
+// accepts, no root inside another, no bind of a directory that holds a
+// root or lies in one (a server would see another's files).
+func CheckImages(images []ImageRoot) error {
+	within := func(p, dir string) bool { return p == dir || strings.HasPrefix(p, dir+"/") }
+	for i, img := range images {
+		if err := CheckMountTarget(img.Target); err != nil {
+			return err
+		}
+		t := path.Clean(img.Target)
+		for j, other := range images {
+			if j != i && within(t, path.Clean(other.Target)) {
+				return fmt.Errorf("image root %s is inside image root %s: %w", t, other.Target, errdefs.ErrInvalidArgument)
+			}
+		}
+		for _, b := range img.Binds {
+			if err := CheckMountTarget(b.From); err != nil {
+				return err
+			}
+			if err := CheckMountTarget(b.To); err != nil {
+				return err
+			}
+			from := path.Clean(b.From)
+			for _, other := range images {
+				o := path.Clean(other.Target)
+				if within(o, from) || within(from, o) {
+					return fmt.Errorf("directory %s shown in image root %s holds or lies in image root %s: %w", from, t, o, errdefs.ErrInvalidArgument)
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // CheckMountTarget returns an errdefs.ErrInvalidArgument unless p may be a

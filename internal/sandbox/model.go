@@ -147,6 +147,15 @@ type ImageMount struct {
 	Build string
 	// Path is where the sandbox sees the root.
 	Path string
+	// Binds are directories of the sandbox shown in the root.
+	Binds []ImageBind
+}
+
+// ImageBind is a directory of the sandbox (From) shown in an image's root
+// (at To, a path in that root): see runtime.ImageBind.
+type ImageBind struct {
+	From, To string
+	ReadOnly bool
 }
 
 // ImageConfig is what an image says about running its programs, written
@@ -213,7 +222,11 @@ func toRecord(sb *Sandbox, info string) *store.Sandbox {
 func toStoreImages(is []ImageMount) []store.ImageMount {
 	var out []store.ImageMount
 	for _, i := range is {
-		out = append(out, store.ImageMount{Template: i.Template, Build: i.Build, Path: i.Path})
+		im := store.ImageMount{Template: i.Template, Build: i.Build, Path: i.Path}
+		for _, b := range i.Binds {
+			im.Binds = append(im.Binds, store.ImageBind{From: b.From, To: b.To, ReadOnly: b.ReadOnly})
+		}
+		out = append(out, im)
 	}
 	return out
 }
@@ -245,7 +258,11 @@ func fromRecord(rec *store.Sandbox) *Sandbox {
 		sb.Volumes = append(sb.Volumes, VolumeMount{VolumeID: v.VolumeID, Name: v.Name, Path: v.Path})
 	}
 	for _, i := range rec.ImageMounts {
-		sb.Images = append(sb.Images, ImageMount{Template: i.Template, Build: i.Build, Path: i.Path})
+		im := ImageMount{Template: i.Template, Build: i.Build, Path: i.Path}
+		for _, b := range i.Binds {
+			im.Binds = append(im.Binds, ImageBind{From: b.From, To: b.To, ReadOnly: b.ReadOnly})
+		}
+		sb.Images = append(sb.Images, im)
 	}
 	var info runtimeInfo
 	json.Unmarshal([]byte(rec.Runtime), &info)

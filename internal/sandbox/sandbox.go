@@ -598,6 +598,10 @@ func (m *Manager) imageRoots(keyID string, ims []ImageMount, fill bool) ([]runti
 			return nil, fmt.Errorf("two images at %s: %w", p, errdefs.ErrInvalidArgument)
 		}
 		seen[p] = true
+		var binds []runtime.ImageBind
+		for _, b := range im.Binds {
+			binds = append(binds, runtime.ImageBind{From: b.From, To: b.To, ReadOnly: b.ReadOnly})
+		}
 		ref := im.Build
 		if fill {
 			ref = im.Template
@@ -614,7 +618,10 @@ func (m *Manager) imageRoots(keyID string, ims []ImageMount, fill bool) ([]runti
 		}
 		ims[i].Build, ims[i].Path = tpl.ID, p
 		cfg, _ := json.Marshal(ImageConfig{Cmd: tpl.Cmd, Env: tpl.Env, WorkingDir: tpl.DefaultWorkdir, User: tpl.DefaultUser})
-		out = append(out, runtime.ImageRoot{Build: tpl.ID, Layers: tpl.LowerDirs(), Target: p, Config: cfg})
+		out = append(out, runtime.ImageRoot{Build: tpl.ID, Layers: tpl.LowerDirs(), Target: p, Config: cfg, Binds: binds})
+	}
+	if err := runtime.CheckImages(out); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

@@ -65,7 +65,11 @@ func (s *Server) mcpImages(ctx context.Context, keyID string, raw json.RawMessag
 		default:
 			return nil, nil, e2bapi.BadRequest(fmt.Sprintf("%sserver %q runs from its image %s, which could not be pulled: %v", msgGatewayFailed, srv.Name, ref, err))
 		}
-		mounts = append(mounts, sandbox.ImageMount{Template: tpl, Path: srv.Root})
+		im := sandbox.ImageMount{Template: tpl, Path: srv.Root}
+		for _, b := range srv.Binds {
+			im.Binds = append(im.Binds, sandbox.ImageBind{From: b.From, To: b.To, ReadOnly: b.ReadOnly})
+		}
+		mounts = append(mounts, im)
 	}
 	for i, h := range hosts {
 		if host, _, err := net.SplitHostPort(h); err == nil {

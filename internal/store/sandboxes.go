@@ -100,6 +100,15 @@ type ImageMount struct {
 	Build    string `json:"build"`
 	// Path is where the sandbox sees it.
 	Path string `json:"path"`
+	// Binds are the sandbox's directories shown in it.
+	Binds []ImageBind `json:"binds,omitempty"`
+}
+
+// ImageBind is a directory of a sandbox (From) shown in an image (at To).
+type ImageBind struct {
+	From     string `json:"from"`
+	To       string `json:"to"`
+	ReadOnly bool   `json:"readOnly,omitempty"`
 }
 
 // VolumeMount is one volume mounted into a sandbox.

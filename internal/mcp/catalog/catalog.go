@@ -120,9 +120,11 @@ type Resolved struct {
 	AllowHosts []string
 }
 
-// Bind is a directory of the sandbox (From) shown in an image's root (To).
+// Bind is a directory or file of the sandbox (From) shown in an image's
+// root (To), read-only when the catalog says ":ro".
 type Bind struct {
 	From, To string
+	ReadOnly bool
 }
 
 // Resolve checks a configuration of the server called name against the
@@ -197,12 +199,13 @@ func (e *Entry) Resolve(raw json.RawMessage) (*Resolved, error) {
 		for _, v := range vs {
 			from, to, ok := strings.Cut(v, ":")
 			if !ok || !path.IsAbs(from) {
-				continue // a named volume of Docker's: the root is writable
+				continue // a named volume of Docker's (the root is writable), or an optional field not given
 			}
+			to, opts, _ := strings.Cut(to, ":")
 			if !path.IsAbs(to) {
 				return nil, fmt.Errorf("volume %q: the target is not an absolute path", v)
 			}
-			r.Binds = append(r.Binds, Bind{From: path.Clean(from), To: path.Clean(to)})
+			r.Binds = append(r.Binds, Bind{From: path.Clean(from), To: path.Clean(to), ReadOnly: opts == "ro"})
 		}
 	}
 	if e.Remote != nil {

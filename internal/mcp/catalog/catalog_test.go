@@ -58,7 +58,7 @@ func TestResolve(t *testing.T) {
 		},
 		Env:     map[string]string{"MODE": "{{mode|or:fast}}", "CONST": "1"},
 		Command: []string{"{{paths|volume-target|into}}", "--mode={{mode}}"},
-		Volumes: []string{"{{paths|volume|into}}", "cache:/data"},
+		Volumes: []string{"{{paths|volume|into}}", "cache:/data", "{{mode}}:/etc/mode:ro"},
 	}
 	tests := []struct {
 		name string
@@ -69,7 +69,7 @@ func TestResolve(t *testing.T) {
 		{"all", `{"apiKey":"k","paths":["/a","/b"],"mode":"slow","allowTools":["t"]}`, &Resolved{
 			Image: "mcp/x", Env: map[string]string{"X_API_KEY": "k", "MODE": "slow", "CONST": "1"},
 			Args:  []string{"/a", "/b", "--mode=slow"},
-			Binds: []Bind{{"/a", "/a"}, {"/b", "/b"}},
+			Binds: []Bind{{"/a", "/a", false}, {"/b", "/b", false}},
 		}, ""},
 		{"defaults", `{"apiKey":"k"}`, &Resolved{
 			Image: "mcp/x", Env: map[string]string{"X_API_KEY": "k", "MODE": "fast", "CONST": "1"},

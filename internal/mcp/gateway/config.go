@@ -48,6 +48,8 @@ type Server struct {
 	UID  int
 	// Image names the image Root holds, for messages.
 	Image string
+	// Binds are the sandbox's directories the host shows in Root.
+	Binds []catalog.Bind
 	// Remote, when set, is a hosted server the gateway connects to in
 	// place of starting a process.
 	Remote *catalog.Remote
@@ -214,5 +216,5 @@ func catalogServer(key string, e *catalog.Entry, raw json.RawMessage) (*Server, 
 	if r.Image == "" {
 		return nil, fmt.Errorf("the catalog names no image for it")
 	}
-	return &Server{Name: key, Root: ImageRoot(key), Image: r.Image, Args: r.Args, Env: r.Env}, nil
+	return &Server{Name: key, Root: ImageRoot(key), Image: r.Image, Args: r.Args, Env: r.Env, Binds: r.Binds}, nil
 }

@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hutch-sandbox/hutch/internal/runtime"
 	"github.com/hutch-sandbox/hutch/internal/template"
 )
 
@@ -97,6 +98,77 @@ func completeImages(cfg *initConfig) error {
 			if err != nil {
 				return fmt.Errorf("image %s: bind /%s: %w", img.Build, sub, err)
 			}
+		}
+		for _, b := range img.Binds {
+			if err := bindInto(img.Target, b); err != nil {
+				return fmt.Errorf("image %s: %w", img.Build, err)
+			}
+		}
+	}
+	return nil
+}
+
+// bindInto shows b.From of the sandbox at b.To in the image root at
+// target, every path found (made if missing) without following a link: a
+// file (a kubeconfig, a key) on a file, anything else as a directory.
+func bindInto(target string, b runtime.ImageBind) error {
+	how := &unix.OpenHow{Flags: unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS}
+	root, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	src, err := unix.Openat2(root, strings.TrimLeft(filepath.Clean(b.From), "/"), how)
+	unix.Close(root)
+	var st unix.Stat_t
+	if err == nil && unix.Fstat(src, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
+		defer unix.Close(src)
+		to := filepath.Join(target, b.To)
+		parent, err := dirBeneath("/", filepath.Dir(to))
+		if err != nil {
+			return err
+		}
+		defer unix.Close(parent)
+		name := filepath.Base(to)
+		if fd, err := unix.Openat(parent, name, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600); err == nil {
+			unix.Close(fd)
+		}
+		dst, err := unix.Openat2(parent, name, &unix.OpenHow{Flags: unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC, Resolve: how.Resolve})
+		if err != nil {
+			return fmt.Errorf("show %s at %s: %w", b.From, b.To, err)
+		}
+		defer unix.Close(dst)
+		return bindAt(src, dst, b)
+	}
+	if err == nil {
+		unix.Close(src)
+	}
+	src, err = dirBeneath("/", b.From)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(src)
+	dst, err := dirBeneath("/", filepath.Join(target, b.To))
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dst)
+	return bindAt(src, dst, b)
+}
+
+// bindAt binds src on dst (descriptors), read-only if b says so.
+func bindAt(src, dst int, b runtime.ImageBind) error {
+	if err := unix.Mount(fdPath(src), fdPath(dst), "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("show %s at %s: %w", b.From, b.To, err)
+	}
+	if b.ReadOnly {
+		// The bind is on top of dst now: remount what the path shows.
+		p, err := os.Readlink(fdPath(dst))
+		if err != nil {
+			return err
+		}
+		if err := unix.Mount("", p, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("show %s at %s read-only: %w", b.From, b.To, err)
 		}
 	}
 	return nil

@@ -30,10 +30,12 @@ func TestImageRoot(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(top, "hello"), []byte("from the top layer\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	img := runtime.ImageRoot{Build: "test-image", Layers: append(base.LowerDirs(), top), Target: "/opt/images/one", Config: []byte(`{"cmd":["x"]}`)}
+	img := runtime.ImageRoot{Build: "test-image", Layers: append(base.LowerDirs(), top), Target: "/opt/images/one", Config: []byte(`{"cmd":["x"]}`),
+		Binds: []runtime.ImageBind{{From: "/srv/shared", To: "/data"}, {From: "/etc/hostname", To: "/config/name", ReadOnly: true}}}
 	script := strings.Join([]string{
 		"cat /opt/images/one.json; echo",
-		"chroot /opt/images/one /bin/sh -c 'cat /hello; echo written > /hello; cat /hello; ls /dev/null; wc -c < /proc/cmdline; grep -c . /proc/self/status >/dev/null && echo proc'",
+		"echo shared > /srv/shared/f",
+		"chroot /opt/images/one /bin/sh -c 'cat /hello; echo written > /hello; cat /hello; ls /dev/null; wc -c < /proc/cmdline; grep -c . /proc/self/status >/dev/null && echo proc; cat /data/f; cat /config/name >/dev/null && echo file; echo x 2>/dev/null > /config/name || echo read-only'",
 		"cat /opt/images/one/hello",
 	}, " && ")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -49,7 +51,7 @@ func TestImageRoot(t *testing.T) {
 	if err != nil || st.Code != 0 {
 		t.Fatalf("%+v, %v; output %q", st, err, out.String())
 	}
-	want := "{\"cmd\":[\"x\"]}\nfrom the top layer\nwritten\n/dev/null\n0\nproc\nwritten\n"
+	want := "{\"cmd\":[\"x\"]}\nfrom the top layer\nwritten\n/dev/null\n0\nproc\nshared\nfile\nread-only\nwritten\n"
 	if out.String() != want {
 		t.Errorf("output %q, want %q", out.String(), want)
 	}
@@ -66,9 +68,18 @@ func TestImageRootRefused(t *testing.T) {
 		{Build: "b", Layers: []string{"/x"}, Target: "relative"},
 		{Build: "b", Target: "/opt/x"},
 		{Build: "b", Layers: []string{"x"}, Target: "/opt/x"},
+		{Build: "b", Layers: []string{"/x"}, Target: "/opt/x", Binds: []runtime.ImageBind{{From: "/", To: "/data"}}},
+		{Build: "b", Layers: []string{"/x"}, Target: "/opt/x", Binds: []runtime.ImageBind{{From: "/opt", To: "/data"}}},
+		{Build: "b", Layers: []string{"/x"}, Target: "/opt/x", Binds: []runtime.ImageBind{{From: "/opt/x/y", To: "/data"}}},
+		{Build: "b", Layers: []string{"/x"}, Target: "/opt/x", Binds: []runtime.ImageBind{{From: "/proc", To: "/data"}}},
+		{Build: "b", Layers: []string{"/x"}, Target: "/opt/x", Binds: []runtime.ImageBind{{From: "/home", To: "../data"}}},
 	} {
 		if err := validateSpec(&runtime.Spec{Process: ok, Images: []runtime.ImageRoot{img}}); err == nil {
 			t.Errorf("%+v: accepted", img)
 		}
+	}
+	two := []runtime.ImageRoot{{Build: "a", Layers: []string{"/x"}, Target: "/opt/a"}, {Build: "b", Layers: []string{"/x"}, Target: "/opt/a/b"}}
+	if err := validateSpec(&runtime.Spec{Process: ok, Images: two}); err == nil {
+		t.Error("an image root inside another: accepted")
 	}
 }

@@ -205,10 +205,10 @@ func validateSpec(spec *runtime.Spec) error {
 			return bad("mount source %q is not absolute", m.Source)
 		}
 	}
+	if err := runtime.CheckImages(spec.Images); err != nil {
+		return err
+	}
 	for _, img := range spec.Images {
-		if err := runtime.CheckMountTarget(img.Target); err != nil {
-			return err
-		}
 		if n := len(img.Layers); n == 0 || n > MaxLayers {
 			return bad("image %s has %d layers (1 to %d)", img.Build, n, MaxLayers)
 		}
@@ -484,7 +484,7 @@ func (rt *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.San
 			}
 			mounts = append(mounts, fd)
 		}
-		images = append(images, imageConfig{Build: img.Build, Layers: len(img.Layers), Target: img.Target, Config: img.Config})
+		images = append(images, imageConfig{Build: img.Build, Layers: len(img.Layers), Target: img.Target, Config: img.Config, Binds: img.Binds})
 	}
 	cfg := initConfig{
 		ID: spec.ID, Hostname: spec.Hostname, Dir: dir, Mounts: targets, Images: images,

@@ -44,10 +44,11 @@ type initConfig struct {
 
 // imageConfig is one runtime.ImageRoot as the init sees it.
 type imageConfig struct {
-	Build  string `json:"build"`
-	Layers int    `json:"layers"`
-	Target string `json:"target"`
-	Config []byte `json:"config,omitempty"`
+	Build  string              `json:"build"`
+	Layers int                 `json:"layers"`
+	Target string              `json:"target"`
+	Config []byte              `json:"config,omitempty"`
+	Binds  []runtime.ImageBind `json:"binds,omitempty"`
 }
 
 // initMsg is every later sync message, in either direction.
