@@ -8,9 +8,11 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/hutch-sandbox/hutch/internal/mcp/catalog"
 	"github.com/hutch-sandbox/hutch/internal/mcp/gateway"
 )
 
@@ -64,8 +66,45 @@ this binary is also installed as mcp-gateway. See docs/mcp.md.`,
 			return nil
 		},
 	}
+	cmd.AddCommand(newMCPGatewayPullCmd())
 	cmd.Flags().StringVar(&config, "config", "", "the MCP servers, as JSON")
 	cmd.Flags().BoolVar(&serve, "serve", false, "serve the configuration Launch wrote, in the foreground")
 	cmd.Flags().MarkHidden("serve")
 	return cmd
+}
+
+// newMCPGatewayPullCmd is `mcp-gateway pull NAME...`, which E2B's SDK runs
+// in a template build for Template().addMcpServer(names). In Hutch the
+// host pulls a catalog server's image when a sandbox's mcp option names
+// it (docs/mcp-gateway.md), into its template store, where every later
+// sandbox finds it: a template holds no images. So pull checks that each
+// name is one the gateway runs, and says where its image comes from.
+func newMCPGatewayPullCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "pull NAME...",
+		Short: "Check MCP catalog server names for a template (E2B's addMcpServer); the host pulls their images when a sandbox names them",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var unknown []string
+			for _, name := range args {
+				e := catalog.Load().Lookup(name)
+				switch {
+				case gateway.Catalog[name] != nil:
+					fmt.Fprintf(cmd.OutOrStdout(), "%s: runs from its package (%s)\n", name, gateway.Catalog[name].Command)
+				case e == nil:
+					unknown = append(unknown, name)
+				case e.Unsupported != "":
+					return fmt.Errorf("%s cannot run in a sandbox: %s", name, e.Unsupported)
+				case e.Remote != nil:
+					fmt.Fprintf(cmd.OutOrStdout(), "%s: hosted at %s (needs the sandbox's internet access)\n", name, e.Remote.URL)
+				default:
+					fmt.Fprintf(cmd.OutOrStdout(), "%s: image %s, pulled by the host when a sandbox's mcp option names it\n", name, e.Image)
+				}
+			}
+			if len(unknown) > 0 {
+				return fmt.Errorf("not in the MCP catalog: %s (see docs/mcp-gateway.md)", strings.Join(unknown, ", "))
+			}
+			return nil
+		},
+	}
 }

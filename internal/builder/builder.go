@@ -641,7 +641,7 @@ func (b *Builder) base(ctx context.Context, st *state) error {
 		}
 		b.logf(st.bd, "info", StepBase, "FROM template %s (build %s, %d layers)", t.Ref(), t.ID, len(t.Layers))
 		st.layers = append([]string(nil), t.Layers...)
-		st.cfg = template.Config{DefaultUser: t.DefaultUser, DefaultWorkdir: t.DefaultWorkdir, Env: t.Env, Cmd: t.Cmd, DiskSizeMB: t.DiskSizeMB, Runtime: t.Runtime}
+		st.cfg = template.Config{DefaultUser: t.DefaultUser, DefaultWorkdir: t.DefaultWorkdir, Env: t.Env, Cmd: t.Cmd, Entrypoint: t.Entrypoint, DiskSizeMB: t.DiskSizeMB, Runtime: t.Runtime}
 	} else {
 		b.logf(st.bd, "info", StepBase, "FROM image %s", spec.FromImage)
 		img, desc, err := template.OpenImage(ctx, spec.FromImage, template.ImportOptions{Username: spec.Username, Password: spec.Password,

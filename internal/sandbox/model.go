@@ -162,8 +162,10 @@ type ImageBind struct {
 // as JSON beside its root in the sandbox (ImageMount). Its field names
 // are the contract with the program that reads it (the MCP gateway).
 type ImageConfig struct {
-	// Cmd is the image's Entrypoint followed by its Cmd.
-	Cmd []string `json:"cmd,omitempty"`
+	// Cmd is the image's Entrypoint followed by its Cmd; Entrypoint is
+	// its Entrypoint alone.
+	Cmd        []string `json:"cmd,omitempty"`
+	Entrypoint []string `json:"entrypoint,omitempty"`
 	// Env holds its KEY=VALUE defaults.
 	Env []string `json:"env,omitempty"`
 	// WorkingDir and User are the image's ("" when unset).

@@ -617,7 +617,7 @@ func (m *Manager) imageRoots(keyID string, ims []ImageMount, fill bool) ([]runti
 			return nil, fmt.Errorf("image %s is a snapshot with its memory, not an image: %w", im.Template, errdefs.ErrInvalidArgument)
 		}
 		ims[i].Build, ims[i].Path = tpl.ID, p
-		cfg, _ := json.Marshal(ImageConfig{Cmd: tpl.Cmd, Env: tpl.Env, WorkingDir: tpl.DefaultWorkdir, User: tpl.DefaultUser})
+		cfg, _ := json.Marshal(ImageConfig{Cmd: tpl.Cmd, Entrypoint: tpl.Entrypoint, Env: tpl.Env, WorkingDir: tpl.DefaultWorkdir, User: tpl.DefaultUser})
 		out = append(out, runtime.ImageRoot{Build: tpl.ID, Layers: tpl.LowerDirs(), Target: p, Config: cfg, Binds: binds})
 	}
 	if err := runtime.CheckImages(out); err != nil {

@@ -79,3 +79,20 @@ func (s *Server) mcpImages(ctx context.Context, keyID string, raw json.RawMessag
 	slices.Sort(hosts)
 	return mounts, slices.Compact(hosts), nil
 }
+
+// mcpEgress is a sandbox's allowOut with the hosts its MCP servers reach
+// added, when it has an egress policy (an allowOut or a denyOut): without
+// one it reaches everything (or, without internet access, nothing, which
+// the creator chose).
+func mcpEgress(allowOut, denyOut, hosts []string) []string {
+	if len(allowOut) == 0 && len(denyOut) == 0 {
+		return allowOut
+	}
+	out := slices.Clone(allowOut)
+	for _, h := range hosts {
+		if !slices.Contains(out, h) {
+			out = append(out, h)
+		}
+	}
+	return out
+}

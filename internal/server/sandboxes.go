@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -180,15 +179,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, req e2bapi.NewSa
 		return
 	}
 	cr.Images = images
-	if len(cr.Network.AllowOut) > 0 || len(cr.Network.DenyOut) > 0 {
-		// The sandbox has an egress policy: the MCP servers it runs may
-		// still reach what they need.
-		for _, h := range hosts {
-			if !slices.Contains(cr.Network.AllowOut, h) {
-				cr.Network.AllowOut = append(cr.Network.AllowOut, h)
-			}
-		}
-	}
+	cr.Network.AllowOut = mcpEgress(cr.Network.AllowOut, cr.Network.DenyOut, hosts)
 	auditNote(r, "template", req.TemplateID)
 	if env := audit.Env(req.EnvVars, nil); len(env) > 0 {
 		auditNote(r, "envVars", env)

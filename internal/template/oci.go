@@ -405,6 +405,7 @@ func ImageConfig(img v1.Image) (Config, error) {
 		DefaultWorkdir: c.WorkingDir,
 		Env:            c.Env,
 		Cmd:            append(append([]string{}, c.Entrypoint...), c.Cmd...),
+		Entrypoint:     c.Entrypoint,
 	}
 	if cfg.DefaultUser == "" {
 		cfg.DefaultUser = "root"

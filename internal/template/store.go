@@ -65,6 +65,9 @@ type Config struct {
 	// Cmd is the image's Entrypoint followed by its Cmd: what the image
 	// would run. Hutch does not start it; `StartCmd` is what starts.
 	Cmd []string `json:"cmd,omitempty"`
+	// Entrypoint is the image's Entrypoint alone: the part of Cmd that
+	// arguments given to run the image do not replace.
+	Entrypoint []string `json:"entrypoint,omitempty"`
 	// StartCmd, when set, is started (with /bin/sh -c, in the background,
 	// as DefaultUser in DefaultWorkdir) in every sandbox of the template,
 	// and ReadyCmd must exit 0 before the sandbox is handed out.

@@ -80,8 +80,10 @@ func TestCatalogComplete(t *testing.T) {
 // official E2B JS SDK creates a sandbox with `mcp: {airtable: …, tavily: …}`,
 // whose images the test builds from the reference server-everything; the
 // official MCP client lists and calls their prefixed tools through Hutch's
-// routing, each server sees its own key and not the other's; a missing
-// field, an unknown name and an image the mirror lacks fail the create.
+// routing, each server sees its own key and not the other's; a server
+// that exits at start is reported in /health and as tool errors while the
+// others serve; a missing field, an unknown name and an image the mirror
+// lacks fail the create.
 func TestCatalogImages(t *testing.T) {
 	testenv.RequireRoot(t, "hutch serve runs sandboxes")
 	mcpTpl, err := template.Open(testenv.TemplatesDir()).Get("mcp-gateway")
@@ -90,8 +92,10 @@ func TestCatalogImages(t *testing.T) {
 	}
 	reg := ocitest.StartRegistry(t)
 	img := everythingImage(t, mcpTpl)
-	// The catalog's images of airtable and tavily, in the mirror.
-	for _, name := range []string{"airtable", "tavily"} {
+	// The catalog's images of airtable, tavily and stripe, in the mirror
+	// (stripe's catalog arguments, --tools=all, make server-everything
+	// exit at start).
+	for _, name := range []string{"airtable", "tavily", "stripe"} {
 		ref, err := catalog.Mirror(catalog.Load().Lookup(name).Image, reg)
 		if err != nil {
 			t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -51,6 +52,11 @@ type Gateway struct {
 	ups    []*upstream
 	cancel context.CancelFunc
 	log    *slog.Logger
+
+	// mu guards names, the exposed names and the server that has each: a
+	// server that comes up after the gateway started registers then.
+	mu    sync.Mutex
+	names map[string]string
 }
 
 // ServerStatus is one server's state, for /health.
@@ -63,8 +69,12 @@ type ServerStatus struct {
 }
 
 // New starts every server, lists what each offers, and returns the
-// gateway serving all of it. It fails if a server cannot start or offers a
-// name another one already took; nothing is left running then.
+// gateway serving all of it. A server that cannot start does not stop the
+// others: it is tried again with backoff, /health reports it down with the
+// reason, and calls of its tools (by its prefix) fail as tool errors
+// saying why, until it starts and its tools are served. New fails if a
+// server needs a download the sandbox cannot make, or offers a name
+// another one already took; nothing is left running then.
 func New(ctx context.Context, servers []*Server, opts Options) (_ *Gateway, err error) {
 	if opts.Workspace == "" {
 		opts.Workspace = Workspace
@@ -87,31 +97,102 @@ func New(ctx context.Context, servers []*Server, opts Options) (_ *Gateway, err 
 		}
 	}
 	life, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	g := &Gateway{cancel: cancel, log: opts.Logger,
+	g := &Gateway{cancel: cancel, log: opts.Logger, names: map[string]string{},
 		srv: mcp.NewServer(&mcp.Implementation{Name: "hutch-mcp-gateway", Title: "Hutch MCP gateway", Version: "1"}, &mcp.ServerOptions{Logger: opts.Logger})}
+	g.srv.AddReceivingMiddleware(g.downTools)
 	defer func() {
 		if err != nil {
 			g.Close()
 		}
 	}()
-	names := map[string]string{} // exposed name -> server
 	for _, s := range servers {
 		u := &upstream{srv: s, workspace: opts.Workspace, log: opts.Logger, stderr: opts.Stderr}
-		if err := u.install(ctx); err != nil {
-			return nil, err
-		}
-		cs, err := u.connect(ctx)
-		if err != nil {
-			return nil, err
-		}
-		u.session = cs
 		g.ups = append(g.ups, u)
-		if err := g.register(ctx, u, cs, names); err != nil {
+		cs, err := u.start(ctx)
+		if err != nil {
+			u.mu.Lock()
+			u.lastErr = err
+			u.mu.Unlock()
+			g.log.Warn("MCP server did not start; trying again", "server", s.Name, "err", err)
+			go g.startLater(life, u)
+			continue
+		}
+		if err := g.adopt(ctx, u, cs); err != nil {
 			return nil, err
 		}
 		go u.keep(life, cs)
 	}
 	return g, nil
+}
+
+// adopt registers a started server's tools, prompts and resources and
+// makes its session the live one.
+func (g *Gateway) adopt(ctx context.Context, u *upstream, cs *mcp.ClientSession) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if err := g.register(ctx, u, cs, g.names); err != nil {
+		cs.Close()
+		return err
+	}
+	u.mu.Lock()
+	u.session, u.registered = cs, true
+	u.mu.Unlock()
+	return nil
+}
+
+// startLater tries to start a server that did not start with the gateway,
+// with backoff, until it starts (its tools are then served) or ctx ends.
+func (g *Gateway) startLater(ctx context.Context, u *upstream) {
+	backoff := minBackoff
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, maxBackoff)
+		cs, err := u.start(ctx)
+		if err == nil {
+			if err = g.adopt(ctx, u, cs); err == nil {
+				g.log.Info("MCP server started", "server", u.srv.Name)
+				u.keep(ctx, cs)
+				return
+			}
+		}
+		u.mu.Lock()
+		u.lastErr = err
+		u.restarts++
+		u.mu.Unlock()
+		if ctx.Err() != nil {
+			return
+		}
+		g.log.Warn("MCP server failed to start", "server", u.srv.Name, "err", err, "in", backoff)
+	}
+}
+
+// downTools answers a call of a tool of a server that has not started yet
+// (whose tools are not known) with a tool error saying why, rather than
+// the protocol's "unknown tool".
+func (g *Gateway) downTools(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if method == "tools/call" {
+			if p, ok := req.GetParams().(*mcp.CallToolParamsRaw); ok {
+				prefix, _, found := strings.Cut(p.Name, Separator)
+				for _, u := range g.ups {
+					if !found || u.srv.Name != prefix {
+						continue
+					}
+					u.mu.Lock()
+					registered, lastErr := u.registered, u.lastErr
+					u.mu.Unlock()
+					if !registered {
+						return toolError(fmt.Errorf("MCP server %s has not started (%v); it is being tried again, see GET /health", u.srv.Name, lastErr)), nil
+					}
+				}
+			}
+		}
+		return next(ctx, method, req)
+	}
 }
 
 // dialRegistry checks that npm's registry can be reached.

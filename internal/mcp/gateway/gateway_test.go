@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -322,10 +323,6 @@ func TestGatewayRefuses(t *testing.T) {
 	if err := claim(names, "tool", "x__y", "z"); err == nil || !strings.Contains(err.Error(), "collides") {
 		t.Errorf("a second x__y: %v", err)
 	}
-	// A server that cannot start fails the gateway, with its command.
-	if _, err := New(ctx, []*Server{{Name: "ghost", Command: "/no/such/server"}}, Options{}); err == nil || !strings.Contains(err.Error(), "/no/such/server") {
-		t.Errorf("missing command: %v", err)
-	}
 	// A server that must download says so when there is no internet.
 	noNet := func(context.Context) error { return os.ErrDeadlineExceeded }
 	if _, err := New(ctx, []*Server{{Name: "notion", Command: "npx", Download: "npx @notionhq/notion-mcp-server"}}, Options{DownloadCheck: noNet}); err == nil || !strings.Contains(err.Error(), "cannot reach the internet") {
@@ -382,5 +379,66 @@ func TestHTTPAuth(t *testing.T) {
 				t.Errorf("body %q (%s), want a JSON-RPC error %d", body, resp.Header.Get("Content-Type"), tc.wantCode)
 			}
 		})
+	}
+}
+
+// TestServerDownAtStart: a server that cannot start does not stop the
+// gateway: /health reports it down with the reason, a call of its tools is
+// a tool error saying so, and the others serve.
+func TestServerDownAtStart(t *testing.T) {
+	a := upstreamServer(t, "alpha", nil)
+	ghost := &Server{Name: "ghost", Command: "/no/such/server"}
+	g, hs := startGateway(t, a, ghost)
+	st := g.Status(context.Background())
+	if len(st) != 2 || st[1].Name != "ghost" || st[1].Running || !strings.Contains(st[1].LastError, "/no/such/server") {
+		t.Errorf("status = %+v, want ghost down with its command in the error", st)
+	}
+	cs, err := client(t, hs.URL, "s3cret")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, res := callJSON(t, cs, "alpha__count", nil); res.IsError {
+		t.Errorf("alpha__count failed: %v", errorText(res))
+	}
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "ghost__anything", Arguments: map[string]any{}})
+	if err != nil || !res.IsError || !strings.Contains(errorText(res), "has not started") || !strings.Contains(errorText(res), "/no/such/server") {
+		t.Errorf("ghost__anything: %v, %+v", err, res)
+	}
+}
+
+// TestServerStartsLater: a server whose command appears after the gateway
+// started is started by the retries, and its tools are served then.
+func TestServerStartsLater(t *testing.T) {
+	late := upstreamServer(t, "late", nil)
+	exe := late.Command
+	late.Command = filepath.Join(t.TempDir(), "server")
+	g, hs := startGateway(t, upstreamServer(t, "alpha", nil), late)
+	b, err := os.ReadFile(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(late.Command+".tmp", b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(late.Command+".tmp", late.Command); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := client(t, hs.URL, "s3cret")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "late__count", Arguments: map[string]any{}})
+		if err == nil && !res.IsError {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("late__count after 30 s: %v %+v; status %+v", err, res, g.Status(context.Background()))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if st := g.Status(context.Background()); !st[1].Running {
+		t.Errorf("status %+v: late not running", st)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -20,6 +21,7 @@ import (
 // sandbox package's ImageConfig; the JSON names are the contract).
 type imageConfig struct {
 	Cmd        []string `json:"cmd"`
+	Entrypoint []string `json:"entrypoint"`
 	Env        []string `json:"env"`
 	WorkingDir string   `json:"workingDir"`
 	User       string   `json:"user"`
@@ -43,9 +45,8 @@ func imageCommand(s *Server) (*exec.Cmd, error) {
 	argv := cfg.Cmd
 	if len(s.Args) > 0 {
 		// The catalog's arguments replace the image's CMD, as `docker run
-		// image args…` does; the config keeps entrypoint and CMD together,
-		// so they follow the entrypoint when the image has one.
-		argv = append(entrypointOf(cfg.Cmd), s.Args...)
+		// image args…` does.
+		argv = append(slices.Clone(cfg.Entrypoint), s.Args...)
 	}
 	if len(argv) == 0 {
 		return nil, fmt.Errorf("MCP server %s: its image %s names no command", s.Name, s.Image)
@@ -80,33 +81,24 @@ func imageCommand(s *Server) (*exec.Cmd, error) {
 	return cmd, nil
 }
 
-// entrypointOf guesses the entrypoint part of an image's Entrypoint+Cmd:
-// the config keeps them joined. Images of the catalog run their server as
-// the entrypoint with flags after it, so it is the first word, or the
-// first two when the first is an interpreter (node, python, sh …).
-func entrypointOf(cmd []string) []string {
-	if len(cmd) == 0 {
-		return nil
-	}
-	switch path.Base(cmd[0]) {
-	case "node", "python", "python3", "uv", "uvx", "npx", "sh", "bash", "java", "deno", "bun":
-		if len(cmd) > 1 {
-			return cmd[:2]
-		}
-	}
-	return cmd[:1]
-}
-
 // prepareRoot gives an image's root what a program expects to find: the
-// sandbox's name resolution and a writable /tmp.
-func prepareRoot(root string) error {
-	if err := os.MkdirAll(filepath.Join(root, "tmp"), 0o1777); err != nil {
+// sandbox's name resolution and a writable /tmp. The image is not trusted:
+// every path is taken within the root (os.Root), so a link of the image's
+// (etc -> /root/.ssh) cannot have the gateway, root in the sandbox, write
+// outside it.
+func prepareRoot(dir string) error {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
 		return err
 	}
-	if err := os.Chmod(filepath.Join(root, "tmp"), 0o1777|os.ModeSticky); err != nil {
+	defer root.Close()
+	if err := root.MkdirAll("tmp", 0o755); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Join(root, "etc"), 0o755); err != nil {
+	if err := root.Chmod("tmp", 0o777|os.ModeSticky); err != nil {
+		return err
+	}
+	if err := root.MkdirAll("etc", 0o755); err != nil {
 		return err
 	}
 	for _, f := range []string{"resolv.conf", "hosts"} {
@@ -114,9 +106,9 @@ func prepareRoot(root string) error {
 		if err != nil {
 			continue
 		}
-		dst := filepath.Join(root, "etc", f)
-		os.Remove(dst) // a link of the image's is replaced, never written through
-		if err := os.WriteFile(dst, b, 0o644); err != nil {
+		name := path.Join("etc", f)
+		root.Remove(name) // a link of the image's is replaced, never written through
+		if err := root.WriteFile(name, b, 0o644); err != nil {
 			return err
 		}
 	}
@@ -126,20 +118,27 @@ func prepareRoot(root string) error {
 // lookPathIn finds a program the way a shell in root would: names with a
 // slash as they are, others in PATH's directories under root. The path
 // returned is root's own, for exec after the chroot.
-func lookPathIn(root, name, pathEnv string) (string, error) {
+func lookPathIn(dir, name, pathEnv string) (string, error) {
 	if strings.Contains(name, "/") {
 		return name, nil
 	}
-	for _, dir := range filepath.SplitList(pathEnv) {
-		if !path.IsAbs(dir) {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return "", err
+	}
+	defer root.Close()
+	for _, d := range filepath.SplitList(pathEnv) {
+		if !path.IsAbs(d) {
 			continue
 		}
-		p := path.Join(dir, name)
-		if fi, err := os.Stat(filepath.Join(root, p)); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
+		p := path.Join(d, name)
+		rel := strings.TrimPrefix(p, "/")
+		if fi, err := root.Stat(rel); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
 			return p, nil
 		}
-		if fi, err := os.Lstat(filepath.Join(root, p)); err == nil && fi.Mode()&os.ModeSymlink != 0 {
-			// A link (absolute ones resolve in the root after the chroot).
+		if fi, err := root.Lstat(rel); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+			// An absolute link, which os.Root does not follow: it resolves
+			// in the image's root after the chroot.
 			return p, nil
 		}
 	}

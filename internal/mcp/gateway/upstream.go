@@ -37,6 +37,16 @@ type upstream struct {
 	session  *mcp.ClientSession // nil while down
 	restarts int
 	lastErr  error
+	// registered: its tools are served (it started at least once).
+	registered bool
+}
+
+// start runs the server's install command, if any, and starts it.
+func (u *upstream) start(ctx context.Context) (*mcp.ClientSession, error) {
+	if err := u.install(ctx); err != nil {
+		return nil, err
+	}
+	return u.connect(ctx)
 }
 
 // baseEnv is what every server's environment starts from: nothing of the

@@ -22,6 +22,8 @@ const sbx = await Sandbox.create({
     airtable: { airtableApiKey: 'pat-airtable-secret', nodeenv: 'production' },
     tavily: { apiKey: 'tvly-secret' },
     memory: {},
+    // Its image exits at once with the catalog's arguments (--tools=all).
+    stripe: { secretKey: 'sk_test_stripe' },
   },
 })
 try {
@@ -53,6 +55,15 @@ try {
   const uids = new Set(r.stdout.trim().split('\n').map((l) => l.trim().split(/\s+/)[0]))
   assert.equal(uids.size, 2, `the image servers' uids: ${r.stdout}`)
   assert.ok(![...uids].includes('0'), `an image server runs as root: ${r.stdout}`)
+
+  // The server that exited at start: reported, its calls tool errors.
+  const health = await fetch(base + '/health', { headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '50005', Authorization: `Bearer ${token}` } })
+  assert.equal(health.status, 200)
+  const servers = Object.fromEntries((await health.json()).servers.map((s) => [s.name, s]))
+  assert.ok(servers.airtable.running && servers.tavily.running, JSON.stringify(servers))
+  assert.ok(!servers.stripe.running && servers.stripe.lastError.includes('--tools=all'), `stripe: ${JSON.stringify(servers.stripe)}`)
+  const down = await client.callTool({ name: 'stripe__create_customer', arguments: {} })
+  assert.ok(down.isError && text(down).includes('has not started'), `stripe__create_customer: ${JSON.stringify(down)}`)
   await client.close()
 } finally {
   await sbx.kill()
@@ -69,5 +80,5 @@ const refused = async (mcp, want) => {
 await refused({ airtable: { airtableApiKey: 'k' } }, ['"nodeenv"', 'airtable'])
 await refused({ notACatalogServer: {} }, ['notACatalogServer', 'catalog'])
 // In the catalog, but the mirror has no image of it.
-await refused({ stripe: { secretKey: 'sk' } }, ['stripe', 'could not be pulled'])
+await refused({ wikipedia: {} }, ['wikipedia', 'could not be pulled'])
 console.log('catalog servers ran from their images')
