@@ -22,6 +22,16 @@ import (
 // as E2B's SDK starts its own when the gateway does not start.
 const msgGatewayFailed = "Failed to start MCP gateway: "
 
+// maxImageServers bounds the catalog servers run from images in one
+// sandbox: each is an image to import and a root to mount.
+const maxImageServers = 16
+
+// hasMCP reports whether an E2B create's mcp option names anything.
+func hasMCP(raw json.RawMessage) bool {
+	v := strings.TrimSpace(string(raw))
+	return v != "" && v != "null"
+}
+
 // mcpImages reads an E2B create's mcp option (the configuration E2B's SDK
 // passes to the gateway it then starts in the sandbox) for the catalog
 // servers that run from their images: each image is imported into the
@@ -32,12 +42,22 @@ const msgGatewayFailed = "Failed to start MCP gateway: "
 // hosted servers'). A configuration the gateway would refuse is refused
 // here, before a sandbox is made, with the gateway's reason.
 func (s *Server) mcpImages(ctx context.Context, keyID string, raw json.RawMessage) ([]sandbox.ImageMount, []string, error) {
-	if v := strings.TrimSpace(string(raw)); v == "" || v == "null" {
+	if !hasMCP(raw) {
 		return nil, nil, nil
 	}
 	servers, err := gateway.ParseConfig(raw)
 	if err != nil {
 		return nil, nil, e2bapi.BadRequest(msgGatewayFailed + err.Error())
+	}
+	n := 0
+	for _, srv := range servers {
+		if srv.Root != "" {
+			n++
+		}
+	}
+	if n > maxImageServers {
+		// Before any import: each is a pull (review 31, F4).
+		return nil, nil, e2bapi.BadRequest(fmt.Sprintf("%s%d servers run from images; a sandbox runs at most %d", msgGatewayFailed, n, maxImageServers))
 	}
 	var mounts []sandbox.ImageMount
 	var hosts []string

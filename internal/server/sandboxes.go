@@ -180,6 +180,11 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, req e2bapi.NewSa
 	}
 	cr.Images = images
 	cr.Network.AllowOut = mcpEgress(cr.Network.AllowOut, cr.Network.DenyOut, hosts)
+	if hasMCP(req.MCP) {
+		// MCP servers are untrusted code in the sandbox: envd, which runs
+		// anything as root, must ask them for its token (review 31, F3).
+		cr.Secure = true
+	}
 	auditNote(r, "template", req.TemplateID)
 	if env := audit.Env(req.EnvVars, nil); len(env) > 0 {
 		auditNote(r, "envVars", env)

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"maps"
 	"path"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -192,6 +193,14 @@ func (e *Entry) Resolve(raw json.RawMessage) (*Resolved, error) {
 		r.Args = append(r.Args, v...)
 	}
 	for _, tpl := range e.Volumes {
+		for _, m := range fieldRef.FindAllStringSubmatch(tpl, -1) {
+			for _, v := range vals[m[1]] {
+				if strings.Contains(v, ":") {
+					// It would pick the bind's target or options.
+					return nil, fmt.Errorf("field %q: a path here may not contain \":\" (%q)", m[1], v)
+				}
+			}
+		}
 		vs, err := expand(tpl, vals, true)
 		if err != nil {
 			return nil, fmt.Errorf("volume: %w", err)
@@ -204,6 +213,9 @@ func (e *Entry) Resolve(raw json.RawMessage) (*Resolved, error) {
 			to, opts, _ := strings.Cut(to, ":")
 			if !path.IsAbs(to) {
 				return nil, fmt.Errorf("volume %q: the target is not an absolute path", v)
+			}
+			if opts != "" && opts != "ro" && opts != "rw" {
+				return nil, fmt.Errorf("volume %q: unknown options %q", v, opts)
 			}
 			r.Binds = append(r.Binds, Bind{From: path.Clean(from), To: path.Clean(to), ReadOnly: opts == "ro"})
 		}
@@ -221,6 +233,9 @@ func (e *Entry) Resolve(raw json.RawMessage) (*Resolved, error) {
 	}
 	return r, nil
 }
+
+// fieldRef finds the fields a template names.
+var fieldRef = regexp.MustCompile(`\{\{\s*([A-Za-z0-9_]+)`)
 
 // values checks a field's value: a string (or a list of strings for a
 // list field; a single string is taken as a list of one).

@@ -80,6 +80,7 @@ func TestResolve(t *testing.T) {
 		{"not a string", `{"apiKey":["k"]}`, nil, `field "apiKey" must be a string`},
 		{"not a list", `{"apiKey":"k","paths":[1]}`, nil, `field "paths" must be a list of strings`},
 		{"not an object", `[]`, nil, `configuration is not an object`},
+		{"a colon in a path", `{"apiKey":"k","paths":["/home/user/.bashrc:/run/x"]}`, nil, `field "paths": a path here may not contain ":"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

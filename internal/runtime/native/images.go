@@ -66,12 +66,16 @@ func mountImages(cfg *initConfig, root, layer string, fds []int) error {
 		if err != nil {
 			return fmt.Errorf("mount image %s at %s: %w", img.Build, img.Target, err)
 		}
-		if img.Config != nil {
+		if img.Config {
+			data, err := os.ReadFile(filepath.Join(cfg.Dir, imageLower(i, -1)+".json"))
+			if err != nil {
+				return fmt.Errorf("image %s: its config: %w", img.Build, err)
+			}
 			parent, err := dirBeneath(root, filepath.Dir(filepath.Clean(img.Target)))
 			if err != nil {
 				return err
 			}
-			err = replaceAt(parent, filepath.Base(filepath.Clean(img.Target))+".json", string(img.Config))
+			err = replaceAt(parent, filepath.Base(filepath.Clean(img.Target))+".json", string(data))
 			unix.Close(parent)
 			if err != nil {
 				return fmt.Errorf("image %s: write its config: %w", img.Build, err)
@@ -81,23 +85,49 @@ func mountImages(cfg *initConfig, root, layer string, fds []int) error {
 	return nil
 }
 
-// completeImages gives each image root the sandbox's /proc and /dev, once
-// pivot_root is done and /proc is masked (setupSystem): recursive binds,
-// so the masks come along and a program chrooted in the image sees no
-// more of the kernel than the sandbox does. The mount points are made in
-// the image's writable layer, never through a link of the image's.
+// completeImages gives each image root, once pivot_root is done and the
+// sandbox's /proc is masked (setupSystem):
+//
+//   - a /proc of its own, of the sandbox's pid namespace, mounted with
+//     hidepid=invisible and masked as the sandbox's: a program of the
+//     image (run as a uid of its own) sees no process of another uid — not
+//     the launcher's command line holding every server's secrets, not
+//     another server's (review 31, F1) — and no more of the kernel than
+//     the sandbox does, its boot id the sandbox's;
+//   - the sandbox's /dev, bound recursively and made nosuid, with a
+//     /dev/shm of its own (the sandbox's would be a drop box between
+//     servers, F7);
+//   - the sandbox paths it shows (Binds), nosuid and nodev recursively, so
+//     a setuid program of the sandbox's (sudo) gains nothing there (F2).
+//
+// Mount points are made in the image's writable layer, never through a
+// link of the image's.
 func completeImages(cfg *initConfig) error {
 	for _, img := range cfg.Images {
-		for _, sub := range []string{"proc", "dev"} {
-			dir, err := dirBeneath("/", filepath.Join(img.Target, sub))
-			if err != nil {
-				return fmt.Errorf("image %s: %w", img.Build, err)
-			}
-			err = unix.Mount("/"+sub, fdPath(dir), "", unix.MS_BIND|unix.MS_REC, "")
-			unix.Close(dir)
-			if err != nil {
-				return fmt.Errorf("image %s: bind /%s: %w", img.Build, sub, err)
-			}
+		if err := imageProc(img.Target); err != nil {
+			return fmt.Errorf("image %s: %w", img.Build, err)
+		}
+		dev, err := dirBeneath("/", filepath.Join(img.Target, "dev"))
+		if err != nil {
+			return fmt.Errorf("image %s: %w", img.Build, err)
+		}
+		src, err := unix.Open("/dev", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err == nil {
+			err = attachCopy(src, dev, unix.MOUNT_ATTR_NOSUID)
+			unix.Close(src)
+		}
+		unix.Close(dev)
+		if err != nil {
+			return fmt.Errorf("image %s: bind /dev: %w", img.Build, err)
+		}
+		shm, err := dirBeneath("/", filepath.Join(img.Target, "dev", "shm"))
+		if err != nil {
+			return fmt.Errorf("image %s: %w", img.Build, err)
+		}
+		err = unix.Mount("tmpfs", fdPath(shm), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777,size=65536k")
+		unix.Close(shm)
+		if err != nil {
+			return fmt.Errorf("image %s: /dev/shm: %w", img.Build, err)
 		}
 		for _, b := range img.Binds {
 			if err := bindInto(img.Target, b); err != nil {
@@ -106,6 +136,47 @@ func completeImages(cfg *initConfig) error {
 		}
 	}
 	return nil
+}
+
+// imageProc mounts the image root's own /proc (see completeImages).
+func imageProc(target string) error {
+	dir, err := dirBeneath("/", filepath.Join(target, "proc"))
+	if err != nil {
+		return err
+	}
+	err = unix.Mount("proc", fdPath(dir), "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "hidepid=invisible")
+	unix.Close(dir)
+	if err != nil {
+		return fmt.Errorf("mount /proc: %w", err)
+	}
+	proc := filepath.Join(target, "proc")
+	if err := maskProc(filepath.Clean(target)); err != nil {
+		return err
+	}
+	// The sandbox's own boot id (ownBootID), not the host's: a copy, bound
+	// as ownBootID binds it (its file is unlinked, and cannot be bound).
+	if id, err := os.ReadFile("/proc/sys/kernel/random/boot_id"); err == nil {
+		p := filepath.Join(proc, "sys/kernel/random/boot_id")
+		src := "/dev/.boot_id"
+		if err := os.WriteFile(src, id, 0o444); err != nil {
+			return fmt.Errorf("boot id: %w", err)
+		}
+		err := unix.Mount(src, p, "", unix.MS_BIND, "")
+		os.Remove(src)
+		if err != nil {
+			return fmt.Errorf("boot id: %w", err)
+		}
+		if err := unix.Mount("", p, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+			return fmt.Errorf("boot id: %w", err)
+		}
+	}
+	return nil
+}
+
+// setattrTree sets attributes on the mount at descriptor fd and every
+// mount under it (a remount would change the top one only).
+func setattrTree(fd int, set uint64) error {
+	return unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &unix.MountAttr{Attr_set: set})
 }
 
 // bindInto shows b.From of the sandbox at b.To in the image root at
@@ -156,20 +227,30 @@ func bindInto(target string, b runtime.ImageBind) error {
 	return bindAt(src, dst, b)
 }
 
-// bindAt binds src on dst (descriptors), read-only if b says so.
+// bindAt shows src at dst (descriptors), nosuid and nodev all through,
+// read-only all through if b says so.
 func bindAt(src, dst int, b runtime.ImageBind) error {
-	if err := unix.Mount(fdPath(src), fdPath(dst), "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+	set := uint64(unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV)
+	if b.ReadOnly {
+		set |= unix.MOUNT_ATTR_RDONLY
+	}
+	if err := attachCopy(src, dst, set); err != nil {
 		return fmt.Errorf("show %s at %s: %w", b.From, b.To, err)
 	}
-	if b.ReadOnly {
-		// The bind is on top of dst now: remount what the path shows.
-		p, err := os.Readlink(fdPath(dst))
-		if err != nil {
-			return err
-		}
-		if err := unix.Mount("", p, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_REC, ""); err != nil {
-			return fmt.Errorf("show %s at %s read-only: %w", b.From, b.To, err)
-		}
-	}
 	return nil
+}
+
+// attachCopy attaches at dst (a descriptor) a detached copy of the tree
+// of mounts at src (open_tree), with attributes set all through it first:
+// no moment shows it with fewer restrictions.
+func attachCopy(src, dst int, set uint64) error {
+	tree, err := unix.OpenTree(src, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH|unix.AT_RECURSIVE)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(tree)
+	if err := setattrTree(tree, set); err != nil {
+		return err
+	}
+	return unix.MoveMount(tree, "", dst, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH)
 }

@@ -36,6 +36,11 @@ func TestImageRoot(t *testing.T) {
 		"cat /opt/images/one.json; echo",
 		"echo shared > /srv/shared/f",
 		"chroot /opt/images/one /bin/sh -c 'cat /hello; echo written > /hello; cat /hello; ls /dev/null; wc -c < /proc/cmdline; grep -c . /proc/self/status >/dev/null && echo proc; cat /data/f; cat /config/name >/dev/null && echo file; echo x 2>/dev/null > /config/name || echo read-only'",
+		// A program of the image as a uid of its own: its /proc hides other
+		// uids' processes (pid 1, root's), and binds are nosuid and nodev;
+		// /dev/shm is its own.
+		"touch /dev/shm/sandbox-only",
+		"chroot --userspec=61000:61000 /opt/images/one /bin/sh -c 'test -e /proc/1 && echo pid1-visible || echo pid1-hidden; grep \" /data \" /proc/self/mounts | grep -c nosuid,nodev; ls /dev/shm | wc -l'",
 		"cat /opt/images/one/hello",
 	}, " && ")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -51,7 +56,7 @@ func TestImageRoot(t *testing.T) {
 	if err != nil || st.Code != 0 {
 		t.Fatalf("%+v, %v; output %q", st, err, out.String())
 	}
-	want := "{\"cmd\":[\"x\"]}\nfrom the top layer\nwritten\n/dev/null\n0\nproc\nshared\nfile\nread-only\nwritten\n"
+	want := "{\"cmd\":[\"x\"]}\nfrom the top layer\nwritten\n/dev/null\n0\nproc\nshared\nfile\nread-only\npid1-hidden\n1\n0\nwritten\n"
 	if out.String() != want {
 		t.Errorf("output %q, want %q", out.String(), want)
 	}

@@ -208,15 +208,25 @@ func validateSpec(spec *runtime.Spec) error {
 	if err := runtime.CheckImages(spec.Images); err != nil {
 		return err
 	}
+	// Every layer is a descriptor in the one message to the init (see
+	// maxInitFDs; review 31, F4).
+	layers := 0
 	for _, img := range spec.Images {
+		layers += len(img.Layers)
 		if n := len(img.Layers); n == 0 || n > MaxLayers {
 			return bad("image %s has %d layers (1 to %d)", img.Build, n, MaxLayers)
+		}
+		if len(img.Config) > MaxImageConfig {
+			return bad("image %s's config is %d bytes (at most %d)", img.Build, len(img.Config), MaxImageConfig)
 		}
 		for _, l := range img.Layers {
 			if !filepath.IsAbs(l) {
 				return bad("image layer %q is not absolute", l)
 			}
 		}
+	}
+	if layers > MaxImageLayers || len(spec.Mounts) > maxMounts {
+		return bad("%d image layers and %d volumes: at most %d and %d", layers, len(spec.Mounts), MaxImageLayers, maxMounts)
 	}
 	return nil
 }
@@ -311,6 +321,13 @@ func (rt *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.San
 	hostID := rec.hostUID()
 	if n := len(rec.TemplateLayers); n == 0 || n > MaxLayers {
 		return nil, fmt.Errorf("template %s has %d layers (1 to %d): %w", tpl.Name, n, MaxLayers, errdefs.ErrInvalidArgument)
+	}
+	nfd := len(rec.TemplateLayers) + 1 + len(spec.Mounts)
+	for _, img := range spec.Images {
+		nfd += len(img.Layers)
+	}
+	if nfd > maxInitFDs {
+		return nil, fmt.Errorf("template %s's %d layers, %d volumes and %d images' layers: more than a sandbox's %d mounts: %w", tpl.Name, len(rec.TemplateLayers), len(spec.Mounts), nfd-1-len(rec.TemplateLayers)-len(spec.Mounts), maxInitFDs, errdefs.ErrInvalidArgument)
 	}
 	subs := []string{"lower", "rootfs", "upper", "work", "disk", "img", "imglower"}
 	for i := range rec.TemplateLayers {
@@ -484,7 +501,14 @@ func (rt *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.San
 			}
 			mounts = append(mounts, fd)
 		}
-		images = append(images, imageConfig{Build: img.Build, Layers: len(img.Layers), Target: img.Target, Config: img.Config, Binds: img.Binds})
+		if img.Config != nil {
+			// A file beside the layers' mount points, read by the init:
+			// configs would swell its one message past what a socket takes.
+			if err := os.WriteFile(filepath.Join(dir, imageLower(len(images), -1)+".json"), img.Config, 0o644); err != nil {
+				return nil, fmt.Errorf("image %s: %w", img.Build, err)
+			}
+		}
+		images = append(images, imageConfig{Build: img.Build, Layers: len(img.Layers), Target: img.Target, Config: img.Config != nil, Binds: img.Binds})
 	}
 	cfg := initConfig{
 		ID: spec.ID, Hostname: spec.Hostname, Dir: dir, Mounts: targets, Images: images,
@@ -670,6 +694,18 @@ func oomKilled(cg cgroups.Manager) bool {
 	n, err := cg.OOMKillCount()
 	return err == nil && n > 0
 }
+
+// MaxImageLayers bounds the layers of a sandbox's image roots together,
+// maxMounts its volumes: each is a descriptor in the init's one
+// configuration message, which carries at most maxInitFDs (the kernel's
+// SCM_MAX_FD) with the template's layers and the disk's. MaxImageConfig
+// bounds each image's config (a file the init reads, not the message).
+const (
+	MaxImageLayers = 96
+	maxMounts      = 32
+	maxInitFDs     = 253
+	MaxImageConfig = 64 << 10
+)
 
 // MaxLayers is the most layers a template may stack: each is an overlay
 // lower directory and a descriptor in the message to the init (the

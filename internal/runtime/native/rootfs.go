@@ -321,7 +321,18 @@ func setupSystem(cfg *initConfig) error {
 		return err
 	}
 
+	return maskProc("")
+}
+
+// maskProc masks the kernel files of the /proc (and /sys) under root
+// ("" for the sandbox's own): maskedPaths hidden, readonlyPaths read-only.
+// An image root's /proc (completeImages) gets the same; it has no /sys.
+func maskProc(root string) error {
 	for _, p := range maskedPaths {
+		if root != "" && !strings.HasPrefix(p, "/proc/") {
+			continue
+		}
+		p = root + p
 		fi, err := os.Stat(p)
 		if err != nil {
 			continue
@@ -336,6 +347,7 @@ func setupSystem(cfg *initConfig) error {
 		}
 	}
 	for _, p := range readonlyPaths {
+		p = root + p
 		if _, err := os.Stat(p); err != nil {
 			continue
 		}

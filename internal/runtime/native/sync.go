@@ -47,7 +47,7 @@ type imageConfig struct {
 	Build  string              `json:"build"`
 	Layers int                 `json:"layers"`
 	Target string              `json:"target"`
-	Config []byte              `json:"config,omitempty"`
+	Config bool                `json:"config,omitempty"` // imglower/<i>.json holds it
 	Binds  []runtime.ImageBind `json:"binds,omitempty"`
 }
 

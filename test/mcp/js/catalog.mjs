@@ -56,6 +56,20 @@ try {
   assert.equal(uids.size, 2, `the image servers' uids: ${r.stdout}`)
   assert.ok(![...uids].includes('0'), `an image server runs as root: ${r.stdout}`)
 
+  // In an image's root, /proc shows a program only its own uid's
+  // processes: not the gateway's launcher, whose command line held every
+  // server's configuration, nor another server (review 31, F1).
+  const peek = `const fs = require('fs')
+const ids = fs.readdirSync('/proc').filter((x) => /^[0-9]+$/.test(x))
+let seen = ''
+for (const p of ids) { try { seen += fs.readFileSync('/proc/' + p + '/cmdline', 'utf8') } catch {} }
+console.log(JSON.stringify({ ids: ids.length, secrets: seen.includes('tvly-secret') || seen.includes('pat-airtable-secret') }))`
+  await sbx.files.write('/opt/mcp/images/tavily/tmp/peek.js', peek, { user: 'root' })
+  const seen = await sbx.commands.run('chroot --userspec=61099:61099 /opt/mcp/images/tavily /usr/bin/node /tmp/peek.js', { user: 'root' })
+  const view = JSON.parse(seen.stdout)
+  assert.equal(view.ids, 1, `a program in the image's root sees other processes: ${seen.stdout}`)
+  assert.equal(view.secrets, false)
+
   // The server that exited at start: reported, its calls tool errors.
   const health = await fetch(base + '/health', { headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '50005', Authorization: `Bearer ${token}` } })
   assert.equal(health.status, 200)
