@@ -16,6 +16,15 @@ const { Sandbox } = await import(path.join(e2bDir, 'node_modules', 'e2b', 'dist'
 const base = process.env.E2B_SANDBOX_URL
 const text = (r) => r.content.filter((c) => c.type === 'text').map((c) => c.text).join('')
 
+// Timings, printed for the record (docs/mcp-gateway.md), never judged.
+const timed = async (label, mcp) => {
+  const t0 = performance.now()
+  const s = await Sandbox.create({ timeoutMs: 60_000, mcp })
+  const ms = performance.now() - t0
+  await s.kill()
+  console.log(`create with mcp ${label}: ${ms.toFixed(0)} ms`)
+}
+const t0 = performance.now()
 const sbx = await Sandbox.create({
   timeoutMs: 300_000,
   mcp: {
@@ -26,6 +35,7 @@ const sbx = await Sandbox.create({
     stripe: { secretKey: 'sk_test_stripe' },
   },
 })
+console.log(`create with mcp {airtable, tavily, memory, stripe}, images pulled: ${(performance.now() - t0).toFixed(0)} ms`)
 try {
   const token = await sbx.getMcpToken()
   const client = new Client({ name: 'catalog-test', version: '1.0.0' })
@@ -82,6 +92,9 @@ console.log(JSON.stringify({ ids: ids.length, secrets: seen.includes('tvly-secre
 } finally {
   await sbx.kill()
 }
+
+await timed('{memory} (preinstalled package)', { memory: {} })
+await timed('{tavily} (image, imported before)', { tavily: { apiKey: 'k' } })
 
 // Bad configurations fail the create, in the SDK's words.
 const refused = async (mcp, want) => {
