@@ -144,29 +144,26 @@ func (g *Gateway) adopt(ctx context.Context, u *upstream, cs *mcp.ClientSession)
 // with backoff, until it starts (its tools are then served) or ctx ends.
 func (g *Gateway) startLater(ctx context.Context, u *upstream) {
 	backoff := minBackoff
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, maxBackoff)
-		cs, err := u.start(ctx)
-		if err == nil {
+	var cs *mcp.ClientSession
+	started := retry(ctx, &backoff, func() bool {
+		var err error
+		if cs, err = u.start(ctx); err == nil {
 			if err = g.adopt(ctx, u, cs); err == nil {
-				g.log.Info("MCP server started", "server", u.srv.Name)
-				u.keep(ctx, cs)
-				return
+				return true
 			}
 		}
 		u.mu.Lock()
 		u.lastErr = err
 		u.restarts++
 		u.mu.Unlock()
-		if ctx.Err() != nil {
-			return
+		if ctx.Err() == nil {
+			g.log.Warn("MCP server failed to start", "server", u.srv.Name, "err", err, "in", backoff)
 		}
-		g.log.Warn("MCP server failed to start", "server", u.srv.Name, "err", err, "in", backoff)
+		return false
+	})
+	if started {
+		g.log.Info("MCP server started", "server", u.srv.Name)
+		u.keep(ctx, cs)
 	}
 }
 

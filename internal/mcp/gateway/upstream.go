@@ -140,13 +140,7 @@ func (u *upstream) keep(ctx context.Context, cs *mcp.ClientSession) {
 			backoff = minBackoff
 		}
 		u.log.Warn("MCP server ended; restarting", "server", u.srv.Name, "err", err, "restarts", n, "in", backoff)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(backoff):
-			}
-			backoff = min(backoff*2, maxBackoff)
+		restarted := retry(ctx, &backoff, func() bool {
 			next, err := u.connect(ctx)
 			if err == nil {
 				cs = next
@@ -154,12 +148,32 @@ func (u *upstream) keep(ctx context.Context, cs *mcp.ClientSession) {
 				u.session = cs
 				u.mu.Unlock()
 				u.log.Info("MCP server restarted", "server", u.srv.Name, "restarts", n)
-				break
+				return true
 			}
 			u.mu.Lock()
 			u.lastErr = err
 			u.mu.Unlock()
 			u.log.Warn("MCP server failed to restart", "server", u.srv.Name, "err", err, "in", backoff)
+			return false
+		})
+		if !restarted {
+			return
+		}
+	}
+}
+
+// retry calls try after each wait, the wait doubling from *backoff up to
+// maxBackoff, until try succeeds (true) or ctx ends (false).
+func retry(ctx context.Context, backoff *time.Duration, try func() bool) bool {
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(*backoff):
+		}
+		*backoff = min(*backoff*2, maxBackoff)
+		if try() {
+			return true
 		}
 	}
 }
