@@ -40,6 +40,13 @@
 //     under the saved uid mapping: a checkpoint holds its sandbox's range
 //     (native.HoldIDs), and forks share it.
 //   - setuid programs need --allow-suid (no_new_privs still stops them).
+//   - Image roots (runtime.ImageRoot, images.go): runsc has no per-mount
+//     writable overlay that spares the volumes, so each is the host's
+//     overlay of its idmapped layers under a writable layer in upper/,
+//     served as a bind; the sandbox's /proc, /dev and the image's Binds
+//     (paths of the Sentry's own) are bound in by PID 1, which starts as
+//     root with CAP_SYS_ADMIN for that and execs itself again as the first
+//     process's user. Such a sandbox is not checkpointed.
 //   - Missing: io_uring; inotify of host changes to bind mounts. runsc
 //     leaves its state and cgroup directories behind when killed: Sweep.
 //     Ids that prefix one another are ambiguous to runsc: Hutch's are all
