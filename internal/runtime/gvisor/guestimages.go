@@ -41,25 +41,77 @@ func showImages(v string) error {
 	return becomeUser(&g)
 }
 
-// completeImage gives the image root at img.Target the sandbox's /proc and
-// /dev (recursive binds, so the Sentry's /dev/pts and /dev/shm come along),
-// then its Binds. Mount points are made in the image's writable layer.
+// completeImage gives the image root at img.Target what native's
+// completeImages gives it (internal/runtime/native/images.go):
+//
+//   - a /proc of its own, mounted with hidepid=invisible as natively.
+//     gVisor's procfs takes the option and ignores it (it has no hidepid),
+//     so this /proc shows every process of the sandbox: the reason Create
+//     refuses image roots on gVisor (errImagesProc);
+//   - the sandbox's /dev, bound recursively and made nosuid all through,
+//     with a /dev/shm of its own (the sandbox's would be a drop box
+//     between servers; review 31, F7);
+//   - the sandbox paths it shows (Binds), nosuid and nodev all through and
+//     read-only all through if asked, so a setuid program of the
+//     sandbox's (sudo: runsc runs with --allow-suid) gains nothing there
+//     (F2).
+//
+// Mount points are made in the image's writable layer.
 func completeImage(img guestImage) error {
-	for _, sub := range []string{"proc", "dev"} {
-		dir, err := dirBeneath("/", filepath.Join(img.Target, sub))
-		if err != nil {
-			return fmt.Errorf("image root %s: %w", img.Target, err)
-		}
-		err = unix.Mount("/"+sub, fdPath(dir), "", unix.MS_BIND|unix.MS_REC, "")
-		unix.Close(dir)
-		if err != nil {
-			return fmt.Errorf("image root %s: bind /%s: %w", img.Target, sub, err)
-		}
+	if err := imageProc(img.Target); err != nil {
+		return fmt.Errorf("image root %s: %w", img.Target, err)
+	}
+	if err := imageDev(img.Target); err != nil {
+		return fmt.Errorf("image root %s: %w", img.Target, err)
 	}
 	for _, b := range img.Binds {
 		if err := bindInto(img.Target, b); err != nil {
 			return fmt.Errorf("image root %s: %w", img.Target, err)
 		}
+	}
+	return nil
+}
+
+// imageProc mounts the image root's own /proc (see completeImage). The
+// Sentry's procfs shows nothing of the host's kernel (its cmdline is the
+// Sentry's own line): there is nothing to mask, as in the sandbox's.
+func imageProc(target string) error {
+	dir, err := dirBeneath("/", filepath.Join(target, "proc"))
+	if err != nil {
+		return err
+	}
+	err = unix.Mount("proc", fdPath(dir), "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "hidepid=invisible")
+	unix.Close(dir)
+	if err != nil {
+		return fmt.Errorf("mount /proc: %w", err)
+	}
+	return nil
+}
+
+// imageDev binds the sandbox's /dev into the image root, nosuid all
+// through, and mounts a /dev/shm of its own there (see completeImage).
+func imageDev(target string) error {
+	dev := filepath.Join(target, "dev")
+	dir, err := dirBeneath("/", dev)
+	if err != nil {
+		return err
+	}
+	err = unix.Mount("/dev", fdPath(dir), "", unix.MS_BIND|unix.MS_REC, "")
+	unix.Close(dir)
+	if err != nil {
+		return fmt.Errorf("bind /dev: %w", err)
+	}
+	if err := restrictTree(dev, unix.MS_NOSUID); err != nil {
+		return fmt.Errorf("bind /dev: %w", err)
+	}
+	shm, err := dirBeneath("/", filepath.Join(dev, "shm"))
+	if err != nil {
+		return err
+	}
+	err = unix.Mount("tmpfs", fdPath(shm), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777,size=65536k")
+	unix.Close(shm)
+	if err != nil {
+		return fmt.Errorf("/dev/shm: %w", err)
 	}
 	return nil
 }
@@ -112,22 +164,96 @@ func bindInto(target string, b runtime.ImageBind) error {
 	return bindAt(src, dst, b)
 }
 
-// bindAt binds src on dst (descriptors), read-only if b says so.
+// bindAt shows src at dst (descriptors), nosuid and nodev all through,
+// read-only all through if b says so.
 func bindAt(src, dst int, b runtime.ImageBind) error {
+	// The path dst is, for the remounts: the bind will be on top of it.
+	p, err := os.Readlink(fdPath(dst))
+	if err != nil {
+		return err
+	}
 	if err := unix.Mount(fdPath(src), fdPath(dst), "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 		return fmt.Errorf("show %s at %s: %w", b.From, b.To, err)
 	}
+	set := uintptr(unix.MS_NOSUID | unix.MS_NODEV)
 	if b.ReadOnly {
-		// The bind is on top of dst now: remount what the path shows.
-		p, err := os.Readlink(fdPath(dst))
-		if err != nil {
-			return err
+		set |= unix.MS_RDONLY
+	}
+	if err := restrictTree(p, set); err != nil {
+		return fmt.Errorf("show %s at %s: %w", b.From, b.To, err)
+	}
+	return nil
+}
+
+// restrictTree adds the mount flags set to the mount at path and to every
+// mount under it, keeping the flags each has. Native does this with
+// mount_setattr(AT_RECURSIVE) on a detached copy; the Sentry has no
+// mount_setattr, and its remount changes one mount and replaces all its
+// flags, hence one remount per mount found in mountinfo. Nothing of the
+// sandbox runs yet to see a bind before it is restricted.
+func restrictTree(path string, set uintptr) error {
+	points, err := mountsUnder(path)
+	if err != nil {
+		return err
+	}
+	// The flags statfs reports (ST_*) that are mount flags of the same
+	// value (MS_*).
+	const kept = unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC | unix.MS_NOATIME
+	for _, m := range points {
+		var st unix.Statfs_t
+		if err := unix.Statfs(m, &st); err != nil {
+			return fmt.Errorf("%s: %w", m, err)
 		}
-		if err := unix.Mount("", p, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_REC, ""); err != nil {
-			return fmt.Errorf("show %s at %s read-only: %w", b.From, b.To, err)
+		flags := uintptr(st.Flags)&kept | set
+		if err := unix.Mount("", m, "", unix.MS_REMOUNT|unix.MS_BIND|flags, ""); err != nil {
+			return fmt.Errorf("remount %s: %w", m, err)
 		}
 	}
 	return nil
+}
+
+// mountsUnder lists the mount points at path and under it, from this
+// process's mountinfo.
+func mountsUnder(path string) ([]string, error) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	path = filepath.Clean(path)
+	var points []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		m := unescapeMount(f[4])
+		if m == path || strings.HasPrefix(m, path+"/") {
+			points = append(points, m)
+		}
+	}
+	if len(points) == 0 {
+		return nil, fmt.Errorf("no mount at %s", path)
+	}
+	return points, nil
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, "\\") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
 
 // dirBeneath opens directory target (relative to root, or absolute) as an

@@ -40,6 +40,9 @@ import (
 //
 // A sandbox with image roots cannot be checkpointed (Checkpoint): their
 // writable layers are files on the host, outside the Sentry's saved state.
+//
+// Create refuses image roots for now (errImagesProc): gVisor cannot hide
+// other uids' processes from an image root's /proc as natively.
 
 // imageDir is where image root i is merged, in the sandbox's directory:
 // the source of its bind mount in the OCI spec.
@@ -218,6 +221,20 @@ func imagesSpec(s *specs.Spec, dir string, rec *record, proc *process) error {
 	s.Process.Capabilities = &specs.LinuxCapabilities{Bounding: caps, Effective: caps, Permitted: caps}
 	return nil
 }
+
+// errImagesProc is why Create refuses image roots on gVisor (review 31,
+// F1). A program of an image runs as a uid of its own, and natively its
+// root's /proc is mounted hidepid=invisible: it sees no process of
+// another uid, not the gateway's nor another server's. gVisor's procfs
+// has no hidepid (pkg/sentry/fsimpl/proc takes the option and ignores
+// it), and /proc/<pid>/cmdline, status and the like are anyone's there.
+// No equivalent holds within the backend: a procfs shows the PID
+// namespace of the task that mounts it, and the servers are started by
+// the gateway in the sandbox's own, so a namespace of the image root's
+// would need the gateway to start them in it; a /proc made of chosen
+// files breaks /proc/self. Everything else works (TestImageRoot, with
+// Runtime.imagesDespiteProc): once gVisor hides them, drop this refusal.
+var errImagesProc = errors.New("image roots need the native runtime: gVisor's procfs has no hidepid, so an image root's /proc would show its programs every process of the sandbox (the gateway's command line, other servers')")
 
 // errImagesCheckpoint is why a sandbox with image roots is not
 // checkpointed: see the top of this file.

@@ -35,6 +35,27 @@ func testImage(t *testing.T) (runtime.ImageRoot, string) {
 	return img, top
 }
 
+// imageRuntime is a runtime for tests that shows image roots despite
+// errImagesProc, the rest of them tested meanwhile.
+func imageRuntime(t *testing.T) *Runtime {
+	t.Helper()
+	rt := testRuntime(t)
+	rt.imagesDespiteProc = true
+	return rt
+}
+
+// TestImageRootRefused: Create refuses image roots on gVisor, and says
+// why (errImagesProc; TestImageRoot shows the /proc that would leak).
+func TestImageRootRefused(t *testing.T) {
+	requireRunsc(t)
+	rt := testRuntime(t)
+	img, _ := testImage(t)
+	_, err := rt.Create(t.Context(), runtime.Spec{Template: "base", Images: []runtime.ImageRoot{img}, Process: runtime.Process{Args: []string{"true"}}})
+	if !errors.Is(err, errdefs.ErrNotImplemented) || !strings.Contains(err.Error(), "hidepid") {
+		t.Errorf("Create: %v, want ErrNotImplemented saying why", err)
+	}
+}
+
 // runIn runs script with sh in a new sandbox of spec (its Process
 // replaced) and returns its output, failing t unless it exits 0.
 func runIn(t *testing.T, rt *Runtime, spec runtime.Spec, user, script string) string {
@@ -58,19 +79,31 @@ func runIn(t *testing.T, rt *Runtime, spec runtime.Spec, user, script string) st
 
 // TestImageRoot is native's TestImageRoot on gVisor: an image root is the
 // image's layers merged, writable by the sandbox without changing the
-// layers, with the sandbox's /proc and its /dev (its pts and shm too),
-// the sandbox's directories and files bound in (live, read-only if
-// asked), and its config beside it; a program chrooted there runs from
-// the image's files.
+// layers, with a /proc of its own, the sandbox's /dev (its pts too) and a
+// /dev/shm of its own, the sandbox's directories and files bound in
+// (live, read-only if asked, nosuid and nodev: a setuid-root program of
+// the sandbox's raises no one there, as it does in the sandbox), and its
+// config beside it; a program chrooted there runs from the image's files.
+// One difference, why Create refuses image roots (errImagesProc): a
+// program of the image as a uid of its own sees pid 1 (root's) in its
+// /proc. When this test sees it hidden, gVisor has hidepid: lift the
+// refusal.
 func TestImageRoot(t *testing.T) {
 	requireRunsc(t)
-	rt := testRuntime(t)
+	rt := imageRuntime(t)
 	img, top := testImage(t)
 	script := strings.Join([]string{
 		"cat /opt/images/one.json; echo",
 		"stat -c '%u %a' /opt/images/one.json",
 		"echo shared > /srv/shared/f",
 		"chroot /opt/images/one /bin/sh -c 'cat /hello; echo written > /hello; cat /hello; ls /dev/null; test -c /dev/pts/ptmx && test -d /dev/shm && echo pts shm; cat /proc/cmdline; grep -c . /proc/self/status >/dev/null && echo proc; cat /data/f; cat /config/name >/dev/null && echo file; echo x 2>/dev/null > /config/name || echo read-only'",
+		// A program of the image as a uid of its own: binds are nosuid
+		// and nodev, /dev nosuid, /dev/shm its own. A setuid-root id in
+		// the sandbox makes it root; through the bind, not.
+		"touch /dev/shm/sandbox-only",
+		"cp /bin/id /srv/shared/id && chmod 4755 /srv/shared/id",
+		"chroot --userspec=61000:61000 / /srv/shared/id -u",
+		"chroot --userspec=61000:61000 /opt/images/one /bin/sh -c 'test -e /proc/1 && echo pid1-visible || echo pid1-hidden; grep \" /data \" /proc/self/mounts | grep -c nosuid,nodev; grep \" /dev \" /proc/self/mounts | grep -c nosuid; ls /dev/shm | wc -l; /data/id -u'",
 		"cat /opt/images/one/hello",
 		"cat /proc/cmdline",
 	}, " && ")
@@ -86,7 +119,8 @@ func TestImageRoot(t *testing.T) {
 	if host, _ := os.ReadFile("/proc/cmdline"); len(bytes.TrimSpace(host)) > 0 && strings.Contains(out, strings.TrimSpace(string(host))) {
 		t.Errorf("the host's kernel command line shows: %q", out)
 	}
-	want := "{\"cmd\":[\"x\"]}\n0 644\nfrom the top layer\nwritten\n/dev/null\npts shm\n" + cmdline + "\nproc\nshared\nfile\nread-only\nwritten\n" + cmdline + "\n"
+	want := "{\"cmd\":[\"x\"]}\n0 644\nfrom the top layer\nwritten\n/dev/null\npts shm\n" + cmdline + "\nproc\nshared\nfile\nread-only\n" +
+		"0\npid1-visible\n1\n1\n0\n61000\nwritten\n" + cmdline + "\n"
 	if out != want {
 		t.Errorf("output %q, want %q", out, want)
 	}
@@ -101,7 +135,7 @@ func TestImageRoot(t *testing.T) {
 // are the same, root's and another user's.
 func TestImageRootUser(t *testing.T) {
 	requireRunsc(t)
-	rt := testRuntime(t)
+	rt := imageRuntime(t)
 	img, _ := testImage(t)
 	const script = "id; grep -E '^(Cap|NoNewPrivs)' /proc/self/status; grep -E '^(Uid|Gid|Cap|NoNewPrivs)' /proc/1/status; pwd"
 	for _, tc := range []struct {
@@ -120,7 +154,7 @@ func TestImageRootUser(t *testing.T) {
 // an image root counts against it, as natively.
 func TestImageRootDisk(t *testing.T) {
 	requireRunsc(t)
-	rt := testRuntime(t)
+	rt := imageRuntime(t)
 	img, top := testImage(t)
 	img.Binds = nil
 	const script = "echo written > /opt/images/one/hello && cat /opt/images/one/hello && " +
@@ -140,7 +174,7 @@ func TestImageRootDisk(t *testing.T) {
 // host), and says why; Delete leaves no mount behind.
 func TestImageRootMounts(t *testing.T) {
 	requireRunsc(t)
-	rt := testRuntime(t)
+	rt := imageRuntime(t)
 	img, _ := testImage(t)
 	ctx := t.Context()
 	sbx, err := rt.Create(ctx, runtime.Spec{Template: "base", Images: []runtime.ImageRoot{img}, Process: runtime.Process{Args: []string{"sleep", "1000"}}})
@@ -169,7 +203,7 @@ func TestImageRootMounts(t *testing.T) {
 // with 125 and says why, and its first process never runs.
 func TestImageRootLink(t *testing.T) {
 	requireRunsc(t)
-	rt := testRuntime(t)
+	rt := imageRuntime(t)
 	img, top := testImage(t)
 	if err := os.Symlink("/", filepath.Join(top, "data")); err != nil {
 		t.Fatal(err)
