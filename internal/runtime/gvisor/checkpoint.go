@@ -74,11 +74,15 @@ func copyFile(from, to string) error {
 // Checkpoint implements runtime.Checkpointer with `runsc checkpoint
 // --leave-running`: the sentry saves its whole kernel — every process,
 // its memory, descriptors and sockets, and the writable layer's files —
-// into dir, and the sandbox goes on.
+// into dir, and the sandbox goes on. A sandbox with image roots is
+// refused with errdefs.ErrNotImplemented (see images.go).
 func (rt *Runtime) Checkpoint(ctx context.Context, id, dir string) error {
 	rec, err := rt.readRecord(id)
 	if err != nil {
 		return err
+	}
+	if len(rec.Images) > 0 {
+		return fmt.Errorf("sandbox %s: %w: %w", id, errImagesCheckpoint, errdefs.ErrNotImplemented)
 	}
 	st := rt.status(rec)
 	if st.State == runtime.StateExited {

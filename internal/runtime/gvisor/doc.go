@@ -40,6 +40,17 @@
 //     under the saved uid mapping: a checkpoint holds its sandbox's range
 //     (native.HoldIDs), and forks share it.
 //   - setuid programs need --allow-suid (no_new_privs still stops them).
+//   - Image roots (runtime.ImageRoot, images.go): runsc has no per-mount
+//     writable overlay that spares the volumes, so each is the host's
+//     overlay of its idmapped layers under a writable layer in upper/,
+//     served as a bind; a /proc of its own, the sandbox's /dev (nosuid,
+//     a /dev/shm of its own) and the image's Binds (paths of the Sentry's
+//     own, nosuid and nodev) are mounted in by PID 1, which starts as
+//     root with CAP_SYS_ADMIN for that and execs itself again as the first
+//     process's user. Such a sandbox is not checkpointed. Create refuses
+//     image roots (a 501): gVisor's procfs has no hidepid, and an image
+//     root's /proc would show every process of the sandbox to a program
+//     of the image (errImagesProc).
 //   - Missing: io_uring; inotify of host changes to bind mounts. runsc
 //     leaves its state and cgroup directories behind when killed: Sweep.
 //     Ids that prefix one another are ambiguous to runsc: Hutch's are all

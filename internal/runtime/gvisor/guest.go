@@ -19,8 +19,16 @@ func IsGuestInit() bool { return os.Getpid() == 1 && os.Getenv(envGuestInit) != 
 // working directory and the environment), forwards signals to it, reaps
 // every orphan, and exits as the first process did — 128+n for a signal
 // n, as a shell reports it. Nothing else needs doing inside: the sentry
-// made the root, the mounts and the limits. It never returns.
+// made the root, the mounts and the limits; only a sandbox with image
+// roots has PID 1 complete them first, as root, and exec itself again as
+// the first process's user (showImages), exiting 125 if that fails. It
+// never returns.
 func GuestInit() {
+	if v, ok := os.LookupEnv(envGuestImages); ok {
+		err := showImages(v)
+		fmt.Fprintf(os.Stderr, "hutch: image roots: %v\n", err)
+		os.Exit(125)
+	}
 	var env []string
 	for _, e := range os.Environ() {
 		if !strings.HasPrefix(e, envGuestInit+"=") {

@@ -61,6 +61,11 @@ type Runtime struct {
 
 	capsOnce sync.Once
 	caps     runtime.Capabilities
+
+	// imagesDespiteProc, set by tests alone, shows image roots although
+	// their /proc cannot hide other uids' processes (errImagesProc), so
+	// that the rest of them stays tested.
+	imagesDespiteProc bool
 }
 
 var (
@@ -196,10 +201,8 @@ func (rt *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandb
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if len(spec.Images) > 0 {
-		// Not yet: runsc would need each image's overlay and its /proc and
-		// /dev binds expressed as OCI mounts (docs/mcp-gateway.md).
-		return nil, fmt.Errorf("image roots (MCP catalog servers run from their images) are not available on the gvisor runtime yet: %w", errdefs.ErrNotImplemented)
+	if len(spec.Images) > 0 && !rt.imagesDespiteProc {
+		return nil, fmt.Errorf("%w: %w", errImagesProc, errdefs.ErrNotImplemented)
 	}
 	if spec.Process.Terminal && len(spec.Process.ExtraFiles) > 0 {
 		return nil, fmt.Errorf("a first process with a terminal cannot serve extra files on the gvisor runtime: %w", errdefs.ErrInvalidArgument)
@@ -247,6 +250,8 @@ func tplOf(t *template.Template) tplInfo {
 //	  while its namespace is needed)
 //	idmapped layers  ──>  lower/<n>, their overlay at rootfs (read only)
 //	volumes          ──>  vol/<n>;  the disk image ──> upper
+//	image roots      ──>  imglower/<i>/<n>, their overlays at img/<i>
+//	                      (writable layers in upper/img/<i>: images.go)
 //	bundle/config.json (the OCI spec: user, env, cwd, limits, mounts)
 //	the shim (own session, own network namespace), which starts
 //	  `runsc run` (or `restore`) with the first process's stdio — or, when
@@ -307,6 +312,7 @@ func (rt *Runtime) boot(ctx context.Context, b bootSpec) (_ runtime.Sandbox, ret
 		Created: time.Now().UTC(), Slot: ids.Slot, HostID: ids.HostID, IDs: ids.Size,
 		Command: spec.Process.Args, Resources: spec.Resources, Labels: spec.Labels, Mounts: spec.Mounts,
 		NoNewPrivileges: spec.NoNewPrivileges, Channels: len(spec.Process.ExtraFiles),
+		Images: spec.Images,
 	}
 	if b.saved != nil {
 		// A restored sandbox is the saved one, on new ids.
@@ -362,7 +368,8 @@ func (rt *Runtime) boot(ctx context.Context, b bootSpec) (_ runtime.Sandbox, ret
 
 // mountRoot builds the sandbox's read-only root and its other mounts in
 // the host's mount namespace: each layer idmapped into the sandbox's ids,
-// their overlay, volumes, and the disk image holding the writable layer.
+// their overlay, volumes, the disk image holding the writable layer, and
+// the image roots (mountImages).
 func (rt *Runtime) mountRoot(ctx context.Context, dir, hostname string, rec *record) error {
 	holder, err := newUserns(rt.binary, rec.HostID, rec.IDs)
 	if err != nil {
@@ -371,16 +378,8 @@ func (rt *Runtime) mountRoot(ctx context.Context, dir, hostname string, rec *rec
 	defer holder.close()
 	var lowers []string
 	for i, l := range rec.TemplateLayers {
-		fd, err := native.IDMappedTree(l, holder.pid())
-		if err != nil {
-			return err
-		}
 		target := filepath.Join(dir, "lower", strconv.Itoa(i))
-		if err := os.Mkdir(target, 0o711); err != nil {
-			unix.Close(fd)
-			return err
-		}
-		if err := attach(fd, target); err != nil {
+		if err := attachLayer(l, holder.pid(), target); err != nil {
 			return err
 		}
 		lowers = append([]string{target}, lowers...) // overlayfs lists the top first
@@ -419,14 +418,29 @@ func (rt *Runtime) mountRoot(ctx context.Context, dir, hostname string, rec *rec
 			return err
 		}
 	}
-	return nil
+	return mountImages(dir, holder.pid(), rec)
+}
+
+// attachLayer mounts template layer layer at target (made here), its ids
+// shifted into the user namespace of process userns.
+func attachLayer(layer string, userns int, target string) error {
+	fd, err := native.IDMappedTree(layer, userns)
+	if err != nil {
+		return err
+	}
+	if err := os.Mkdir(target, 0o711); err != nil {
+		unix.Close(fd)
+		return err
+	}
+	return attach(fd, target)
 }
 
 // mountPoints makes the layer of the sandbox's mount points in dir: an
-// empty file where the sandbox binary goes, a directory for each volume,
-// and a file in /tmp — runsc mounts a tmpfs of its own on an empty /tmp,
-// which would keep /tmp out of the disk limit, the layer and
-// checkpoints' files. A directory the template has keeps its owner and
+// empty file where the sandbox binary goes, a directory for each volume
+// and image root (the image's config beside it, root's, 0644: see
+// runtime.ImageRoot), and a file in /tmp — runsc mounts a tmpfs of its
+// own on an empty /tmp, which would keep /tmp out of the disk limit, the
+// layer and checkpoints' files. A directory the template has keeps its owner and
 // mode (the top layer's win in an overlay); others belong to the
 // sandbox's root.
 func mountPoints(dir, hostname string, rec *record) error {
@@ -504,6 +518,16 @@ func mountPoints(dir, hostname string, rec *record) error {
 	for _, m := range rec.Mounts {
 		if err := mk(m.Target, false, "", 0); err != nil {
 			return fmt.Errorf("mount points: %w", err)
+		}
+	}
+	for _, img := range rec.Images {
+		if err := mk(img.Target, false, "", 0); err != nil {
+			return fmt.Errorf("mount points: %w", err)
+		}
+		if img.Config != nil {
+			if err := mk(path.Clean(img.Target)+".json", true, string(img.Config), 0o644); err != nil {
+				return fmt.Errorf("image %s: its config: %w", img.Build, err)
+			}
 		}
 	}
 	return nil

@@ -28,7 +28,8 @@ var defaultCaps = []string{
 // ociSpec is the bundle's config.json: PID 1 is the sandbox binary as
 // GuestInit, which runs proc; the root is the read-only rootfs (runsc
 // lays its own writable overlay on it, in upper/), the sandbox binary is
-// bound in read-only at guestBinary, volumes at their targets.
+// bound in read-only at guestBinary, volumes at their targets, then image
+// roots (imagesSpec).
 func (rt *Runtime) ociSpec(dir string, rec *record, proc *process, hostname string) (*specs.Spec, error) {
 	env := append([]string{envGuestInit + "=1"}, proc.Env...)
 	if rec.Channels > 0 {
@@ -92,6 +93,11 @@ func (rt *Runtime) ociSpec(dir string, rec *record, proc *process, hostname stri
 			opts[1] = "ro"
 		}
 		s.Mounts = append(s.Mounts, specs.Mount{Destination: m.Target, Type: "bind", Source: filepath.Join(dir, "vol", strconv.Itoa(i)), Options: opts})
+	}
+	// After the volumes, as natively: an image root's mount point may be
+	// in one.
+	if err := imagesSpec(s, dir, rec, proc); err != nil {
+		return nil, err
 	}
 	return s, nil
 }

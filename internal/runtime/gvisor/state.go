@@ -23,9 +23,12 @@ import (
 //	  lower/<n>/                  the template's layers, idmapped (host mounts)
 //	  rootfs/                     their read-only overlay: the sandbox's lower root
 //	  vol/<n>/                    volumes, idmapped (host mounts)
+//	  imglower/<i>/<n>/           image root i's layers, idmapped (host mounts)
+//	  img/<i>/                    their overlay: image root i (images.go)
 //	  upper/                      runsc's overlay file store: the writable
 //	                              layer (an ext4 image mounted here when
 //	                              the sandbox has a disk limit)
+//	  upper/img/<i>/              image root i's writable layer
 //	  shim.json, shim.log         the shim's configuration and its own log
 //	  output.log                  the first process's output when nobody attached
 //	  exit.json                   written by the shim when runsc ends
@@ -56,6 +59,8 @@ type record struct {
 	Channels int `json:"channels,omitempty"`
 	// RestoredFrom is the checkpoint the sandbox was restored from.
 	RestoredFrom string `json:"restoredFrom,omitempty"`
+	// Images are the image roots the sandbox shows (images.go).
+	Images []runtime.ImageRoot `json:"images,omitempty"`
 }
 
 func (rt *Runtime) sandboxesDir() string        { return filepath.Join(rt.dataDir, "gvisor", "sandboxes") }
