@@ -34,6 +34,8 @@ type Sandbox struct {
 	TrafficAccessToken string
 	// Domain is the sandbox domain the server reported, if any.
 	Domain string
+	// mcpToken is the MCP gateway's token, once known (MCPToken).
+	mcpToken string
 
 	// Commands runs processes in the sandbox.
 	Commands *Commands
@@ -64,7 +66,14 @@ type CreateOptions struct {
 	AllowInternetAccess *bool
 	// Network restricts egress and ingress; nil means defaults.
 	Network *Network
-	// MCP is the configuration of the sandbox's MCP gateway, sent as is.
+	// MCP, if set, names the MCP servers the sandbox runs behind its
+	// gateway (E2B's mcp option: catalog names such as "memory" or
+	// "airtable" with their fields, "github/<owner>/<repo>" entries, or
+	// {"command", "args", "env"}; docs/mcp-gateway.md). Create starts the
+	// gateway, as E2B's SDKs do, and fails (killing the sandbox) with
+	// "Failed to start MCP gateway: …" when it does not start; Template
+	// defaults to MCPTemplate. See [Sandbox.MCPURL], [Sandbox.MCPToken]
+	// and [Sandbox.MCPClient].
 	MCP map[string]any
 	// Volumes are mounted into the sandbox, each volume (by name) at its
 	// absolute path.
@@ -192,6 +201,9 @@ func (c *Client) Create(ctx context.Context, opts CreateOptions) (*Sandbox, erro
 			return nil, &Error{Op: "create sandbox", Kind: ErrInvalidArgument, Message: "mcp: " + err.Error()}
 		}
 		req.MCP = b
+		if req.TemplateID == "" {
+			req.TemplateID = MCPTemplate
+		}
 	}
 	for _, v := range opts.Volumes {
 		req.VolumeMounts = append(req.VolumeMounts, e2bapi.VolumeMount{Name: v.Name, Path: v.Path})
@@ -200,7 +212,14 @@ func (c *Client) Create(ctx context.Context, opts CreateOptions) (*Sandbox, erro
 	if _, err := c.api(ctx, "create sandbox", http.MethodPost, "/v2/sandboxes", nil, req, &out, http.StatusCreated); err != nil {
 		return nil, err
 	}
-	return c.newSandbox(out), nil
+	sb := c.newSandbox(out)
+	if req.MCP != nil {
+		if err := sb.startMCP(ctx, req.MCP); err != nil {
+			sb.Kill(context.WithoutCancel(ctx))
+			return nil, err
+		}
+	}
+	return sb, nil
 }
 
 // seconds rounds d up to whole seconds, as E2B's SDKs do.

@@ -25,6 +25,11 @@ func (g *globals) withStore(cmd *cobra.Command, f func(*store.Store) error) erro
 
 // openStore opens the control plane's database in the data directory.
 func (g *globals) openStore(cmd *cobra.Command) (*store.Store, error) {
+	if f := cmd.Flags().Lookup("api-url"); f != nil && f.Changed {
+		// It would look as if the key went to that server; it goes to
+		// this host's data dir (review 31, round 2).
+		return nil, fmt.Errorf("%s works on this host's data dir (--data-dir %s), not through a server: --api-url does not apply (a remote server's keys: its console or /api-keys)", cmd.CommandPath(), g.dataDir)
+	}
 	if err := os.MkdirAll(g.dataDir, 0o711); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}

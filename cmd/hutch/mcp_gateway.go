@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -40,7 +41,14 @@ this binary is also installed as mcp-gateway. See docs/mcp.md.`,
 			token := os.Getenv("GATEWAY_ACCESS_TOKEN")
 			if serve {
 				logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
-				return gateway.Serve(cmd.Context(), "0.0.0.0:"+strconv.Itoa(gateway.Port), token, gateway.Options{Logger: logger, Stderr: os.Stderr})
+				opts := gateway.Options{Logger: logger, Stderr: os.Stderr}
+				if os.Getenv(gateway.ReadyEnv) == "1" {
+					os.Unsetenv(gateway.ReadyEnv)
+					// Not the servers' to inherit: one could say "ready" for it.
+					syscall.CloseOnExec(gateway.ReadyFD)
+					opts.Ready = os.NewFile(gateway.ReadyFD, "ready")
+				}
+				return gateway.Serve(cmd.Context(), "0.0.0.0:"+strconv.Itoa(gateway.Port), token, opts)
 			}
 			if config == "" {
 				return fmt.Errorf("--config is required: a JSON object of MCP servers")

@@ -297,12 +297,31 @@ type ImageBind struct {
 	ReadOnly bool `json:"readOnly,omitempty"`
 }
 
+// MaxBinds bounds the directories shown in a sandbox's image roots
+// together, MaxBindPath each path: what a backend's start carries.
+const (
+	MaxBinds    = 64
+	MaxBindPath = 512
+)
+
 // CheckImages returns an errdefs.ErrInvalidArgument unless images are
 // image roots a backend may show: targets and binds CheckMountTarget
 // accepts, no root inside another, no bind of a directory that holds a
 // root or lies in one (a server would see another's files).
 func CheckImages(images []ImageRoot) error {
 	within := func(p, dir string) bool { return p == dir || strings.HasPrefix(p, dir+"/") }
+	binds := 0
+	for _, img := range images {
+		binds += len(img.Binds)
+		for _, b := range img.Binds {
+			if len(b.From) > MaxBindPath || len(b.To) > MaxBindPath {
+				return fmt.Errorf("a path shown in image root %s is longer than %d bytes: %w", img.Target, MaxBindPath, errdefs.ErrInvalidArgument)
+			}
+		}
+	}
+	if binds > MaxBinds {
+		return fmt.Errorf("%d directories shown in image roots, more than %d: %w", binds, MaxBinds, errdefs.ErrInvalidArgument)
+	}
 	for i, img := range images {
 		if err := CheckMountTarget(img.Target); err != nil {
 			return err

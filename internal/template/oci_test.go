@@ -240,6 +240,7 @@ func TestImport(t *testing.T) {
 				wantCfg := Config{
 					Name: "app", DefaultUser: "user", DefaultWorkdir: "/home/user",
 					Env: []string{"PATH=/usr/bin:/bin", "GREETING=hi"}, Cmd: []string{"/bin/sh", "-c", "echo hi"},
+					Entrypoint: []string{"/bin/sh", "-c"},
 				}
 				gotCfg := got.Config
 				gotCfg.Source, wantCfg.Built = "", got.Built

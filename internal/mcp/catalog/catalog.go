@@ -237,6 +237,9 @@ func (e *Entry) Resolve(raw json.RawMessage) (*Resolved, error) {
 // fieldRef finds the fields a template names.
 var fieldRef = regexp.MustCompile(`\{\{\s*([A-Za-z0-9_]+)`)
 
+// MaxListValues bounds the values of a list field.
+const MaxListValues = 16
+
 // values checks a field's value: a string (or a list of strings for a
 // list field; a single string is taken as a list of one).
 func values(name string, v any, list bool) ([]string, error) {
@@ -246,6 +249,10 @@ func values(name string, v any, list bool) ([]string, error) {
 	case []any:
 		if !list {
 			return nil, fmt.Errorf("field %q must be a string", name)
+		}
+		if len(v) > MaxListValues {
+			// Each may be a directory shown to the server, a mount.
+			return nil, fmt.Errorf("field %q has %d values, at most %d", name, len(v), MaxListValues)
 		}
 		out := make([]string, 0, len(v))
 		for _, item := range v {
@@ -338,9 +345,11 @@ func expand(tpl string, vals map[string][]string, multi bool) ([]string, error) 
 }
 
 // Mirror is image reference ref pulled from mirror instead of its own
-// registry: mirror ("host[:port][/prefix]") takes the place of the
-// registry, the repository path kept ("mcp/notion" on Docker Hub is
-// mirror/mcp/notion). An empty mirror leaves ref as it is.
+// registry: mirror ("host[:port][/prefix]") takes the place of Docker
+// Hub, the repository path kept ("mcp/notion" is mirror/mcp/notion), and
+// an image of another registry is under that registry's name there
+// ("ghcr.io/org/srv" is mirror/ghcr.io/org/srv), so no two images meet
+// at one path. An empty mirror leaves ref as it is.
 func Mirror(ref, mirror string) (string, error) {
 	if mirror == "" {
 		return ref, nil
@@ -350,6 +359,9 @@ func Mirror(ref, mirror string) (string, error) {
 		return "", fmt.Errorf("image %q: %w", ref, err)
 	}
 	repo := r.Context().RepositoryStr()
+	if reg := r.Context().RegistryStr(); reg != name.DefaultRegistry {
+		repo = reg + "/" + repo
+	}
 	out := strings.TrimSuffix(mirror, "/") + "/" + repo
 	switch v := r.(type) {
 	case name.Digest:

@@ -80,6 +80,7 @@ func TestResolve(t *testing.T) {
 		{"not a string", `{"apiKey":["k"]}`, nil, `field "apiKey" must be a string`},
 		{"not a list", `{"apiKey":"k","paths":[1]}`, nil, `field "paths" must be a list of strings`},
 		{"not an object", `[]`, nil, `configuration is not an object`},
+		{"too many paths", `{"apiKey":"k","paths":["/a","/a","/a","/a","/a","/a","/a","/a","/a","/a","/a","/a","/a","/a","/a","/a","/a"]}`, nil, `field "paths" has 17 values, at most 16`},
 		{"a colon in a path", `{"apiKey":"k","paths":["/home/user/.bashrc:/run/x"]}`, nil, `field "paths": a path here may not contain ":"`},
 	}
 	for _, tt := range tests {
@@ -106,8 +107,9 @@ func TestMirror(t *testing.T) {
 		{"mcp/brave-search", "", "mcp/brave-search"},
 		{"mcp/brave-search", "127.0.0.1:5000", "127.0.0.1:5000/mcp/brave-search"},
 		{"docker.io/mcp/brave-search:latest", "127.0.0.1:5000", "127.0.0.1:5000/mcp/brave-search:latest"},
-		{"ghcr.io/org/srv:1", "mirror.example/hub", "mirror.example/hub/org/srv:1"},
-		{"dhi.io/filesystem-mcp", "127.0.0.1:5000", "127.0.0.1:5000/filesystem-mcp"},
+		{"ghcr.io/org/srv:1", "mirror.example/hub", "mirror.example/hub/ghcr.io/org/srv:1"},
+		{"dhi.io/filesystem-mcp", "127.0.0.1:5000", "127.0.0.1:5000/dhi.io/filesystem-mcp"},
+		{"index.docker.io/mcp/x", "127.0.0.1:5000", "127.0.0.1:5000/mcp/x"},
 	} {
 		got, err := Mirror(tt.ref, tt.mirror)
 		if err != nil || got != tt.want {

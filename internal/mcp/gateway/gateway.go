@@ -44,6 +44,9 @@ type Options struct {
 	// DownloadCheck reports whether servers that download at start can;
 	// nil dials registry.npmjs.org:443.
 	DownloadCheck func(ctx context.Context) error
+	// Ready, if set, is told (and closed) once Serve serves: Launch's
+	// pipe (ReadyFD).
+	Ready io.WriteCloser
 }
 
 // Gateway aggregates running upstream servers into one MCP server.

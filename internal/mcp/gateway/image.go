@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"golang.org/x/sys/unix"
 
 	"github.com/hutch-sandbox/hutch/internal/mcp/catalog"
 )
@@ -82,37 +84,74 @@ func imageCommand(s *Server) (*exec.Cmd, error) {
 }
 
 // prepareRoot gives an image's root what a program expects to find: the
-// sandbox's name resolution and a writable /tmp. The image is not trusted:
-// every path is taken within the root (os.Root), so a link of the image's
-// (etc -> /root/.ssh) cannot have the gateway, root in the sandbox, write
-// outside it.
+// sandbox's name resolution and a writable /tmp. The image is not
+// trusted, and its root holds mounts of the sandbox's own trees (its
+// /dev, directories bound in): every path is opened beneath the root
+// without following a link and without crossing a mount (openat2's
+// RESOLVE_NO_SYMLINKS and RESOLVE_NO_XDEV), so the gateway, root in the
+// sandbox, changes nothing but the image's own writable layer. An image
+// whose tmp or etc is a link is refused (review 31, round 2, F2: a tmp
+// link to the sandbox's /dev or a bound home had the gateway make it
+// writable by everyone).
 func prepareRoot(dir string) error {
-	root, err := os.OpenRoot(dir)
+	root, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return err
 	}
-	defer root.Close()
-	if err := root.MkdirAll("tmp", 0o755); err != nil {
+	defer unix.Close(root)
+	tmp, err := ownDir(root, "tmp")
+	if err != nil {
 		return err
 	}
-	if err := root.Chmod("tmp", 0o777|os.ModeSticky); err != nil {
+	err = unix.Fchmod(tmp, 0o777|unix.S_ISVTX)
+	unix.Close(tmp)
+	if err != nil {
+		return fmt.Errorf("/tmp: %w", err)
+	}
+	etc, err := ownDir(root, "etc")
+	if err != nil {
 		return err
 	}
-	if err := root.MkdirAll("etc", 0o755); err != nil {
-		return err
-	}
+	defer unix.Close(etc)
 	for _, f := range []string{"resolv.conf", "hosts"} {
 		b, err := os.ReadFile(filepath.Join("/etc", f))
 		if err != nil {
 			continue
 		}
-		name := path.Join("etc", f)
-		root.Remove(name) // a link of the image's is replaced, never written through
-		if err := root.WriteFile(name, b, 0o644); err != nil {
-			return err
+		// Replaced, never written through.
+		if err := unix.Unlinkat(etc, f, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("/etc/%s: %w", f, err)
+		}
+		fd, err := unix.Openat(etc, f, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
+		if err != nil {
+			return fmt.Errorf("/etc/%s: %w", f, err)
+		}
+		file := os.NewFile(uintptr(fd), f)
+		_, err = file.Write(b)
+		if cerr := file.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("/etc/%s: %w", f, err)
 		}
 	}
 	return nil
+}
+
+// ownDir opens directory name of root (made if missing) for changes: a
+// directory of the image's own layer, not a link and not a mount.
+func ownDir(root int, name string) (int, error) {
+	if err := unix.Mkdirat(root, name, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
+		return -1, fmt.Errorf("/%s: %w", name, err)
+	}
+	fd, err := unix.Openat2(root, name, &unix.OpenHow{
+		Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV,
+	})
+	if err != nil {
+		return -1, fmt.Errorf("/%s of the image is a link, a mount or not a directory (%w): refused", name, err)
+	}
+	return fd, nil
 }
 
 // lookPathIn finds a program the way a shell in root would: names with a

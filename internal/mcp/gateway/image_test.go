@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -15,7 +16,10 @@ func TestPrepareRootLinks(t *testing.T) {
 	if err := os.Symlink(outside, filepath.Join(root, "etc")); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink("../../../../"+outside, filepath.Join(root, "tmp")); err != nil {
+	// A link that stays in the root, to a directory the sandbox's trees
+	// could be mounted at: refused too.
+	os.Mkdir(filepath.Join(root, "dev"), 0o755)
+	if err := os.Symlink("dev", filepath.Join(root, "tmp")); err != nil {
 		t.Fatal(err)
 	}
 	err := prepareRoot(root)
@@ -27,6 +31,40 @@ func TestPrepareRootLinks(t *testing.T) {
 	}
 	if fi, _ := os.Stat(outside); fi.Mode()&os.ModeSticky != 0 {
 		t.Error("chmod outside the root")
+	}
+	if fi, _ := os.Stat(filepath.Join(root, "dev")); fi.Mode()&os.ModeSticky != 0 {
+		t.Error("chmod through the tmp link")
+	}
+	// A plain root is prepared: /tmp for everyone, the sandbox's hosts.
+	plain := t.TempDir()
+	if err := prepareRoot(plain); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(filepath.Join(plain, "tmp")); err != nil || fi.Mode()&os.ModeSticky == 0 || fi.Mode().Perm() != 0o777 {
+		t.Errorf("/tmp: %v %v", fi, err)
+	}
+	if _, err := os.Stat(filepath.Join(plain, "etc", "hosts")); err != nil {
+		t.Errorf("/etc/hosts: %v", err)
+	}
+}
+
+// TestPrepareRootMounts: a mount inside the root (the sandbox's /dev, a
+// bound directory) is not the image's to change.
+func TestPrepareRootMounts(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount")
+	}
+	root, shared := t.TempDir(), t.TempDir()
+	os.Mkdir(filepath.Join(root, "tmp"), 0o755)
+	if err := syscall.Mount(shared, filepath.Join(root, "tmp"), "", syscall.MS_BIND, ""); err != nil {
+		t.Skip("cannot bind-mount here:", err)
+	}
+	defer syscall.Unmount(filepath.Join(root, "tmp"), syscall.MNT_DETACH)
+	if err := prepareRoot(root); err == nil {
+		t.Error("a mount at /tmp: prepared")
+	}
+	if fi, _ := os.Stat(shared); fi.Mode()&os.ModeSticky != 0 {
+		t.Error("chmod of the mounted directory")
 	}
 }
 

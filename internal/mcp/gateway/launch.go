@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -39,11 +40,24 @@ type LaunchOptions struct {
 	Timeout time.Duration
 }
 
+// ReadyFD is the descriptor of the serving gateway on which Launch waits
+// for "ready" (ExtraFiles[0]); ReadyEnv, set to "1" in its environment,
+// says it has one.
+const (
+	ReadyFD  = 3
+	ReadyEnv = "HUTCH_GATEWAY_READY_FD"
+)
+
 // Launch validates the configuration, writes it and the token (readable by
 // root only), starts the serving gateway in a session of its own with its
 // output in LogPath, and returns once it serves — or, if it exits first or
 // does not serve in time, an error that ends with its log. E2B's SDK runs
 // this as a foreground command and waits for it: the gateway outlives it.
+//
+// The serving gateway says it serves on a pipe (ReadyFD), never through
+// its port: a server of the gateway's (untrusted code) that took the port
+// would get a readiness probe, and its token, otherwise (review 31, round
+// 2, F1). It holds the port before it starts any server (Serve).
 func Launch(ctx context.Context, opts LaunchOptions) error {
 	if _, err := ParseConfig(opts.Config); err != nil {
 		return err
@@ -65,53 +79,50 @@ func Launch(ctx context.Context, opts LaunchOptions) error {
 		return fmt.Errorf("gateway log: %w", err)
 	}
 	defer logf.Close()
+	ready, readyW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer ready.Close()
 	cmd := exec.Command(opts.Command[0], opts.Command[1:]...)
-	cmd.Env = append(os.Environ(), "GATEWAY_ACCESS_TOKEN="+opts.Token)
+	cmd.Env = append(os.Environ(), "GATEWAY_ACCESS_TOKEN="+opts.Token, ReadyEnv+"=1")
 	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.ExtraFiles = []*os.File{readyW}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	readyW.Close()
+	if err != nil {
 		return fmt.Errorf("start the gateway: %w", err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	said := make(chan string, 1)
+	go func() {
+		b, _ := io.ReadAll(io.LimitReader(ready, 64))
+		said <- string(b)
+	}()
 	timeout := opts.Timeout
 	if timeout == 0 {
 		timeout = 50 * time.Second
 	}
-	deadline := time.After(timeout)
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case err := <-exited:
-			return fmt.Errorf("the MCP gateway exited (%v):\n%s", err, tail(LogPath))
-		case <-deadline:
-			cmd.Process.Kill()
-			return fmt.Errorf("the MCP gateway did not serve within %v:\n%s", timeout, tail(LogPath))
-		case <-ctx.Done():
-			cmd.Process.Kill()
-			return ctx.Err()
-		case <-tick.C:
-			if serving(opts.Token) {
-				cmd.Process.Release()
-				return nil
-			}
+	select {
+	case msg := <-said:
+		if msg == readyMsg {
+			cmd.Process.Release()
+			return nil
 		}
+		// It closed the pipe without serving: it exited, or is exiting.
+		err := cmd.Wait()
+		return fmt.Errorf("the MCP gateway exited (%v):\n%s", err, tail(LogPath))
+	case <-time.After(timeout):
+		cmd.Process.Kill()
+		return fmt.Errorf("the MCP gateway did not serve within %v:\n%s", timeout, tail(LogPath))
+	case <-ctx.Done():
+		cmd.Process.Kill()
+		return ctx.Err()
 	}
 }
 
-// serving reports whether the gateway answers /health with its details.
-func serving(token string) bool {
-	req, _ := http.NewRequest("GET", "http://127.0.0.1:"+strconv.Itoa(Port)+"/health", nil)
-	req.Header.Set("Authorization", "Bearer "+token)
-	c := &http.Client{Timeout: time.Second}
-	resp, err := c.Do(req)
-	if err != nil {
-		return false
-	}
-	resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
-}
+// readyMsg is what the serving gateway writes on ReadyFD once it serves.
+const readyMsg = "ready\n"
 
 func tail(path string) string {
 	b, err := os.ReadFile(path)
@@ -122,7 +133,9 @@ func tail(path string) string {
 }
 
 // Serve runs a gateway of the configuration at ConfigPath on addr until
-// ctx ends: what Launch starts.
+// ctx ends: what Launch starts. It listens before it starts any server,
+// so no server can take the port, and then says "ready" on ReadyFD when
+// that is a pipe from Launch.
 func Serve(ctx context.Context, addr, token string, opts Options) error {
 	if token == "" {
 		return errors.New("GATEWAY_ACCESS_TOKEN is empty")
@@ -141,15 +154,16 @@ func Serve(ctx context.Context, addr, token string, opts Options) error {
 	if err != nil {
 		return err
 	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
 	g, err := New(ctx, servers, opts)
 	if err != nil {
 		return err
 	}
 	defer g.Close()
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return err
-	}
 	srv := &http.Server{Handler: g.Handler(token), ReadHeaderTimeout: 30 * time.Second}
 	go func() {
 		<-ctx.Done()
@@ -157,6 +171,10 @@ func Serve(ctx context.Context, addr, token string, opts Options) error {
 	}()
 	if opts.Logger != nil {
 		opts.Logger.Info("MCP gateway serving", "addr", ln.Addr().String(), "tools", len(g.Tools(ctx)))
+	}
+	if opts.Ready != nil {
+		opts.Ready.Write([]byte(readyMsg))
+		opts.Ready.Close()
 	}
 	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 		return err

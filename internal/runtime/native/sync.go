@@ -89,10 +89,19 @@ func errorClass(c string) error {
 	return errdefs.ErrUnavailable
 }
 
+// maxMsg bounds one sync message (what recvMsg reads at once).
+const maxMsg = 1 << 16
+
 func sendMsg(f *os.File, v any, fds ...int) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
+	}
+	if len(b) > maxMsg {
+		return fmt.Errorf("the sandbox's configuration is %d bytes, more than %d (too many volumes, images or binds, or too long an environment): %w", len(b), maxMsg, errdefs.ErrInvalidArgument)
+	}
+	if len(fds) > maxInitFDs {
+		return fmt.Errorf("%d mounts, more than %d: %w", len(fds), maxInitFDs, errdefs.ErrInvalidArgument)
 	}
 	var oob []byte
 	if len(fds) > 0 {
@@ -119,10 +128,10 @@ func sendMsg(f *os.File, v any, fds ...int) error {
 // a blocking recvmsg cost a thread each (bench/density.sh: 756 threads
 // for 745 sandboxes). The init's end blocks, on its locked main thread.
 func recvMsg(f *os.File, v any) ([]int, error) {
-	buf := make([]byte, 1<<16)
-	// Room for the most descriptors one message may carry: a template's
-	// layers and the disk layer (MaxLayers+1).
-	oob := make([]byte, unix.CmsgSpace(4*(MaxLayers+2)))
+	buf := make([]byte, maxMsg+1)
+	// Room for the most descriptors one message may carry (maxInitFDs):
+	// a template's layers, the disk's, volumes' and image roots' layers.
+	oob := make([]byte, unix.CmsgSpace(4*maxInitFDs))
 	rc, err := f.SyscallConn()
 	if err != nil {
 		return nil, err
@@ -154,7 +163,10 @@ func recvMsg(f *os.File, v any) ([]int, error) {
 	}
 	var fds []int
 	if flags&unix.MSG_CTRUNC != 0 {
-		err = fmt.Errorf("descriptors cut off: more than %d sent", MaxLayers+2)
+		err = fmt.Errorf("descriptors cut off: more than %d sent", maxInitFDs)
+	}
+	if flags&unix.MSG_TRUNC != 0 || n > maxMsg {
+		err = fmt.Errorf("message cut off: more than %d bytes sent", maxMsg)
 	}
 	if oobn > 0 {
 		msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
