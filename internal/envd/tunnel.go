@@ -3,14 +3,18 @@ package envd
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/envd/envderr"
+	"github.com/hutch-sandbox/hutch/internal/envdapi"
 	"github.com/hutch-sandbox/hutch/internal/splice"
 )
 
@@ -47,6 +51,13 @@ func (s *Server) tunnel(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		envderr.Write(w, http.StatusBadGateway, "port "+p+" is not open in the sandbox: "+err.Error())
 		return
+	}
+	if r.Header.Get(envdapi.HeaderPortOwner) == "root" {
+		if uid, found := listenerOwner(upstream); found && uid != 0 {
+			upstream.Close()
+			envderr.Write(w, http.StatusBadGateway, fmt.Sprintf("port %s is not open in the sandbox: its listener is uid %d's, not root's", p, uid))
+			return
+		}
 	}
 	hj, ok := w.(http.Hijacker)
 	if !ok {
@@ -91,4 +102,53 @@ func dialLoopback(ctx context.Context, port int) (net.Conn, error) {
 		return conn, nil
 	}
 	return nil, err
+}
+
+// listenerOwner finds the uid that owns the far end of a loopback
+// connection (the socket the listener accepted, which is the listener's)
+// in the kernel's socket tables, /proc/net/tcp and tcp6, which name each
+// socket by its two addresses. found is false when the table has no such
+// socket (it closed already, or a kernel that does not list it): nothing
+// is sent on such a connection before its answer is read, so a caller may
+// go on. Written here: no library reads these tables by address.
+func listenerOwner(c net.Conn) (uid int, found bool) {
+	local, ok1 := c.LocalAddr().(*net.TCPAddr)
+	remote, ok2 := c.RemoteAddr().(*net.TCPAddr)
+	if !ok1 || !ok2 {
+		return 0, false
+	}
+	// The far end's row: its local address is our remote one.
+	want := procAddr(remote) + " " + procAddr(local)
+	table := "/proc/net/tcp"
+	if remote.IP.To4() == nil {
+		table = "/proc/net/tcp6"
+	}
+	b, err := os.ReadFile(table)
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 8 || f[1]+" "+f[2] != want {
+			continue
+		}
+		n, err := strconv.Atoi(f[7])
+		return n, err == nil
+	}
+	return 0, false
+}
+
+// procAddr writes an address as /proc/net/tcp does: the address's 32-bit
+// words in host order (little-endian here), in hex, then the port.
+func procAddr(a *net.TCPAddr) string {
+	ip := a.IP.To4()
+	if ip == nil {
+		ip = a.IP.To16()
+	}
+	var sb strings.Builder
+	for i := 0; i+4 <= len(ip); i += 4 {
+		fmt.Fprintf(&sb, "%08X", binary.LittleEndian.Uint32(ip[i:i+4]))
+	}
+	fmt.Fprintf(&sb, ":%04X", a.Port)
+	return sb.String()
 }

@@ -27,6 +27,12 @@ const Version = "0.6.4"
 // sandbox has one.
 const HeaderAccessToken = "X-Access-Token"
 
+// HeaderPortOwner, on the host's CONNECT to a port, set to "root", asks
+// envd to tunnel only to a listener the sandbox's root owns (the MCP
+// gateway's port: a server of the gateway's, another uid, that took the
+// port after the gateway died must not receive its clients' calls).
+const HeaderPortOwner = "Hutch-Port-Owner"
+
 // DefaultPath is a sandbox's PATH when its template sets none.
 const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 

@@ -317,6 +317,11 @@ func CheckImages(images []ImageRoot) error {
 			if len(b.From) > MaxBindPath || len(b.To) > MaxBindPath {
 				return fmt.Errorf("a path shown in image root %s is longer than %d bytes: %w", img.Target, MaxBindPath, errdefs.ErrInvalidArgument)
 			}
+			for _, name := range append(strings.Split(b.From, "/"), strings.Split(b.To, "/")...) {
+				if len(name) > 255 {
+					return fmt.Errorf("a path shown in image root %s has a name longer than 255 bytes: %w", img.Target, errdefs.ErrInvalidArgument)
+				}
+			}
 		}
 	}
 	if binds > MaxBinds {

@@ -49,6 +49,7 @@ type route struct {
 	token  string    // envd's access token, sent with each CONNECT
 	ports  list.List // of *portTransport, the one used most recently first
 	byPort map[int]*list.Element
+	root   *portTransport // rootTransport's, nil until asked for
 }
 
 // maxPortTransports is the number of ports per sandbox whose connections
@@ -115,12 +116,29 @@ func (r *route) transport(port int) http.RoundTripper {
 	return *t
 }
 
+// rootTransport is transport(port) for a port whose listener must be
+// root's (RootTransport): one per route, kept for the route's life.
+func (r *route) rootTransport(port int) http.RoundTripper {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.root == nil || r.root.port != port {
+		r.root = &portTransport{Transport: r.newTunnelTransport(port, "root"), port: port}
+	}
+	return *r.root
+}
+
 // newPortTransport returns a transport that tunnels to port through envd's
 // control socket.
 func (r *route) newPortTransport(port int) *http.Transport {
+	return r.newTunnelTransport(port, "")
+}
+
+// newTunnelTransport is newPortTransport with the listener's owner given
+// to envd (dialTunnelTo).
+func (r *route) newTunnelTransport(port int, owner string) *http.Transport {
 	return &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return dialTunnel(ctx, r.control, r.accessToken(), port)
+			return dialTunnelTo(ctx, r.control, r.accessToken(), port, owner)
 		},
 		DisableCompression:     true,
 		MaxIdleConns:           maxIdlePerPort,
@@ -164,6 +182,9 @@ func (r *route) close() {
 	for e := r.ports.Front(); e != nil; e = e.Next() {
 		all = append(all, e.Value.(*portTransport).Transport)
 	}
+	if r.root != nil {
+		all = append(all, r.root.Transport)
+	}
 	r.mu.Unlock()
 	for _, t := range all {
 		t.CloseIdleConnections()
@@ -184,6 +205,12 @@ const (
 // through its control socket, to CONNECT to that port on the sandbox's
 // loopback, with envd's access token when the sandbox has one.
 func dialTunnel(ctx context.Context, sock, token string, port int) (net.Conn, error) {
+	return dialTunnelTo(ctx, sock, token, port, "")
+}
+
+// dialTunnelTo is dialTunnel with envd told whose listener the port must
+// be (envdapi.HeaderPortOwner), "" for anyone's.
+func dialTunnelTo(ctx context.Context, sock, token string, port int, owner string) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, tunnelHandshakeTimeout)
 	defer cancel()
 	conn, err := (&net.Dialer{}).DialContext(ctx, "unix", sock)
@@ -199,6 +226,9 @@ func dialTunnel(ctx context.Context, sock, token string, port int) (net.Conn, er
 	var auth string
 	if token != "" {
 		auth = envdapi.HeaderAccessToken + ": " + token + "\r\n"
+	}
+	if owner != "" {
+		auth += envdapi.HeaderPortOwner + ": " + owner + "\r\n"
 	}
 	if _, err := fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n%s\r\n", target, target, auth); err != nil {
 		conn.Close()
@@ -275,6 +305,22 @@ func (m *Manager) Transport(id string, port int) (http.RoundTripper, bool) {
 		return nil, false
 	}
 	return l.route.transport(port), true
+}
+
+// RootTransport is Transport for a port only the sandbox's root may serve
+// (the MCP gateway's): envd tunnels only to a listener root owns, so a
+// process of another uid that took the port gets none of its clients.
+func (m *Manager) RootTransport(id string, port int) (http.RoundTripper, bool) {
+	if !ValidPort(port) || port == envdapi.Port {
+		return m.Transport(id, port)
+	}
+	m.mu.Lock()
+	l := m.live[id]
+	m.mu.Unlock()
+	if l == nil || !l.routable() {
+		return nil, false
+	}
+	return l.route.rootTransport(port), true
 }
 
 // Legacy reports whether a running sandbox predates envd's control socket:

@@ -72,10 +72,17 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id string, port i
 	defer done()
 	// envd authenticates requests itself (access token); the routing only
 	// needs the sandbox to exist.
-	transport, ok := s.mgr.Transport(id, port)
+	transportOf := s.mgr.Transport
+	if port == mcpGatewayPort {
+		// The gateway runs as the sandbox's root and holds its token; its
+		// servers (untrusted code, other uids) must never stand in for it
+		// should it die (review 31, round 3).
+		transportOf = s.mgr.RootTransport
+	}
+	transport, ok := transportOf(id, port)
 	if !ok && mayWake(s.mgr, r, id, port) && s.mgr.Wake(r.Context(), id) {
 		// Paused, made to resume on traffic: resumed, then on its way.
-		transport, ok = s.mgr.Transport(id, port)
+		transport, ok = transportOf(id, port)
 	}
 	if !ok {
 		s.prom.EdgeError(target, metrics.EdgeNotFound)

@@ -79,6 +79,10 @@ func imageCommand(s *Server) (*exec.Cmd, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Chroot:     s.Root,
 		Credential: &syscall.Credential{Uid: uint32(s.UID), Gid: uint32(s.UID), Groups: []uint32{}},
+		// It ends with the gateway (what it started in a session of its
+		// own is beyond this: the edge reaches the gateway's port only
+		// through a listener root owns, envdapi.HeaderPortOwner).
+		Pdeathsig: syscall.SIGKILL,
 	}
 	return cmd, nil
 }

@@ -78,6 +78,7 @@ func TestImageRootRefused(t *testing.T) {
 		{Build: "b", Layers: []string{"/x"}, Target: "/opt/x", Binds: []runtime.ImageBind{{From: "/opt/x/y", To: "/data"}}},
 		{Build: "b", Layers: []string{"/x"}, Target: "/opt/x", Binds: []runtime.ImageBind{{From: "/proc", To: "/data"}}},
 		{Build: "b", Layers: []string{"/x"}, Target: "/opt/x", Binds: []runtime.ImageBind{{From: "/home", To: "../data"}}},
+		{Build: "b", Layers: []string{"/x"}, Target: "/opt/x", Binds: []runtime.ImageBind{{From: "/home/" + strings.Repeat("x", 256), To: "/data"}}},
 	} {
 		if err := validateSpec(&runtime.Spec{Process: ok, Images: []runtime.ImageRoot{img}}); err == nil {
 			t.Errorf("%+v: accepted", img)

@@ -89,6 +89,23 @@ console.log(JSON.stringify({ ids: ids.length, secrets: seen.includes('tvly-secre
   const down = await client.callTool({ name: 'stripe__create_customer', arguments: {} })
   assert.ok(down.isError && text(down).includes('has not started'), `stripe__create_customer: ${JSON.stringify(down)}`)
   await client.close()
+
+  // The gateway's port reaches only a listener the sandbox's root owns: a
+  // process of another uid that takes it once the gateway is gone (an
+  // image's daemon, review 31 round 3) gets nothing the edge forwards.
+  await sbx.commands.run('pkill -KILL -f "gateway --serve"', { user: 'root' })
+  await sbx.commands.run(`node -e "require('http').createServer((q, s) => s.end('squatter')).listen(50005)"`, { user: 'user', background: true })
+  let squat
+  for (let i = 0; i < 50; i++) {
+    const r = await sbx.commands.run('curl -s http://127.0.0.1:50005/ || true', { user: 'user' })
+    if (r.stdout === 'squatter') { squat = true; break }
+    await new Promise((res) => setTimeout(res, 100))
+  }
+  assert.ok(squat, 'the squatter did not take the port')
+  const after = await fetch(base + '/health', { headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '50005', Authorization: `Bearer ${token}` } })
+  const afterBody = await after.text()
+  assert.equal(after.status, 502, `through the edge after the gateway died: ${after.status} ${afterBody}`)
+  assert.ok(!afterBody.includes('squatter'), afterBody)
 } finally {
   await sbx.kill()
 }

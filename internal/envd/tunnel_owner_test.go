@@ -1,0 +1,76 @@
+package envd
+
+import (
+	"net"
+	"os"
+	"runtime"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestListenerOwner: the uid that owns a loopback connection's listener,
+// read from the kernel's socket tables, for IPv4 and IPv6 and for a
+// listener of another uid (made with this thread's fsuid, which the kernel
+// stamps on a new socket).
+func TestListenerOwner(t *testing.T) {
+	for _, tc := range []struct {
+		network, addr string
+		uid           int
+	}{
+		{"tcp4", "127.0.0.1:0", os.Geteuid()},
+		{"tcp6", "[::1]:0", os.Geteuid()},
+		{"tcp4", "127.0.0.1:0", 61000},
+	} {
+		ln := listenAs(t, tc.network, tc.addr, tc.uid)
+		accepted := make(chan net.Conn, 1)
+		go func() {
+			// The accepted socket is stamped with the accepting thread's
+			// fsuid: a listener's process accepts as its own uid.
+			runtime.LockOSThread()
+			if tc.uid != os.Geteuid() {
+				unix.Setfsuid(tc.uid)
+			}
+			c, err := ln.Accept()
+			if err == nil {
+				accepted <- c
+			}
+			close(accepted)
+			// The thread keeps its fsuid: it ends with this goroutine.
+		}()
+		c, err := net.Dial(tc.network, ln.Addr().String())
+		if err != nil {
+			t.Skipf("%s: %v", tc.network, err)
+		}
+		a := <-accepted
+		uid, found := listenerOwner(c)
+		if !found || uid != tc.uid {
+			t.Errorf("%s as %d: owner %d, found %v", tc.network, tc.uid, uid, found)
+		}
+		c.Close()
+		if a != nil {
+			a.Close()
+		}
+		ln.Close()
+	}
+}
+
+// listenAs listens with a socket stamped with uid (root can set its
+// thread's fsuid; others get their own uid).
+func listenAs(t *testing.T, network, addr string, uid int) net.Listener {
+	t.Helper()
+	if uid != os.Geteuid() {
+		if os.Geteuid() != 0 {
+			t.Skip("needs root to make a socket of another uid")
+		}
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		unix.Setfsuid(uid)
+		defer unix.Setfsuid(0)
+	}
+	ln, err := net.Listen(network, addr)
+	if err != nil {
+		t.Skipf("%s: %v", network, err)
+	}
+	return ln
+}
