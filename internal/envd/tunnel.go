@@ -117,32 +117,39 @@ func listenerOwner(c net.Conn) (uid int, found bool) {
 	if !ok1 || !ok2 {
 		return 0, false
 	}
-	// The far end's row: its local address is our remote one.
-	want := procAddr(remote) + " " + procAddr(local)
-	table := "/proc/net/tcp"
-	if remote.IP.To4() == nil {
-		table = "/proc/net/tcp6"
-	}
-	b, err := os.ReadFile(table)
-	if err != nil {
-		return 0, false
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 8 || f[1]+" "+f[2] != want {
+	// The far end's row: its local address is our remote one. An IPv4
+	// connection accepted by a listener on "::" (dual-stack) is in tcp6,
+	// its addresses IPv4-mapped.
+	for _, table := range []struct {
+		path string
+		v6   bool
+	}{{"/proc/net/tcp", false}, {"/proc/net/tcp6", true}} {
+		if !table.v6 && remote.IP.To4() == nil {
 			continue
 		}
-		n, err := strconv.Atoi(f[7])
-		return n, err == nil
+		want := procAddr(remote, table.v6) + " " + procAddr(local, table.v6)
+		b, err := os.ReadFile(table.path)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			if len(f) < 8 || f[1]+" "+f[2] != want {
+				continue
+			}
+			n, err := strconv.Atoi(f[7])
+			return n, err == nil
+		}
 	}
 	return 0, false
 }
 
-// procAddr writes an address as /proc/net/tcp does: the address's 32-bit
-// words in host order (little-endian here), in hex, then the port.
-func procAddr(a *net.TCPAddr) string {
+// procAddr writes an address as /proc/net/tcp (v6: tcp6) does: the
+// address's 32-bit words in host order (little-endian here), in hex, then
+// the port; an IPv4 address in tcp6 is IPv4-mapped.
+func procAddr(a *net.TCPAddr, v6 bool) string {
 	ip := a.IP.To4()
-	if ip == nil {
+	if ip == nil || v6 {
 		ip = a.IP.To16()
 	}
 	var sb strings.Builder

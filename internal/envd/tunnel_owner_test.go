@@ -4,6 +4,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"strconv"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -17,10 +18,13 @@ func TestListenerOwner(t *testing.T) {
 	for _, tc := range []struct {
 		network, addr string
 		uid           int
+		dial          string // the network dialled, if not network
 	}{
-		{"tcp4", "127.0.0.1:0", os.Geteuid()},
-		{"tcp6", "[::1]:0", os.Geteuid()},
-		{"tcp4", "127.0.0.1:0", 61000},
+		{"tcp4", "127.0.0.1:0", os.Geteuid(), ""},
+		{"tcp6", "[::1]:0", os.Geteuid(), ""},
+		{"tcp4", "127.0.0.1:0", 61000, ""},
+		// Node's listen(port): "::", dual-stack; envd dials IPv4 first.
+		{"tcp", "[::]:0", 61000, "tcp4"},
 	} {
 		ln := listenAs(t, tc.network, tc.addr, tc.uid)
 		accepted := make(chan net.Conn, 1)
@@ -38,7 +42,11 @@ func TestListenerOwner(t *testing.T) {
 			close(accepted)
 			// The thread keeps its fsuid: it ends with this goroutine.
 		}()
-		c, err := net.Dial(tc.network, ln.Addr().String())
+		dial, addr := tc.network, ln.Addr().String()
+		if tc.dial != "" {
+			dial, addr = tc.dial, net.JoinHostPort("127.0.0.1", strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))
+		}
+		c, err := net.Dial(dial, addr)
 		if err != nil {
 			t.Skipf("%s: %v", tc.network, err)
 		}
