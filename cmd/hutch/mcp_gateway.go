@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -23,8 +24,8 @@ const gatewayName = "mcp-gateway"
 
 func newMCPGatewayCmd() *cobra.Command {
 	var (
-		config string
-		serve  bool
+		config           string
+		serve, supervise bool
 	)
 	cmd := &cobra.Command{
 		Use:   "gateway --config JSON",
@@ -39,14 +40,41 @@ this binary is also installed as mcp-gateway. See docs/mcp.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			token := os.Getenv("GATEWAY_ACCESS_TOKEN")
+			// The descriptors Launch hands down are nobody else's to
+			// inherit: a server that had the ready pipe could say "ready",
+			// one that had the socket could serve the port.
+			handed := func(env string, fd int) *os.File {
+				if os.Getenv(env) != "1" {
+					return nil
+				}
+				os.Unsetenv(env)
+				syscall.CloseOnExec(fd)
+				return os.NewFile(uintptr(fd), env)
+			}
+			ready, listener := handed(gateway.ReadyEnv, gateway.ReadyFD), handed(gateway.ListenerEnv, gateway.ListenerFD)
+			logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
+			if supervise {
+				if listener == nil {
+					return fmt.Errorf("--supervise needs the listening socket Launch hands down")
+				}
+				self, err := os.Executable()
+				if err != nil {
+					return err
+				}
+				return gateway.Supervise(cmd.Context(), gateway.SuperviseOptions{Command: gatewayCommand(self, "--serve"), Listener: listener, Ready: ready, Logger: logger})
+			}
 			if serve {
-				logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
 				opts := gateway.Options{Logger: logger, Stderr: os.Stderr}
-				if os.Getenv(gateway.ReadyEnv) == "1" {
-					os.Unsetenv(gateway.ReadyEnv)
-					// Not the servers' to inherit: one could say "ready" for it.
-					syscall.CloseOnExec(gateway.ReadyFD)
-					opts.Ready = os.NewFile(gateway.ReadyFD, "ready")
+				if ready != nil {
+					opts.Ready = ready
+				}
+				if listener != nil {
+					ln, err := net.FileListener(listener)
+					listener.Close()
+					if err != nil {
+						return err
+					}
+					opts.Listener = ln
 				}
 				return gateway.Serve(cmd.Context(), "0.0.0.0:"+strconv.Itoa(gateway.Port), token, opts)
 			}
@@ -62,12 +90,7 @@ this binary is also installed as mcp-gateway. See docs/mcp.md.`,
 			if err != nil {
 				return err
 			}
-			serveCmd := []string{self, "mcp", "gateway", "--serve"}
-			if filepath.Base(self) == gatewayName {
-				// Run as mcp-gateway, the binary is `hutch mcp gateway` already.
-				serveCmd = []string{self, "--serve"}
-			}
-			if err := gateway.Launch(cmd.Context(), gateway.LaunchOptions{Config: []byte(config), Token: token, Command: serveCmd}); err != nil {
+			if err := gateway.Launch(cmd.Context(), gateway.LaunchOptions{Config: []byte(config), Token: token, Command: gatewayCommand(self, "--supervise")}); err != nil {
 				return err
 			}
 			fmt.Printf("MCP gateway serving on port %d, path %s\n", gateway.Port, gateway.Path)
@@ -78,6 +101,8 @@ this binary is also installed as mcp-gateway. See docs/mcp.md.`,
 	cmd.Flags().StringVar(&config, "config", "", "the MCP servers, as JSON")
 	cmd.Flags().BoolVar(&serve, "serve", false, "serve the configuration Launch wrote, in the foreground")
 	cmd.Flags().MarkHidden("serve")
+	cmd.Flags().BoolVar(&supervise, "supervise", false, "keep a serving gateway running on the socket Launch hands down")
+	cmd.Flags().MarkHidden("supervise")
 	return cmd
 }
 
@@ -115,4 +140,13 @@ func newMCPGatewayPullCmd() *cobra.Command {
 			return nil
 		},
 	}
+}
+
+// gatewayCommand is this binary (self) run as `hutch mcp gateway FLAG`.
+func gatewayCommand(self, flag string) []string {
+	if filepath.Base(self) == gatewayName {
+		// Run as mcp-gateway, the binary is `hutch mcp gateway` already.
+		return []string{self, flag}
+	}
+	return []string{self, "mcp", "gateway", flag}
 }

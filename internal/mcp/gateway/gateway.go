@@ -47,6 +47,9 @@ type Options struct {
 	// Ready, if set, is told (and closed) once Serve serves: Launch's
 	// pipe (ReadyFD).
 	Ready io.WriteCloser
+	// Listener, if set, is what Serve serves on (Launch's socket, through
+	// Supervise), in place of listening on its address.
+	Listener net.Listener
 }
 
 // Gateway aggregates running upstream servers into one MCP server.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -31,8 +32,8 @@ type LaunchOptions struct {
 	Config []byte
 	// Token is the bearer token clients must send.
 	Token string
-	// Command runs the serving gateway (this binary with the arguments
-	// that make it serve ConfigPath); it gets the token in the
+	// Command runs the gateway's supervisor (this binary with the
+	// arguments that make it Supervise); it gets the token in the
 	// GATEWAY_ACCESS_TOKEN environment variable, never in its arguments.
 	Command []string
 	// Timeout bounds the wait for the gateway to serve; the SDK's own
@@ -40,12 +41,14 @@ type LaunchOptions struct {
 	Timeout time.Duration
 }
 
-// ReadyFD is the descriptor of the serving gateway on which Launch waits
-// for "ready" (ExtraFiles[0]); ReadyEnv, set to "1" in its environment,
-// says it has one.
+// The descriptors Launch hands down: ReadyFD, on which the first serving
+// gateway says "ready" (ReadyEnv set to "1" says it is there), and
+// ListenerFD, the gateway's listening socket on Port (ListenerEnv).
 const (
-	ReadyFD  = 3
-	ReadyEnv = "HUTCH_GATEWAY_READY_FD"
+	ReadyFD     = 3
+	ReadyEnv    = "HUTCH_GATEWAY_READY_FD"
+	ListenerFD  = 4
+	ListenerEnv = "HUTCH_GATEWAY_LISTENER_FD"
 )
 
 // Launch validates the configuration, writes it and the token (readable by
@@ -54,18 +57,27 @@ const (
 // does not serve in time, an error that ends with its log. E2B's SDK runs
 // this as a foreground command and waits for it: the gateway outlives it.
 //
-// The serving gateway says it serves on a pipe (ReadyFD), never through
-// its port: a server of the gateway's (untrusted code) that took the port
-// would get a readiness probe, and its token, otherwise (review 31, round
-// 2, F1). It holds the port before it starts any server (Serve).
+// The port is root's for the rest of the sandbox's life: Launch binds it
+// before anything else runs, and hands the socket to a supervisor (root,
+// small) that keeps it and starts the serving gateway with it, again
+// whenever it exits (Supervise). So no server of the gateway's (untrusted
+// code, other uids) can take the port, even after killing the gateway
+// (review 31, rounds 3 and 4: by the OOM killer). The serving gateway
+// says it serves on a pipe (ReadyFD), never through its port (round 2).
 func Launch(ctx context.Context, opts LaunchOptions) error {
 	if _, err := ParseConfig(opts.Config); err != nil {
 		return err
 	}
-	if c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(Port), time.Second); err == nil {
-		c.Close()
-		return fmt.Errorf("port %d is taken: an MCP gateway already runs in this sandbox", Port)
+	ln, err := net.Listen("tcp", "0.0.0.0:"+strconv.Itoa(Port))
+	if err != nil {
+		return fmt.Errorf("port %d is taken: an MCP gateway already runs in this sandbox (%w)", Port, err)
 	}
+	lnFile, err := ln.(*net.TCPListener).File()
+	ln.Close()
+	if err != nil {
+		return err
+	}
+	defer lnFile.Close()
 	for path, data := range map[string][]byte{ConfigPath: opts.Config, TokenPath: []byte(opts.Token)} {
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			return err
@@ -85,9 +97,9 @@ func Launch(ctx context.Context, opts LaunchOptions) error {
 	}
 	defer ready.Close()
 	cmd := exec.Command(opts.Command[0], opts.Command[1:]...)
-	cmd.Env = append(os.Environ(), "GATEWAY_ACCESS_TOKEN="+opts.Token, ReadyEnv+"=1")
+	cmd.Env = append(os.Environ(), "GATEWAY_ACCESS_TOKEN="+opts.Token, ReadyEnv+"=1", ListenerEnv+"=1")
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.ExtraFiles = []*os.File{readyW}
+	cmd.ExtraFiles = []*os.File{readyW, lnFile}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	err = cmd.Start()
 	readyW.Close()
@@ -109,7 +121,9 @@ func Launch(ctx context.Context, opts LaunchOptions) error {
 			cmd.Process.Release()
 			return nil
 		}
-		// It closed the pipe without serving: it exited, or is exiting.
+		// It closed the pipe without serving: it exited, or is exiting;
+		// its supervisor would only start it again.
+		cmd.Process.Kill()
 		err := cmd.Wait()
 		return fmt.Errorf("the MCP gateway exited (%v):\n%s", err, tail(LogPath))
 	case <-time.After(timeout):
@@ -154,9 +168,11 @@ func Serve(ctx context.Context, addr, token string, opts Options) error {
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return err
+	ln := opts.Listener
+	if ln == nil {
+		if ln, err = net.Listen("tcp", addr); err != nil {
+			return err
+		}
 	}
 	defer ln.Close()
 	g, err := New(ctx, servers, opts)
@@ -180,4 +196,62 @@ func Serve(ctx context.Context, addr, token string, opts Options) error {
 		return err
 	}
 	return nil
+}
+
+// SuperviseOptions configure Supervise.
+type SuperviseOptions struct {
+	// Command runs the serving gateway (this binary with the arguments
+	// that make it Serve); Listener is the socket it serves on, handed to
+	// it as ListenerFD.
+	Command  []string
+	Listener *os.File
+	// Ready, if set, goes to the first serving gateway as ReadyFD.
+	Ready  *os.File
+	Logger *slog.Logger
+}
+
+// Supervise keeps a serving gateway running on the listener until ctx
+// ends: it starts it, and starts it again (after a backoff doubling from
+// minBackoff to maxBackoff) whenever it exits. It holds the listener all
+// along, so the port is never free for another process to take while the
+// gateway is down. It makes itself the last the OOM killer picks that it
+// may (oom_score_adj 0; the sandbox has no right to go lower).
+func Supervise(ctx context.Context, opts SuperviseOptions) error {
+	os.WriteFile("/proc/self/oom_score_adj", []byte("0"), 0)
+	backoff := minBackoff
+	for first := true; ; first = false {
+		cmd := exec.Command(opts.Command[0], opts.Command[1:]...)
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+		cmd.Env = append(os.Environ(), ListenerEnv+"=1")
+		cmd.ExtraFiles = []*os.File{nil, opts.Listener}
+		if first && opts.Ready != nil {
+			cmd.Env = append(cmd.Env, ReadyEnv+"=1")
+			cmd.ExtraFiles[0] = opts.Ready
+		}
+		started := time.Now()
+		err := cmd.Start()
+		if first && opts.Ready != nil {
+			opts.Ready.Close() // the gateway's now, or nobody's: Launch sees either
+		}
+		if err == nil {
+			stop := context.AfterFunc(ctx, func() { cmd.Process.Signal(syscall.SIGTERM) })
+			err = cmd.Wait()
+			stop()
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		if time.Since(started) > stableUp {
+			backoff = minBackoff
+		}
+		if opts.Logger != nil {
+			opts.Logger.Warn("MCP gateway exited; starting it again", "err", err, "in", backoff)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, maxBackoff)
+	}
 }

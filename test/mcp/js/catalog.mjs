@@ -90,22 +90,41 @@ console.log(JSON.stringify({ ids: ids.length, secrets: seen.includes('tvly-secre
   assert.ok(down.isError && text(down).includes('has not started'), `stripe__create_customer: ${JSON.stringify(down)}`)
   await client.close()
 
-  // The gateway's port reaches only a listener the sandbox's root owns: a
-  // process of another uid that takes it once the gateway is gone (an
-  // image's daemon, review 31 round 3) gets nothing the edge forwards.
-  await sbx.commands.run('pkill -KILL -f "gateway --serve"', { user: 'root' })
-  await sbx.commands.run(`node -e "require('http').createServer((q, s) => s.end('squatter')).listen(50005)"`, { user: 'user', background: true })
-  let squat
-  for (let i = 0; i < 50; i++) {
-    const r = await sbx.commands.run('curl -s http://127.0.0.1:50005/ || true', { user: 'user' })
-    if (r.stdout === 'squatter') { squat = true; break }
-    await new Promise((res) => setTimeout(res, 100))
+  // The gateway's port is root's for good: a process of another uid (an
+  // image's daemon that OOM-killed the gateway, review 31 rounds 3 and 4)
+  // cannot take it, the gateway's supervisor holds it and starts the
+  // gateway again; and should even the supervisor go, the edge forwards
+  // only to a listener the sandbox's root owns.
+  const squatter = `node -e "require('http').createServer((q, s) => s.end('squatter')).listen(50005)"`
+  const edgeHealth = async () => {
+    const r = await fetch(base + '/health', { headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '50005', Authorization: `Bearer ${token}` } })
+    return { status: r.status, body: await r.text() }
   }
-  assert.ok(squat, 'the squatter did not take the port')
-  const after = await fetch(base + '/health', { headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '50005', Authorization: `Bearer ${token}` } })
-  const afterBody = await after.text()
-  assert.equal(after.status, 502, `through the edge after the gateway died: ${after.status} ${afterBody}`)
-  assert.ok(!afterBody.includes('squatter'), afterBody)
+  await sbx.commands.run('pkill -KILL -f "gateway --serve"', { user: 'root' })
+  await sbx.commands.run(squatter, { user: 'user', background: true })
+  let back
+  for (let i = 0; i < 150 && !back; i++) {
+    const h = await edgeHealth()
+    assert.ok(!h.body.includes('squatter'), `the squatter answered through the edge: ${h.body}`)
+    if (h.status === 200) back = true
+    else await new Promise((res) => setTimeout(res, 100))
+  }
+  assert.ok(back, 'the gateway was not started again')
+  const inside = await sbx.commands.run(`curl -s -H "Authorization: Bearer ${token}" http://127.0.0.1:50005/health`, { user: 'user' })
+  assert.ok(inside.stdout.includes('"servers"') && !inside.stdout.includes('squatter'), `inside the sandbox: ${inside.stdout}`)
+
+  await sbx.commands.run('pkill -KILL -f "gateway --s"', { user: 'root' })
+  await sbx.commands.run(squatter, { user: 'user', background: true })
+  let squat
+  for (let i = 0; i < 50 && !squat; i++) {
+    const r = await sbx.commands.run('curl -s http://127.0.0.1:50005/ || true', { user: 'user' })
+    if (r.stdout === 'squatter') squat = true
+    else await new Promise((res) => setTimeout(res, 100))
+  }
+  assert.ok(squat, 'the squatter did not take the port once the gateway and its supervisor were gone')
+  const after = await edgeHealth()
+  assert.equal(after.status, 502, `through the edge to the squatter: ${after.status} ${after.body}`)
+  assert.ok(!after.body.includes('squatter'), after.body)
 } finally {
   await sbx.kill()
 }
