@@ -2,7 +2,6 @@ package gvisor
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hutch-sandbox/hutch/internal/runtime"
+	"github.com/hutch-sandbox/hutch/internal/runtime/native"
 )
 
 // What GuestInit does of the image roots, inside the sandbox (see
@@ -76,7 +76,7 @@ func completeImage(img guestImage) error {
 // Sentry's procfs shows nothing of the host's kernel (its cmdline is the
 // Sentry's own line): there is nothing to mask, as in the sandbox's.
 func imageProc(target string) error {
-	dir, err := dirBeneath("/", filepath.Join(target, "proc"))
+	dir, err := native.DirBeneath("/", filepath.Join(target, "proc"))
 	if err != nil {
 		return err
 	}
@@ -92,7 +92,7 @@ func imageProc(target string) error {
 // through, and mounts a /dev/shm of its own there (see completeImage).
 func imageDev(target string) error {
 	dev := filepath.Join(target, "dev")
-	dir, err := dirBeneath("/", dev)
+	dir, err := native.DirBeneath("/", dev)
 	if err != nil {
 		return err
 	}
@@ -104,7 +104,7 @@ func imageDev(target string) error {
 	if err := restrictTree(dev, unix.MS_NOSUID); err != nil {
 		return fmt.Errorf("bind /dev: %w", err)
 	}
-	shm, err := dirBeneath("/", filepath.Join(dev, "shm"))
+	shm, err := native.DirBeneath("/", filepath.Join(dev, "shm"))
 	if err != nil {
 		return err
 	}
@@ -117,49 +117,14 @@ func imageDev(target string) error {
 }
 
 // bindInto shows b.From of the sandbox at b.To in the image root at
-// target, every path found (made if missing) without following a link: a
-// file (a kubeconfig, a key) on a file, anything else as a directory.
+// target: native.BindEnds, then bindAt (remounts: gVisor has no
+// mount_setattr).
 func bindInto(target string, b runtime.ImageBind) error {
-	how := &unix.OpenHow{Flags: unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS}
-	root, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	src, err := unix.Openat2(root, strings.TrimLeft(filepath.Clean(b.From), "/"), how)
-	unix.Close(root)
-	var st unix.Stat_t
-	if err == nil && unix.Fstat(src, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
-		defer unix.Close(src)
-		to := filepath.Join(target, b.To)
-		parent, err := dirBeneath("/", filepath.Dir(to))
-		if err != nil {
-			return err
-		}
-		defer unix.Close(parent)
-		name := filepath.Base(to)
-		if fd, err := unix.Openat(parent, name, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600); err == nil {
-			unix.Close(fd)
-		}
-		dst, err := unix.Openat2(parent, name, &unix.OpenHow{Flags: unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC, Resolve: how.Resolve})
-		if err != nil {
-			return fmt.Errorf("show %s at %s: %w", b.From, b.To, err)
-		}
-		defer unix.Close(dst)
-		return bindAt(src, dst, b)
-	}
-	if err == nil {
-		unix.Close(src)
-	}
-	src, err = dirBeneath("/", b.From)
+	src, dst, err := native.BindEnds(target, b)
 	if err != nil {
 		return err
 	}
 	defer unix.Close(src)
-	dst, err := dirBeneath("/", filepath.Join(target, b.To))
-	if err != nil {
-		return err
-	}
 	defer unix.Close(dst)
 	return bindAt(src, dst, b)
 }
@@ -212,79 +177,16 @@ func restrictTree(path string, set uintptr) error {
 	return nil
 }
 
-// mountsUnder lists the mount points at path and under it, from this
-// process's mountinfo.
+// mountsUnder lists the mount points at path and under it (children
+// first: native.MountsUnder), an error when there is none.
 func mountsUnder(path string) ([]string, error) {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
-	path = filepath.Clean(path)
-	var points []string
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 5 {
-			continue
-		}
-		m := unescapeMount(f[4])
-		if m == path || strings.HasPrefix(m, path+"/") {
-			points = append(points, m)
-		}
-	}
+	points := native.MountsUnder(filepath.Clean(path))
 	if len(points) == 0 {
 		return nil, fmt.Errorf("no mount at %s", path)
 	}
 	return points, nil
 }
 
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, "\\") {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-// dirBeneath opens directory target (relative to root, or absolute) as an
-// O_PATH descriptor, making the missing directories on the way, each
-// component opened beneath the one before and a link refused, never
-// followed.
-func dirBeneath(root, target string) (int, error) {
-	cur, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return -1, fmt.Errorf("/%s: %w", strings.Trim(target, "/"), err)
-	}
-	how := &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS}
-	shown := "/" + strings.Trim(filepath.Clean("/"+target), "/")
-	for _, name := range strings.Split(strings.Trim(filepath.Clean("/"+target), "/"), "/") {
-		if err := unix.Mkdirat(cur, name, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
-			unix.Close(cur)
-			return -1, fmt.Errorf("%s: make %s: %w", shown, name, err)
-		}
-		next, err := unix.Openat2(cur, name, how)
-		unix.Close(cur)
-		if err != nil {
-			if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.EXDEV) {
-				return -1, fmt.Errorf("%s: %s is a symlink or not a directory", shown, name)
-			}
-			return -1, fmt.Errorf("%s: open %s: %w", shown, name, err)
-		}
-		cur = next
-	}
-	return cur, nil
-}
 
 // fdPath names descriptor fd for mount(2): the Sentry resolves the magic
 // link to the very file fd is.

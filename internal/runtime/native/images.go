@@ -180,24 +180,38 @@ func setattrTree(fd int, set uint64) error {
 }
 
 // bindInto shows b.From of the sandbox at b.To in the image root at
-// target, every path found (made if missing) without following a link: a
-// file (a kubeconfig, a key) on a file, anything else as a directory.
+// target (BindEnds, bindAt).
 func bindInto(target string, b runtime.ImageBind) error {
+	src, dst, err := BindEnds(target, b)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(src)
+	defer unix.Close(dst)
+	return bindAt(src, dst, b)
+}
+
+// BindEnds opens the two ends of a bind of b.From of the sandbox at b.To
+// in the image root at target, every path found (made if missing) without
+// following a link: a file (a kubeconfig, a key) on a file, anything else
+// as a directory. The caller closes both (O_PATH) descriptors. The gvisor
+// backend's guest binds with them too.
+func BindEnds(target string, b runtime.ImageBind) (src, dst int, err error) {
 	how := &unix.OpenHow{Flags: unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
 		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS}
 	root, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return err
+		return -1, -1, err
 	}
-	src, err := unix.Openat2(root, strings.TrimLeft(filepath.Clean(b.From), "/"), how)
+	src, err = unix.Openat2(root, strings.TrimLeft(filepath.Clean(b.From), "/"), how)
 	unix.Close(root)
 	var st unix.Stat_t
 	if err == nil && unix.Fstat(src, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
-		defer unix.Close(src)
 		to := filepath.Join(target, b.To)
 		parent, err := dirBeneath("/", filepath.Dir(to))
 		if err != nil {
-			return err
+			unix.Close(src)
+			return -1, -1, err
 		}
 		defer unix.Close(parent)
 		name := filepath.Base(to)
@@ -206,26 +220,26 @@ func bindInto(target string, b runtime.ImageBind) error {
 		}
 		dst, err := unix.Openat2(parent, name, &unix.OpenHow{Flags: unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC, Resolve: how.Resolve})
 		if err != nil {
-			return fmt.Errorf("show %s at %s: %w", b.From, b.To, err)
+			unix.Close(src)
+			return -1, -1, fmt.Errorf("show %s at %s: %w", b.From, b.To, err)
 		}
-		defer unix.Close(dst)
-		return bindAt(src, dst, b)
+		return src, dst, nil
 	}
 	if err == nil {
 		unix.Close(src)
 	}
-	src, err = dirBeneath("/", b.From)
-	if err != nil {
-		return err
+	if src, err = dirBeneath("/", b.From); err != nil {
+		return -1, -1, err
 	}
-	defer unix.Close(src)
-	dst, err := dirBeneath("/", filepath.Join(target, b.To))
-	if err != nil {
-		return err
+	if dst, err = dirBeneath("/", filepath.Join(target, b.To)); err != nil {
+		unix.Close(src)
+		return -1, -1, err
 	}
-	defer unix.Close(dst)
-	return bindAt(src, dst, b)
+	return src, dst, nil
 }
+
+// DirBeneath is dirBeneath, for the gvisor backend's guest.
+func DirBeneath(root, target string) (int, error) { return dirBeneath(root, target) }
 
 // bindAt shows src at dst (descriptors), nosuid and nodev all through,
 // read-only all through if b says so.
