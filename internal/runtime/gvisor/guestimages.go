@@ -187,7 +187,6 @@ func mountsUnder(path string) ([]string, error) {
 	return points, nil
 }
 
-
 // fdPath names descriptor fd for mount(2): the Sentry resolves the magic
 // link to the very file fd is.
 func fdPath(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
