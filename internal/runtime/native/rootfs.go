@@ -317,6 +317,9 @@ func setupSystem(cfg *initConfig) error {
 	if err := os.WriteFile("/proc/sys/net/ipv4/ping_group_range", []byte(fmt.Sprintf("0 %d", uidRange-1)), 0); err != nil {
 		return fmt.Errorf("ping_group_range: %w", err)
 	}
+	if err := limitICMP(); err != nil {
+		return err
+	}
 	if err := ownBootID(); err != nil {
 		return err
 	}

@@ -28,6 +28,9 @@ import (
 
 // sockGuardInterval is how often the init reads the queues: at the ~350 MB/s
 // one CPU fills netlink queues, a quarter second is ~90 MB past the budget.
+// ICMP sockets fill faster (~2.5 GB/s of echo replies over loopback), so
+// the sandbox's network namespace takes ICMP in only at icmpRate
+// (icmplimit.go).
 const sockGuardInterval = 250 * time.Millisecond
 
 // sockBudget is how much the uncharged queues of a sandbox with the given
