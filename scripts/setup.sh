@@ -1,7 +1,7 @@
 #!/bin/sh
 # Sets up Hutch on a Debian 12 machine, as root: the Debian packages it
-# needs, the hutch binary (/usr/local/bin/hutch) and the templates base and
-# mcp-gateway.
+# needs, the hutch binary (/usr/local/bin/hutch) and the templates base,
+# mcp-gateway and code-interpreter-v1.
 # Safe to re-run: every step is skipped when already done.
 set -eu
 cd "$(dirname "$0")/.."
@@ -98,3 +98,11 @@ echo "==> building the base template (cached: quick when the recipe is unchanged
 # one just installed; rebuilt only when that binary, base or its recipe changed.
 echo "==> building the mcp-gateway template (cached: quick when up to date)"
 /usr/local/bin/hutch template build mcp-gateway
+
+# code-interpreter-v1, the default template of E2B's code-interpreter SDKs:
+# base plus Jupyter kernels (Python with its data stack, Deno for
+# JavaScript and TypeScript, bash) and the server on port 49999 that runs
+# them (docs/code-interpreter.md); pip and npm downloads cached in
+# /var/cache/hutch.
+echo "==> building the code-interpreter-v1 template (cached: quick when up to date)"
+/usr/local/bin/hutch template build code-interpreter-v1

@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,7 +24,10 @@ import (
 	"github.com/hutch-sandbox/hutch/internal/errdefs"
 )
 
-//go:embed recipes/*.sh
+// Each recipe is recipes/NAME.sh; files it installs, when it has any, are
+// in recipes/NAME/ (the build hands them over in RECIPE_FILES).
+//
+//go:embed recipes
 var recipes embed.FS
 
 // DefaultCacheDir keeps downloads between builds (and between clones).
@@ -42,14 +47,28 @@ type recipe struct {
 	// (HUTCH_BINARY), if it does: a different binary, or a changed copy,
 	// makes the template out of date.
 	hutch string
+	// files are recipes/NAME/'s files by path under it, hashed with the
+	// script.
+	files map[string][]byte
+	// start and ready are the template's start and ready commands.
+	start, ready string
 }
 
 // derived lists the templates built on top of another one, and what of
 // Hutch's own they carry. Every other recipe builds from nothing.
 var derived = map[string]struct {
-	from, hutch string
+	from, hutch  string
+	start, ready string
 }{
 	"mcp-gateway": {from: "base", hutch: "/usr/local/bin/mcp-gateway"},
+	// The code interpreter's server (recipes/code-interpreter-v1/) on port
+	// 49999, as E2B's template runs it; ready once it answers /health,
+	// which it does after its default Python kernel has started.
+	"code-interpreter-v1": {
+		from:  "base",
+		start: "/opt/hutch/code-interpreter/start",
+		ready: "curl -sf -o /dev/null http://127.0.0.1:49999/health",
+	},
 }
 
 func lookupRecipe(name string) (*recipe, error) {
@@ -58,7 +77,20 @@ func lookupRecipe(name string) (*recipe, error) {
 		return nil, fmt.Errorf("no recipe for template %q (known: %s): %w", name, strings.Join(knownRecipes(), ", "), errdefs.ErrNotFound)
 	}
 	d := derived[name]
-	return &recipe{name: name, script: b, defaultUser: "user", defaultWorkdir: "/home/user", from: d.from, hutch: d.hutch}, nil
+	files := map[string][]byte{}
+	err = fs.WalkDir(recipes, "recipes/"+name, func(path string, e fs.DirEntry, err error) error {
+		if err != nil || e.IsDir() {
+			return err
+		}
+		b, err := recipes.ReadFile(path)
+		files[strings.TrimPrefix(path, "recipes/"+name+"/")] = b
+		return err
+	})
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("recipe %s: %w", name, err)
+	}
+	return &recipe{name: name, script: b, defaultUser: "user", defaultWorkdir: "/home/user", from: d.from, hutch: d.hutch,
+		files: files, start: d.start, ready: d.ready}, nil
 }
 
 // knownRecipes lists the names of the embedded recipes.
@@ -66,7 +98,9 @@ func knownRecipes() []string {
 	ents, _ := recipes.ReadDir("recipes")
 	var names []string
 	for _, e := range ents {
-		names = append(names, strings.TrimSuffix(e.Name(), ".sh"))
+		if !e.IsDir() {
+			names = append(names, strings.TrimSuffix(e.Name(), ".sh"))
+		}
 	}
 	return names
 }
@@ -80,6 +114,15 @@ func buildHash(r *recipe, from *Config, hutchSum string) string {
 	h := sha256.New()
 	h.Write(r.script)
 	fmt.Fprintf(h, "\x00%s\x00%s", r.defaultUser, r.defaultWorkdir)
+	// Hashed only when present, so that recipes without them hash as
+	// they always have.
+	for _, p := range slices.Sorted(maps.Keys(r.files)) {
+		fmt.Fprintf(h, "\x00file\x00%s\x00%d\x00", p, len(r.files[p]))
+		h.Write(r.files[p])
+	}
+	if r.start != "" || r.ready != "" {
+		fmt.Fprintf(h, "\x00start\x00%s\x00ready\x00%s", r.start, r.ready)
+	}
 	if r.from != "" {
 		var fh string
 		var fb time.Time
@@ -268,6 +311,19 @@ func (s *Store) Build(ctx context.Context, name string, opts BuildOptions) (t *T
 			return "", err
 		}
 		env := append(os.Environ(), "MIRROR="+mirror, "CACHE="+cache)
+		if len(r.files) > 0 {
+			dir := filepath.Join(tmp, "files")
+			for p, b := range r.files {
+				f := filepath.Join(dir, filepath.FromSlash(p))
+				if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
+					return "", err
+				}
+				if err := os.WriteFile(f, b, 0o644); err != nil {
+					return "", err
+				}
+			}
+			env = append(env, "RECIPE_FILES="+dir)
+		}
 		if r.hutch != "" {
 			// The recipe gets a copy of exactly the bytes that were hashed.
 			bin := filepath.Join(tmp, "hutch")
@@ -327,7 +383,8 @@ func (s *Store) Build(ctx context.Context, name string, opts BuildOptions) (t *T
 // them (/home/user for user, /root for root), as they always have; the
 // recipe's own workdir (its default user's home) is only hashed.
 func recipeConfig(r *recipe, name, hash, hutchSum string) Config {
-	return Config{DefaultUser: r.defaultUser, RecipeHash: hash, HutchSHA256: hutchSum, Source: "recipe " + name}
+	return Config{DefaultUser: r.defaultUser, RecipeHash: hash, HutchSHA256: hutchSum, Source: "recipe " + name,
+		StartCmd: r.start, ReadyCmd: r.ready}
 }
 
 // randomLayerID is the id of a layer whose content its inputs do not

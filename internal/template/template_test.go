@@ -139,9 +139,20 @@ func TestRecipes(t *testing.T) {
 	if r, _ := lookupRecipe("base"); r.from != "" || r.hutch != "" {
 		t.Errorf("base: from %q, hutch %q; want neither", r.from, r.hutch)
 	}
+	// Its files come with it, and the start and ready commands.
+	r, _ := lookupRecipe("code-interpreter-v1")
+	if r.from != "base" || len(r.files["server.py"]) == 0 || len(r.files["requirements.txt"]) == 0 || r.start == "" || r.ready == "" {
+		t.Errorf("code-interpreter-v1: from %q, files %d, start %q, ready %q; want base, server.py and requirements.txt, both commands", r.from, len(r.files), r.start, r.ready)
+	}
+	if cfg := recipeConfig(r, r.name, "h", ""); cfg.StartCmd != r.start || cfg.ReadyCmd != r.ready {
+		t.Errorf("code-interpreter-v1's config: start %q ready %q", cfg.StartCmd, cfg.ReadyCmd)
+	}
+	if base, _ := lookupRecipe("base"); buildHash(r, nil, "") == buildHash(&recipe{name: r.name, script: r.script, defaultUser: r.defaultUser, defaultWorkdir: r.defaultWorkdir, from: r.from, start: r.start, ready: r.ready}, nil, "") || len(base.files) != 0 {
+		t.Errorf("code-interpreter-v1's files are not in its build hash, or base has files")
+	}
 	_, err := lookupRecipe("nope")
-	if err == nil || !strings.Contains(err.Error(), "base, mcp-gateway") {
-		t.Errorf("unknown recipe error = %v, want it to list base, mcp-gateway", err)
+	if err == nil || !strings.Contains(err.Error(), "base, code-interpreter-v1, mcp-gateway") {
+		t.Errorf("unknown recipe error = %v, want it to list base, code-interpreter-v1, mcp-gateway", err)
 	}
 }
 

@@ -1,0 +1,478 @@
+"""Hutch's code interpreter server: E2B's code interpreter protocol on port
+49999, in front of Jupyter kernels it runs itself (jupyter_client; no
+Jupyter server in between).
+
+    POST   /execute               {code, context_id?, language?, env_vars?}
+                                  -> newline-delimited JSON, as produced
+    POST   /contexts              {language?, cwd?} -> {id, language, cwd}
+    GET    /contexts              -> [{id, language, cwd}, ...]
+    DELETE /contexts/{id}
+    POST   /contexts/{id}/restart
+    GET    /health
+
+Each context is one kernel. The default context of a language is made on
+its first use (Python's at start: /health answers once it runs), and one
+context runs one execution at a time, in order of arrival, as a notebook
+does. A client that goes away (the SDKs' timeout aborts the request)
+interrupts its cell; the context keeps its state. A kernel that died is
+started again for the next execution, which says so on stderr.
+
+This file is part of Hutch (internal/template/recipes/code-interpreter-v1);
+the template's recipe installs it with its pinned requirements.
+"""
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+import time
+import uuid
+
+from aiohttp import web
+from jupyter_client.manager import AsyncKernelManager
+
+PORT = int(os.environ.get("HUTCH_CODE_INTERPRETER_PORT", "49999"))
+DEFAULT_CWD = "/home/user"
+
+# Languages the SDKs name, and the kernel that runs each. R and Java have
+# no kernel in this template.
+KERNELS = {
+    "python": "python3",
+    "javascript": "deno",
+    "typescript": "deno",
+    "bash": "bash",
+}
+ALIASES = {"js": "javascript", "ts": "typescript", "sh": "bash", "py": "python", "python3": "python"}
+
+# Output an execution may stream: text of stdout and stderr together, and
+# results (images are base64). Past either, the rest is dropped and one
+# note says how much.
+MAX_TEXT = 4 << 20
+MAX_RESULTS = 64 << 20
+
+# Jupyter's MIME types, as the SDKs name them in a result; others go
+# under "extra".
+MIME = {
+    "text/plain": "text",
+    "text/html": "html",
+    "text/markdown": "markdown",
+    "image/svg+xml": "svg",
+    "image/png": "png",
+    "image/jpeg": "jpeg",
+    "application/pdf": "pdf",
+    "text/latex": "latex",
+    "application/json": "json",
+    "application/javascript": "javascript",
+    "e2b/data": "data",
+    "e2b/chart": "chart",
+}
+
+log = logging.getLogger("code-interpreter")
+
+
+class RequestError(Exception):
+    """An error of the request itself: its HTTP status and text."""
+
+    def __init__(self, status, text):
+        super().__init__(text)
+        self.status = status
+        self.text = text
+
+
+def language_of(name):
+    lang = (name or "python").strip().lower()
+    lang = ALIASES.get(lang, lang)
+    if lang not in KERNELS:
+        known = ", ".join(sorted(KERNELS))
+        if lang in ("r", "java"):
+            raise RequestError(400, f"language {lang!r} is not installed in this template (it runs: {known})")
+        raise RequestError(400, f"unknown language {name!r} (this template runs: {known})")
+    return lang
+
+
+def now_us():
+    return time.time_ns() // 1000
+
+
+class Context:
+    """One kernel and what runs in it, one execution at a time."""
+
+    def __init__(self, id, language, cwd):
+        self.id = id
+        self.language = language
+        self.cwd = cwd
+        self.km = None
+        self.kc = None
+        self.lock = asyncio.Lock()
+        self.restarted = None  # why the kernel was started again, to say once
+        self.current = None  # msg_id of the last execution
+        self.restore = None  # code putting back what env_vars changed
+
+    def json(self):
+        return {"id": self.id, "language": self.language, "cwd": self.cwd}
+
+    async def start(self):
+        if not os.path.isdir(self.cwd):
+            raise RequestError(400, f"cwd {self.cwd!r} is not a directory")
+        self.km = AsyncKernelManager(kernel_name=KERNELS[self.language])
+        env = dict(os.environ)
+        env.pop("HUTCH_CODE_INTERPRETER_PORT", None)
+        await self.km.start_kernel(cwd=self.cwd, env=env)
+        self.kc = self.km.client()
+        self.kc.start_channels()
+        await self.kc.wait_for_ready(timeout=120)
+
+    async def stop(self):
+        if self.kc is not None:
+            self.kc.stop_channels()
+        if self.km is not None:
+            await self.km.shutdown_kernel(now=True)
+
+    async def restart(self):
+        self.kc.stop_channels()
+        await self.km.restart_kernel(now=True)
+        self.kc = self.km.client()
+        self.kc.start_channels()
+        await self.kc.wait_for_ready(timeout=120)
+
+    async def ensure_alive(self):
+        """Starts the kernel again if it died since the last execution."""
+        if not await self.km.is_alive():
+            await self.restart()
+            self.restarted = "the kernel had exited: it was started again, and the context's earlier state is gone"
+
+    async def run_quiet(self, code):
+        """Runs code the client does not see (env_vars) and waits for it."""
+        msg_id = self.kc.execute(code, silent=True, store_history=False, allow_stdin=False)
+        await self.wait_idle(msg_id, timeout=30)
+
+    async def wait_idle(self, msg_id, timeout):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                msg = await self.kc.get_iopub_msg(timeout=0.5)
+            except Exception:
+                if not await self.km.is_alive():
+                    return
+                continue
+            if (msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "status"
+                    and msg["content"]["execution_state"] == "idle"):
+                return
+
+    async def execute(self, code, envs, emit):
+        """Runs code, calling emit(dict) for each output message. The caller
+        holds the lock; if it is cancelled, it calls interrupt()."""
+        await self.ensure_alive()
+        if self.restarted:
+            await emit({"type": "stderr", "text": f"[{self.restarted}]\n", "timestamp": now_us()})
+            self.restarted = None
+        if envs:
+            setup, self.restore = env_code(self.language, envs)
+            await self.run_quiet(setup)
+        self.current = self.kc.execute(code, silent=False, store_history=True, allow_stdin=False)
+        bound = Bound()
+        while True:
+            try:
+                msg = await self.kc.get_iopub_msg(timeout=1)
+            except Exception:
+                if not await self.km.is_alive():
+                    self.restarted = "the kernel exited while running the last execution: it was started again, and the context's earlier state is gone"
+                    self.restore = None
+                    await self.restart()
+                    await emit({"type": "error", "name": "KernelDied",
+                                "value": "the kernel exited while running this code",
+                                "traceback": "The kernel exited while running this code (killed, crashed or out of memory). "
+                                             "It was started again, without the context's earlier state."})
+                    return
+                continue
+            if msg["parent_header"].get("msg_id") != self.current:
+                continue
+            out = to_output(msg)
+            if out == "idle":
+                break
+            if out is not None:
+                out = bound.admit(out)
+                if out is not None:
+                    await emit(out)
+        for note in bound.notes():
+            await emit(note)
+        await self.put_back()
+
+    async def put_back(self):
+        """Gives the environment variables an execution set their old values."""
+        restore, self.restore = self.restore, None
+        if restore:
+            await self.run_quiet(restore)
+
+    async def interrupt(self):
+        """Interrupts the cell whose client went away and waits for the
+        kernel to be idle again; the caller still holds the lock."""
+        try:
+            if self.current and await self.km.is_alive():
+                await self.km.interrupt_kernel()
+                await self.wait_idle(self.current, timeout=10)
+            await self.put_back()
+        except Exception as e:  # the next execution restarts a dead kernel
+            log.warning("context %s: interrupt: %s", self.id, e)
+
+
+def to_output(msg):
+    """Maps one iopub message of an execution to the protocol's message,
+    "idle" at its end, or None."""
+    t = msg["msg_type"]
+    c = msg["content"]
+    if t == "stream":
+        return {"type": "stdout" if c.get("name") == "stdout" else "stderr", "text": c.get("text", ""), "timestamp": now_us()}
+    if t in ("execute_result", "display_data"):
+        out = {"type": "result", "is_main_result": t == "execute_result"}
+        extra = {}
+        for mime, value in c.get("data", {}).items():
+            if mime in MIME:
+                out[MIME[mime]] = value
+            else:
+                extra[mime] = value
+        if extra:
+            out["extra"] = extra
+        return out
+    if t == "error":
+        return {"type": "error", "name": c.get("ename", ""), "value": c.get("evalue", ""),
+                "traceback": "\n".join(c.get("traceback", []))}
+    if t == "execute_input":
+        return {"type": "number_of_executions", "execution_count": c.get("execution_count")}
+    if t == "status" and c.get("execution_state") == "idle":
+        return "idle"
+    return None
+
+
+class Bound:
+    """Keeps one execution's output within MAX_TEXT and MAX_RESULTS."""
+
+    def __init__(self):
+        self.text = 0
+        self.results = 0
+        self.dropped_text = 0
+        self.dropped_results = 0
+
+    def admit(self, out):
+        if out["type"] in ("stdout", "stderr"):
+            n = len(out["text"].encode("utf-8", "replace"))
+            if self.text + n > MAX_TEXT:
+                room = MAX_TEXT - self.text
+                self.dropped_text += n - max(room, 0)
+                if room <= 0:
+                    self.text = MAX_TEXT
+                    return None
+                out = dict(out, text=out["text"].encode("utf-8", "replace")[:room].decode("utf-8", "ignore"))
+                n = room
+            self.text += n
+            return out
+        if out["type"] == "result":
+            n = len(json.dumps(out))
+            if self.results + n > MAX_RESULTS:
+                self.dropped_results += n
+                return None
+            self.results += n
+        return out
+
+    def notes(self):
+        notes = []
+        if self.dropped_text:
+            notes.append({"type": "stderr", "timestamp": now_us(),
+                          "text": f"\n[output truncated: {self.dropped_text} more bytes of stdout and stderr past the {MAX_TEXT >> 20} MiB an execution may stream]\n"})
+        if self.dropped_results:
+            notes.append({"type": "stderr", "timestamp": now_us(),
+                          "text": f"\n[results dropped: {self.dropped_results} bytes past the {MAX_RESULTS >> 20} MiB of results an execution may stream]\n"})
+        return notes
+
+
+def env_code(language, envs):
+    """Code that sets envs in a kernel, and code that puts back what was."""
+    for k in envs:
+        if not isinstance(k, str) or not k or "=" in k or "\0" in k:
+            raise RequestError(400, f"env_vars: invalid name {k!r}")
+        if not isinstance(envs[k], str):
+            raise RequestError(400, f"env_vars: the value of {k!r} is not a string")
+    j = json.dumps(envs)
+    if language == "python":
+        setup = f"import os as __h_os, json as __h_json\n__hutch_env_saved = {{k: __h_os.environ.get(k) for k in __h_json.loads({j!r})}}\n__h_os.environ.update(__h_json.loads({j!r}))"
+        restore = ("for __h_k, __h_v in __hutch_env_saved.items():\n"
+                   "    __h_os.environ.pop(__h_k, None) if __h_v is None else __h_os.environ.__setitem__(__h_k, __h_v)\n"
+                   "del __hutch_env_saved, __h_k, __h_v, __h_os, __h_json")
+        return setup, restore
+    if language in ("javascript", "typescript"):
+        setup = f"globalThis.__hutchEnvSaved = Object.fromEntries(Object.keys({j}).map(k => [k, Deno.env.get(k)])); for (const [k, v] of Object.entries({j})) Deno.env.set(k, v);"
+        restore = "for (const [k, v] of Object.entries(globalThis.__hutchEnvSaved)) { if (v === undefined) Deno.env.delete(k); else Deno.env.set(k, v); } delete globalThis.__hutchEnvSaved;"
+        return setup, restore
+    # bash
+    def q(s):
+        return "'" + s.replace("'", "'\\''") + "'"
+    for k in envs:
+        if not k.replace("_", "a").isalnum() or k[0].isdigit():
+            raise RequestError(400, f"env_vars: {k!r} is not a shell variable name")
+    saves = "; ".join(f"__hutch_{k}_set=${{{k}+x}}; __hutch_{k}=${{{k}-}}" for k in envs)
+    sets = "; ".join(f"export {k}={q(v)}" for k, v in envs.items())
+    restores = "; ".join(f"if [ -n \"$__hutch_{k}_set\" ]; then export {k}=\"$__hutch_{k}\"; else unset {k}; fi; unset __hutch_{k} __hutch_{k}_set" for k in envs)
+    return saves + "; " + sets, restores
+
+
+class Server:
+    def __init__(self):
+        self.contexts = {}
+        self.defaults = {}  # language -> context id
+        self.starting = {}  # language -> asyncio.Task making its default
+        self.ready = asyncio.Event()
+
+    async def default_context(self, language):
+        if language in self.defaults:
+            return self.contexts[self.defaults[language]]
+        task = self.starting.get(language)
+        if task is None:
+            task = asyncio.ensure_future(self.new_context(language, DEFAULT_CWD, default=True))
+            self.starting[language] = task
+        try:
+            return await asyncio.shield(task)
+        finally:
+            if task.done():
+                self.starting.pop(language, None)
+
+    async def new_context(self, language, cwd, default=False):
+        ctx = Context(uuid.uuid4().hex if not default else language, language, cwd)
+        await ctx.start()
+        self.contexts[ctx.id] = ctx
+        if default:
+            self.defaults[language] = ctx.id
+        return ctx
+
+    def lookup(self, id):
+        ctx = self.contexts.get(id)
+        if ctx is None:
+            raise RequestError(404, f"context {id!r} not found")
+        return ctx
+
+    # Handlers.
+
+    async def health(self, request):
+        if not self.ready.is_set():
+            return web.Response(status=503, text="starting")
+        return web.Response(text="OK")
+
+    async def execute(self, request):
+        body = await json_body(request)
+        code = body.get("code")
+        if not isinstance(code, str):
+            raise RequestError(400, "code: a string is required")
+        envs = body.get("env_vars") or {}
+        if not isinstance(envs, dict):
+            raise RequestError(400, "env_vars: an object of strings is required")
+        if body.get("context_id"):
+            if body.get("language"):
+                raise RequestError(400, "context_id and language: give one, not both")
+            ctx = self.lookup(body["context_id"])
+        else:
+            ctx = await self.default_context(language_of(body.get("language")))
+        if envs:
+            env_code(ctx.language, envs)  # refuses bad names before the stream starts
+
+        resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+        await resp.prepare(request)
+
+        async def emit(out):
+            await resp.write(json.dumps(out).encode() + b"\n")
+
+        async with ctx.lock:
+            try:
+                await ctx.execute(code, envs, emit)
+                await emit({"type": "end_of_execution"})
+            except (asyncio.CancelledError, ConnectionResetError):
+                # The client went away (its timeout): interrupt the cell and
+                # keep the context, before the next execution may start.
+                await asyncio.shield(ctx.interrupt())
+                raise
+        await resp.write_eof()
+        return resp
+
+    async def create_context(self, request):
+        body = await json_body(request)
+        language = language_of(body.get("language"))
+        cwd = body.get("cwd") or DEFAULT_CWD
+        if not isinstance(cwd, str) or not cwd.startswith("/"):
+            raise RequestError(400, "cwd: an absolute path is required")
+        ctx = await self.new_context(language, cwd)
+        return web.json_response(ctx.json())
+
+    async def list_contexts(self, request):
+        return web.json_response([c.json() for c in self.contexts.values()])
+
+    async def remove_context(self, request):
+        ctx = self.lookup(request.match_info["id"])
+        del self.contexts[ctx.id]
+        if self.defaults.get(ctx.language) == ctx.id:
+            del self.defaults[ctx.language]
+        async with ctx.lock:
+            await ctx.stop()
+        return web.Response(status=204)
+
+    async def restart_context(self, request):
+        ctx = self.lookup(request.match_info["id"])
+        async with ctx.lock:
+            await ctx.restart()
+            ctx.restarted = None
+        return web.Response(status=204)
+
+
+async def json_body(request):
+    if not request.can_read_body:
+        return {}
+    try:
+        body = await request.json()
+    except Exception:
+        raise RequestError(400, "the request body is not JSON")
+    if body is None:
+        return {}
+    if not isinstance(body, dict):
+        raise RequestError(400, "the request body must be a JSON object")
+    return body
+
+
+@web.middleware
+async def errors(request, handler):
+    try:
+        return await handler(request)
+    except RequestError as e:
+        return web.Response(status=e.status, text=e.text)
+
+
+async def main():
+    logging.basicConfig(level=logging.INFO, format="code-interpreter: %(message)s")
+    srv = Server()
+    app = web.Application(middlewares=[errors], client_max_size=64 << 20)
+    app.add_routes([
+        web.get("/health", srv.health),
+        web.post("/execute", srv.execute),
+        web.post("/contexts", srv.create_context),
+        web.get("/contexts", srv.list_contexts),
+        web.delete("/contexts/{id}", srv.remove_context),
+        web.post("/contexts/{id}/restart", srv.restart_context),
+    ])
+    # handler_cancellation: a client that disconnects cancels its handler,
+    # which is how a cell learns its client gave up.
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "0.0.0.0", PORT).start()
+    await srv.default_context("python")
+    srv.ready.set()
+    log.info("ready on port %d", PORT)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for s in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(s, stop.set)
+    await stop.wait()
+    for ctx in list(srv.contexts.values()):
+        await ctx.stop()
+    await runner.cleanup()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
