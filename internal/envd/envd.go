@@ -97,6 +97,11 @@ func New(opts Options) *Server {
 	filesystem.Handle(s.mux, s.st, logger)
 	files.Handle(s.mux, s.st, logger)
 	s.mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	// 204 when the request's X-Access-Token is the sandbox's (or it has
+	// none), 401 otherwise (requireToken): how servers in the sandbox that
+	// SDKs send the token to check it, as E2B's envd serves it for its code
+	// interpreter.
+	s.mux.HandleFunc("GET /auth", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	s.mux.HandleFunc("GET /envs", s.envs)
 	s.mux.HandleFunc("GET /metrics", s.metrics)
 	return s

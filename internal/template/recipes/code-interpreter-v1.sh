@@ -132,6 +132,16 @@ D=$D user_ids=$user_ids unshare --mount --net --pid --fork --propagation private
   mount -t proc proc "$ROOTFS/proc"
   mount --rbind /dev "$ROOTFS/dev"
   mount -t tmpfs tmpfs "$ROOTFS/tmp"
+  # envd stands in: the server asks it (GET /auth) whether a request may
+  # run code; this sandbox has no access token, so envd would say 204.
+  python3 -c "
+import http.server
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(204); self.end_headers()
+    def log_message(self, *a): pass
+http.server.HTTPServer((\"127.0.0.1\", 49983), H).serve_forever()
+" &
   chroot --userspec="$user_ids" "$ROOTFS" /usr/bin/env -i PATH=/usr/local/bin:/usr/bin:/bin \
     HOME=/home/user LANG=C.UTF-8 "$D/start" >"$ROOTFS/tmp/server.log" 2>&1 &
   server=$!
@@ -157,6 +167,7 @@ D=$D user_ids=$user_ids unshare --mount --net --pid --fork --propagation private
   run python "{\"code\": \"import numpy, pandas, PIL, matplotlib.pyplot as plt\\nplt.plot([1, 2]); plt.show()\\n6 * 7\"}" "\"png\""
   run python "{\"code\": \"6 * 7\"}" "\"text\": \"42\""
   run javascript "{\"language\": \"javascript\", \"code\": \"const a = 6; a * 7\"}" "\"text\": \"42\""
+  run typescript "{\"language\": \"typescript\", \"code\": \"const b: number = 6; b * 7\"}" "\"text\": \"42\""
   run bash "{\"language\": \"bash\", \"code\": \"echo \$((6 * 7))\"}" "42"
   kill $server
   wait $server || true
