@@ -40,6 +40,9 @@ func TestHandlerTokenBeforeEverything(t *testing.T) {
 		{"api //init without token", api, "POST", "//init", "", 401, "unauthorized"},
 		{"api process.List without token", api, "POST", "/process.Process/List", "", 401, "unauthorized"},
 		{"api /health open", api, "GET", "/health", "", 204, ""},
+		{"api /auth with the token", api, "GET", "/auth", "the-token", 204, ""},
+		{"api /auth without token", api, "GET", "/auth", "", 401, "unauthorized"},
+		{"api /auth with a wrong token", api, "GET", "/auth", "the-tokeN", 401, "unauthorized"},
 		{"api /envs without token", api, "GET", "/envs", "", 401, "unauthorized"},
 		{"control CONNECT without token", control, "CONNECT", "127.0.0.1:8000", "", 401, "unauthorized"},
 		{"control CONNECT to a closed port with the token", control, "CONNECT", "127.0.0.1:1", "the-token", 502, "not open"},
@@ -206,4 +209,22 @@ func hangingService(t *testing.T) net.Listener {
 		}
 	}()
 	return svc
+}
+
+// TestAuthWithoutToken: a sandbox without an access token answers GET
+// /auth with 204 whatever is sent, so servers in it that ask envd (the
+// code interpreter) let every request through, as envd itself does.
+func TestAuthWithoutToken(t *testing.T) {
+	api := envd.New(envd.Options{DefaultUser: "user"}).Handler(false)
+	for _, token := range []string{"", "anything"} {
+		req := httptest.NewRequest("GET", "http://envd/auth", nil)
+		if token != "" {
+			req.Header.Set("X-Access-Token", token)
+		}
+		rec := httptest.NewRecorder()
+		api.ServeHTTP(rec, req)
+		if rec.Code != 204 {
+			t.Errorf("GET /auth with token %q: %d %q, want 204", token, rec.Code, rec.Body.String())
+		}
+	}
 }
