@@ -53,6 +53,10 @@ ALIASES = {"js": "javascript", "ts": "typescript", "sh": "bash", "py": "python",
 # results (images are base64). Past either, the rest is dropped and one
 # note says how much.
 MAX_TEXT = 4 << 20
+# Contexts a sandbox may have at once, defaults included: each is a kernel
+# process (a Python one holds ~60 MB idle), and the /contexts calls carry
+# no access token (the SDKs send none with them).
+MAX_CONTEXTS = 16
 # How long after a Deno cell's idle status its value may still come.
 LATE_RESULT = 0.05
 MAX_RESULTS = 64 << 20
@@ -169,10 +173,13 @@ class Context:
         await self.kc.wait_for_ready(timeout=120)
 
     async def stop(self):
-        if self.kc is not None:
-            self.kc.stop_channels()
-        if self.km is not None:
-            await self.km.shutdown_kernel(now=True)
+        try:
+            if self.kc is not None:
+                self.kc.stop_channels()
+            if self.km is not None and self.km.has_kernel:
+                await self.km.shutdown_kernel(now=True)
+        except Exception as e:
+            log.warning("context %s: stop: %s", self.id, e)
 
     async def restart(self):
         self.kc.stop_channels()
@@ -386,6 +393,7 @@ class Server:
         self.contexts = {}
         self.defaults = {}  # language -> context id
         self.starting = {}  # language -> asyncio.Task making its default
+        self.pending = 0  # contexts whose kernel is starting
         self.ready = asyncio.Event()
 
     async def default_context(self, language):
@@ -402,8 +410,17 @@ class Server:
                 self.starting.pop(language, None)
 
     async def new_context(self, language, cwd, default=False):
+        if len(self.contexts) + self.pending >= MAX_CONTEXTS:
+            raise RequestError(429, f"this sandbox has {len(self.contexts) + self.pending} contexts, the most it may have: remove one first")
         ctx = Context(uuid.uuid4().hex if not default else language, language, cwd)
-        await ctx.start()
+        self.pending += 1
+        try:
+            await ctx.start()
+        except BaseException:
+            await ctx.stop()
+            raise
+        finally:
+            self.pending -= 1
         self.contexts[ctx.id] = ctx
         if default:
             self.defaults[language] = ctx.id
