@@ -84,6 +84,10 @@ D=$D cafile=$cafile deno="$deno_package@$DENO_VERSION" RECIPE_FILES=$RECIPE_FILE
 rm -rf "$ROOTFS/tmp/.build-ca.crt" "$ROOTFS/root/.npm/_logs" "$ROOTFS/root/.cache/pip"
 rmdir "$ROOTFS/root/.cache" 2>/dev/null || true
 
+# The venv is user's, as a notebook's environment is its user's: `%pip
+# install` in a cell adds to it (in that sandbox's own layer).
+chown -R "$(awk -F: '$1 == "user" { print $3 ":" $4 }' "$ROOTFS/etc/passwd")" "$ROOTFS$D/venv"
+
 step "writing the kernel specs"
 kernels=$ROOTFS$D/venv/share/jupyter/kernels
 install -d "$kernels/python3" "$kernels/deno"
