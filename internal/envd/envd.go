@@ -277,13 +277,21 @@ func Run(ctx context.Context, opts Options, controlFD, apiFD int, listen string)
 		// On the gvisor runtime the host's sockets arrive as channels of
 		// one link on stdin, in the order of the descriptors (see package
 		// link): control, then API.
-		if control, api, err := linkListeners(n, controlFD, apiFD); err != nil {
+		control, api, err := linkListeners(n, controlFD, apiFD)
+		if err != nil {
 			return err
-		} else {
-			srv := New(opts)
-			srv.logger.Info("envd started", "version", envdapi.Version, "default_user", opts.DefaultUser, "link", true)
-			return srv.Serve(ctx, control, api, nil)
 		}
+		// And the TCP port in the sandbox, as on the native runtime:
+		// servers in the sandbox ask it (GET /auth) whether a client's
+		// token is the sandbox's.
+		if listen != "" {
+			if sandbox, err = net.Listen("tcp", listen); err != nil {
+				return fmt.Errorf("envd: %w", err)
+			}
+		}
+		srv := New(opts)
+		srv.logger.Info("envd started", "version", envdapi.Version, "default_user", opts.DefaultUser, "link", true)
+		return srv.Serve(ctx, control, api, sandbox)
 	}
 	control, err := fileListener(controlFD, "control")
 	if err != nil {
