@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -519,8 +520,9 @@ func traceback(raw json.RawMessage) string {
 	return ""
 }
 
-// parseTimestamp reads an ISO 8601 time, or Unix nanoseconds (older
-// servers); zero when neither.
+// parseTimestamp reads an ISO 8601 time, or a Unix time as a number in
+// seconds, milliseconds, microseconds or nanoseconds (servers differ),
+// told apart by its size; zero when neither.
 func parseTimestamp(raw json.RawMessage) time.Time {
 	var s string
 	if json.Unmarshal(raw, &s) == nil {
@@ -532,12 +534,26 @@ func parseTimestamp(raw json.RawMessage) time.Time {
 		return time.Time{}
 	}
 	var n json.Number
-	if json.Unmarshal(raw, &n) == nil {
-		if ns, err := strconv.ParseInt(n.String(), 10, 64); err == nil {
-			return time.Unix(0, ns)
-		}
+	if json.Unmarshal(raw, &n) != nil {
+		return time.Time{}
 	}
-	return time.Time{}
+	if i, err := strconv.ParseInt(n.String(), 10, 64); err == nil {
+		switch {
+		case i < 1e11: // seconds until the year 5138
+			return time.Unix(i, 0)
+		case i < 1e14:
+			return time.UnixMilli(i)
+		case i < 1e17:
+			return time.UnixMicro(i)
+		}
+		return time.Unix(0, i)
+	}
+	f, err := strconv.ParseFloat(n.String(), 64)
+	if err != nil || f < 0 || f >= 1e11 {
+		return time.Time{}
+	}
+	sec := math.Floor(f)
+	return time.Unix(int64(sec), int64((f-sec)*1e9))
 }
 
 // CreateCodeContext makes a new context in the sandbox's code

@@ -137,12 +137,14 @@ func TestRunCode(t *testing.T) {
 			wantCalls: []string{"stdout hello\n 2026-01-02T03:04:05.123456Z", "error ZeroDivisionError: division by zero"},
 		},
 		{
-			name: "an older server: traceback as lines, timestamps in Unix ns, unknown types and blank lines",
-			handle: stream(`{"type":"stdout","text":"x","timestamp":1767323045000000000}`, ``, `{"type":"heartbeat"}`,
+			name: "other servers: traceback as lines, timestamps as Unix numbers, unknown types and blank lines",
+			handle: stream(`{"type":"stdout","text":"ns","timestamp":1767323045000000000}`, `{"type":"stdout","text":"us","timestamp":1767323045123456}`,
+				`{"type":"stderr","text":"ms","timestamp":1767323045123}`, `{"type":"stderr","text":"s","timestamp":1767323045.5}`, ``, `{"type":"heartbeat"}`,
 				`{"type":"error","name":"E","value":"v","traceback":["a","b"]}`, lineEnd),
-			want: &Execution{Results: []Result{}, Logs: Logs{Stdout: []string{"x"}, Stderr: []string{}},
+			want: &Execution{Results: []Result{}, Logs: Logs{Stdout: []string{"ns", "us"}, Stderr: []string{"ms", "s"}},
 				Error: &ExecutionError{Name: "E", Value: "v", Traceback: "a\nb"}},
-			wantCalls: []string{"stdout x 2026-01-02T03:04:05Z", "error E: v"},
+			wantCalls: []string{"stdout ns 2026-01-02T03:04:05Z", "stdout us 2026-01-02T03:04:05.123456Z",
+				"stderr ms 2026-01-02T03:04:05.123Z", "stderr s 2026-01-02T03:04:05.5Z", "error E: v"},
 		},
 		{
 			name: "an unknown context is ErrNotFound with the server's text",
