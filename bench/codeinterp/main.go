@@ -82,9 +82,9 @@ type bench struct {
 // for a code interpreter sandbox's create → first runCode, for a runCode
 // round trip, or for an idle sandbox's memory use.
 const (
-	e2bStart = "~150 ms: a sandbox starts (e2b.dev; sandbox start, not the code interpreter's first run)"
-	e2bNone  = "none published"
-	e2bMem   = "none published (E2B's default sandbox has 512 MiB: a limit, not use)"
+	e2bStart = "~150 ms (sandbox start)"
+	e2bNone  = "none"
+	e2bMem   = "none"
 )
 
 func main() { os.Exit(realMain()) }
@@ -322,7 +322,7 @@ func (b *bench) memory() {
 		fmt.Printf("==> idle memory: %d sandboxes of %s, one %s each, %v idle\n", b.cfg.mem, t.template, t.call, memSettle)
 		e2b := e2bMem
 		if t.template == "base" {
-			e2b = "(for scale)"
+			e2b = "(Hutch's base, for scale)"
 		}
 		usage := b.row(fmt.Sprintf("idle %s sandbox: memory cgroup usage", t.template), "MiB", e2b)
 		anon := b.row(fmt.Sprintf("idle %s sandbox: its anonymous memory (cgroup, no page cache)", t.template), "MiB", e2b)
@@ -483,5 +483,7 @@ func (b *bench) printTable() {
 			fmt.Printf("%s: first failure: %s\n", r.name, r.firstErr)
 		}
 	}
-	fmt.Println("E2B: the ~150 ms is E2B's stated sandbox start (its website); E2B publishes no code interpreter timings or memory use to set beside the other rows.")
+	fmt.Println("E2B (published): ~150 ms is E2B's stated sandbox start (e2b.dev), which does not include a code interpreter's first run;")
+	fmt.Println("E2B publishes no figure for create → first runCode, for a runCode round trip or for an idle sandbox's memory use")
+	fmt.Println("(its default sandbox is given 512 MiB: a limit, not use). \"none\" marks those rows.")
 }
