@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"os/exec"
 	"slices"
 	"strings"
@@ -41,23 +40,6 @@ func runCode(t *testing.T, sbx *sdk.Sandbox, code string, opts *sdk.RunCodeOptio
 		t.Fatalf("RunCode(%q) raised %s\n%s", code, exec.Error, exec.Error.Traceback)
 	}
 	return exec
-}
-
-// denoRun runs code in one of the Deno kernel's languages (javascript,
-// typescript), once more (up to three times) when the execution came
-// back with no output and no result at all, saying so in the log:
-// code-interpreter-v1's Deno kernel loses an execution's outputs now and
-// then (3 or 4 calls in 40, November 2026), the template's bug, which
-// test/codeinterp holds it to; what this checks is the SDK's side.
-func denoRun(t *testing.T, sbx *sdk.Sandbox, code string, opts *sdk.RunCodeOptions) *sdk.Execution {
-	t.Helper()
-	for try := 1; ; try++ {
-		exec := runCode(t, sbx, code, opts)
-		if len(exec.Results) > 0 || len(exec.Logs.Stdout) > 0 || len(exec.Logs.Stderr) > 0 || try == 3 {
-			return exec
-		}
-		t.Logf("RunCode(%q): no output and no result (try %d): the Deno kernel lost them; once more", code, try)
-	}
 }
 
 // TestRunCode: the Go SDK's RunCode and code contexts against a real
@@ -202,7 +184,7 @@ pd.DataFrame({"a": [1, 2], "b": [3, 4]})`, nil)
 	})
 
 	t.Run("languages and envs", func(t *testing.T) {
-		if got := denoRun(t, sbx, "const n = 20; n + 22", &sdk.RunCodeOptions{Language: "javascript"}); got.Text() != "42" {
+		if got := runCode(t, sbx, "const n = 20; n + 22", &sdk.RunCodeOptions{Language: "javascript"}); got.Text() != "42" {
 			t.Errorf("javascript n + 22 = %q", got.Text())
 		}
 		if got := runCode(t, sbx, "echo $((6*7))", &sdk.RunCodeOptions{Language: "bash"}); strings.Join(got.Logs.Stdout, "") != "42\n" {
@@ -307,18 +289,10 @@ func TestMCPRunCode(t *testing.T) {
 	if res.IsError || cid == "" || c["language"] != "javascript" || c["cwd"] != "/tmp" {
 		t.Fatalf("create_code_context: %s", text)
 	}
-	// process.cwd() is the context's; once more when the Deno kernel lost
-	// the execution's outputs (see denoRun).
-	for try := 1; try <= 3; try++ {
-		res, out, text := call("run_code", map[string]any{"sandbox_id": id, "context_id": cid, "code": fmt.Sprintf("let y%d = 2; console.log(y%d * 21, process.cwd())", try, try)})
-		if !res.IsError && out["stdout"] == "" && try < 3 {
-			t.Logf("run_code in the javascript context: no output (try %d): the Deno kernel lost it; once more", try)
-			continue
-		}
-		if res.IsError || out["stdout"] != "42 /tmp\n" {
-			t.Errorf("run_code in the javascript context: isError %v, %s", res.IsError, text)
-		}
-		break
+	// The context's own state and working directory.
+	call("run_code", map[string]any{"sandbox_id": id, "context_id": cid, "code": "let y = 2"})
+	if res, out, text := call("run_code", map[string]any{"sandbox_id": id, "context_id": cid, "code": "console.log(process.cwd()); y * 21"}); res.IsError || out["text"] != "42" || out["stdout"] != "/tmp\n" {
+		t.Errorf("run_code in the javascript context: isError %v, %s", res.IsError, text)
 	}
 	if res, _, text := call("run_code", map[string]any{"sandbox_id": id, "context_id": "nope", "code": "1"}); !res.IsError || !strings.Contains(text, "no context nope") {
 		t.Errorf("run_code in an unknown context: isError %v, %s", res.IsError, text)
