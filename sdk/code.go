@@ -559,7 +559,9 @@ func parseTimestamp(raw json.RawMessage) time.Time {
 // CreateCodeContext makes a new context in the sandbox's code
 // interpreter: a kernel of language (empty means Python) whose working
 // directory is cwd (empty means the user's home, /home/user). Pass it as
-// RunCodeOptions.Context.
+// RunCodeOptions.Context. It fails with ErrInvalidArgument for a language
+// the server refuses, and ErrRateLimit when the interpreter runs as many
+// contexts as it allows (code-interpreter-v1: 16; remove one first).
 func (s *Sandbox) CreateCodeContext(ctx context.Context, language, cwd string) (*CodeContext, error) {
 	in := struct {
 		Language *string `json:"language"`
