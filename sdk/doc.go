@@ -22,6 +22,15 @@
 //	}
 //	fmt.Print(res.Stdout) // 42
 //
+// # Running code
+//
+// In a sandbox of [CodeInterpreterTemplate], [Sandbox.RunCode] runs code
+// in a stateful context as E2B's code interpreter SDKs do, and returns
+// its [Execution]: results in every format, output and the error raised.
+//
+//	exec, err := sbx.RunCode(ctx, "x = 6 * 7\nx", nil)
+//	fmt.Println(exec.Text()) // 42
+//
 // # Configuration
 //
 // Every entry point takes a [Config]. Fields left empty come from the

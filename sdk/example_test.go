@@ -231,3 +231,44 @@ func ExampleSandbox_PortRequest() {
 	defer resp.Body.Close()
 	fmt.Println(resp.Status)
 }
+
+func ExampleSandbox_RunCode() {
+	ctx := context.Background()
+	sbx, err := sdk.Create(ctx, sdk.CreateOptions{Template: sdk.CodeInterpreterTemplate})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer sbx.Kill(context.Background())
+
+	// State lasts between calls: the default Python context keeps x.
+	if _, err := sbx.RunCode(ctx, "x = 41", nil); err != nil {
+		log.Fatal(err)
+	}
+	exec, err := sbx.RunCode(ctx, "print('adding'); x + 1", &sdk.RunCodeOptions{
+		OnStdout: func(m sdk.OutputMessage) { fmt.Print("live: ", m.Line) },
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(exec.Text()) // 42
+
+	// An error the code raises is the execution's, not RunCode's.
+	exec, err = sbx.RunCode(ctx, "1/0", nil)
+	if err == nil && exec.Error != nil {
+		fmt.Println(exec.Error.Name, exec.Error.Value) // ZeroDivisionError division by zero
+	}
+
+	// A context of its own: another kernel, another language.
+	js, err := sbx.CreateCodeContext(ctx, "javascript", "/tmp")
+	if err != nil {
+		log.Fatal(err)
+	}
+	exec, err = sbx.RunCode(ctx, "[1, 2, 3].map(n => n * 2)", &sdk.RunCodeOptions{Context: js, Timeout: 10 * time.Second})
+	if errors.Is(err, sdk.ErrTimeout) {
+		log.Fatal("interrupted after 10 s")
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(exec.Text())
+}

@@ -70,6 +70,7 @@ func NewServer(opts Options) *mcp.Server {
 	s.addLifecycleTools(srv)
 	s.addCommandTools(srv)
 	s.addFileTools(srv)
+	s.addCodeTools(srv)
 	srv.AddReceivingMiddleware(s.reportCalls, dropNulls)
 	return srv
 }
@@ -79,6 +80,7 @@ const instructions = `Hutch runs isolated Linux sandboxes (Debian with bash, pyt
 Create one with sandbox_create and pass its sandbox_id to every other tool.
 Run shell commands with command_run (bounded output, exit code returned); start long-running ones with command_start and poll command_output.
 Read and change files with the file_* tools; prefer file_edit for small exact changes.
+Run Python (or javascript, typescript, bash) in a notebook-like context whose state lasts between calls with run_code, in a sandbox made with template code-interpreter-v1; create_code_context gives a context of its own.
 Relative paths are relative to /home/user. Kill sandboxes you no longer need with sandbox_kill.
 The tools also take the arguments of OpenSandbox's MCP server (opensandbox-mcp): image, env, resource, network_policy, entrypoint; paths and entries lists; range_header; mode, owner and group; background and working_directory; execution_id; filter. Each tool's description says what such a call returns.`
 

@@ -129,9 +129,9 @@ func TestToolsAreDescribed(t *testing.T) {
 		}
 	}
 	want := []string{
-		"command_interrupt", "command_output", "command_run", "command_start",
+		"command_interrupt", "command_output", "command_run", "command_start", "create_code_context",
 		"file_create_directories", "file_delete", "file_delete_directories", "file_edit", "file_list", "file_move",
-		"file_read", "file_replace_contents", "file_search", "file_write",
+		"file_read", "file_replace_contents", "file_search", "file_write", "run_code",
 		"sandbox_connect", "sandbox_create", "sandbox_fork", "sandbox_get_endpoint", "sandbox_get_info", "sandbox_get_metrics",
 		"sandbox_healthcheck", "sandbox_kill", "sandbox_list", "sandbox_pause", "sandbox_renew",
 		"sandbox_resume", "sandbox_snapshot",
