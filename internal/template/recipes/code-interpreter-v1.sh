@@ -27,14 +27,14 @@ aarch64) deno_package=@deno/linux-arm64-glibc ;;
 esac
 D=/opt/hutch/code-interpreter
 
-for f in server.py start requirements.txt hutch_code_interpreter.py; do
+for f in server.py supervise.py start requirements.txt hutch_code_interpreter.py; do
 	if ! [ -f "$RECIPE_FILES/$f" ]; then
 		echo "code-interpreter-v1: $f missing from RECIPE_FILES=$RECIPE_FILES" >&2
 		exit 1
 	fi
 done
 install -d -o root -g root -m 0755 "$ROOTFS$D"
-install -o root -g root -m 0644 "$RECIPE_FILES/server.py" "$RECIPE_FILES/requirements.txt" "$ROOTFS$D/"
+install -o root -g root -m 0644 "$RECIPE_FILES/server.py" "$RECIPE_FILES/supervise.py" "$RECIPE_FILES/requirements.txt" "$ROOTFS$D/"
 install -o root -g root -m 0755 "$RECIPE_FILES/start" "$ROOTFS$D/start"
 
 # pip and npm run inside the root, in a private mount namespace, with their
@@ -91,11 +91,14 @@ chown -R "$(awk -F: '$1 == "user" { print $3 ":" $4 }' "$ROOTFS/etc/passwd")" "$
 step "writing the kernel specs"
 kernels=$ROOTFS$D/venv/share/jupyter/kernels
 install -d "$kernels/python3" "$kernels/deno"
-# The extension adds E2B's result formats (dataframes, charts); figures
-# are results through matplotlib's inline backend; history stays in memory.
+# Every kernel dies with the server (setpriv --pdeathsig: a server killed
+# leaves none running); Python's -P keeps the directory it starts in off
+# sys.path. The extension adds E2B's result formats (dataframes, charts);
+# figures are results through matplotlib's inline backend; history stays
+# in memory.
 cat >"$kernels/python3/kernel.json" <<EOF
 {
-  "argv": ["$D/venv/bin/python", "-m", "ipykernel_launcher", "-f", "{connection_file}",
+  "argv": ["setpriv", "--pdeathsig", "KILL", "$D/venv/bin/python", "-P", "-m", "ipykernel_launcher", "-f", "{connection_file}",
            "--IPKernelApp.extensions=hutch_code_interpreter", "--HistoryManager.hist_file=:memory:"],
   "env": {"MPLBACKEND": "module://matplotlib_inline.backend_inline"},
   "display_name": "Python 3",
@@ -104,13 +107,22 @@ cat >"$kernels/python3/kernel.json" <<EOF
 EOF
 cat >"$kernels/deno/kernel.json" <<EOF
 {
-  "argv": ["/usr/local/bin/deno", "jupyter", "--kernel", "--conn", "{connection_file}"],
+  "argv": ["setpriv", "--pdeathsig", "KILL", "/usr/local/bin/deno", "jupyter", "--kernel", "--conn", "{connection_file}"],
   "env": {"NO_COLOR": "1"},
   "display_name": "Deno",
   "language": "typescript"
 }
 EOF
 rm -rf "$kernels/python3/logo-"* 2>/dev/null || true
+cat >"$kernels/bash/kernel.json" <<EOF
+{
+  "argv": ["setpriv", "--pdeathsig", "KILL", "$D/venv/bin/python", "-P", "-m", "bash_kernel", "-f", "{connection_file}"],
+  "codemirror_mode": "shell",
+  "env": {"PS1": "\$"},
+  "display_name": "Bash",
+  "language": "bash"
+}
+EOF
 
 # matplotlib builds its font cache on first import (seconds): build it now,
 # as the sandbox's user, into its home.

@@ -28,7 +28,10 @@ import json
 import logging
 import os
 import signal
+import socket
+import stat
 import sys
+import tempfile
 import time
 import uuid
 
@@ -53,10 +56,10 @@ ALIASES = {"js": "javascript", "ts": "typescript", "sh": "bash", "py": "python",
 # results (images are base64). Past either, the rest is dropped and one
 # note says how much.
 MAX_TEXT = 4 << 20
-# Contexts a sandbox may have at once, defaults included: each is a kernel
-# process (a Python one holds ~60 MB idle), and the /contexts calls carry
-# no access token (the SDKs send none with them).
-MAX_CONTEXTS = 16
+# Bodies: /execute's, read only once its token passed, and every other
+# call's (the SDKs send those without the token: whoever reaches the port).
+MAX_EXECUTE_BODY = 16 << 20
+MAX_BODY = 64 << 10
 # How long after a Deno cell's idle status its value may still come.
 LATE_RESULT = 0.05
 MAX_RESULTS = 64 << 20
@@ -129,6 +132,47 @@ class RequestError(Exception):
         self.text = text
 
 
+# The kernels' connection files and sockets: a directory only the server's
+# user may enter, made afresh (an existing one could be someone else's).
+RUNTIME = tempfile.mkdtemp(prefix="hutch-code-interpreter-")
+
+
+def owned_safely(path):
+    """Whether only the server's user (or root) can put files in path or
+    replace it: it and each directory above it are theirs, and none is
+    writable by others (but sticky ones above it, as /tmp, whose entries
+    only their owners may rename)."""
+    me = os.getuid()
+    p = os.path.realpath(path)
+    first = True
+    while True:
+        try:
+            st = os.stat(p)
+        except OSError:
+            return False
+        if st.st_uid not in (me, 0):
+            return False
+        if st.st_mode & 0o022 and (first or not st.st_mode & stat.S_ISVTX):
+            return False
+        if p == "/":
+            return True
+        p = os.path.dirname(p)
+        first = False
+
+
+def max_contexts():
+    """Contexts the sandbox's memory holds: ~80 MiB a kernel, one share
+    left for the server and the code, between 2 and 16."""
+    for f in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            v = open(f).read().strip()
+        except OSError:
+            continue
+        if v.isdigit() and int(v) < 1 << 50:
+            return max(2, min(16, int(v) // (80 << 20) - 1))
+    return 16
+
+
 def language_of(name):
     lang = (name or "python").strip().lower()
     lang = ALIASES.get(lang, lang)
@@ -157,6 +201,8 @@ class Context:
         self.restarted = None  # why the kernel was started again, to say once
         self.current = None  # msg_id of the last execution
         self.restore = None  # code putting back what env_vars changed
+        self.moved = False  # started elsewhere than cwd (Deno, cwd not safe)
+        self.safe = True  # cwd is owned_safely
 
     def json(self):
         return {"id": self.id, "language": self.language, "cwd": self.cwd}
@@ -164,13 +210,58 @@ class Context:
     async def start(self):
         if not os.path.isdir(self.cwd):
             raise RequestError(400, f"cwd {self.cwd!r} is not a directory")
-        self.km = AsyncKernelManager(kernel_name=KERNELS[self.language])
+        kernel = KERNELS[self.language]
+        self.km = AsyncKernelManager(kernel_name=kernel)
+        # Python's and bash's kernels talk over unix sockets in the
+        # server's private runtime directory: on loopback TCP any uid of
+        # the sandbox could subscribe to a kernel's output (HMAC signs
+        # messages, it does not hide them). Deno's kernel speaks TCP only.
+        name = f"kernel-{uuid.uuid4().hex}"
+        self.km.connection_file = os.path.join(RUNTIME, name + ".json")
+        if kernel != "deno":
+            self.km.transport = "ipc"
+            self.km.ip = os.path.join(RUNTIME, name)
         env = dict(os.environ)
         env.pop("HUTCH_CODE_INTERPRETER_PORT", None)
-        await self.km.start_kernel(cwd=self.cwd, env=env)
+        env.pop("HUTCH_CODE_INTERPRETER_FD", None)
+        # A directory others may write (/tmp) must not give them code in
+        # the kernel: Python then leaves it off sys.path, and Deno starts
+        # in the home (it reads deno.json from where it starts), moving to
+        # the directory afterwards.
+        safe = owned_safely(self.cwd)
+        extra = []
+        start_cwd = self.cwd
+        if not safe:
+            if kernel == "python3":
+                extra.append("--IPKernelApp.ignore_cwd=True")
+            elif kernel == "deno":
+                start_cwd = DEFAULT_CWD if owned_safely(DEFAULT_CWD) else "/"
+        await self.km.start_kernel(cwd=start_cwd, env=env, extra_arguments=extra)
+        self.moved = start_cwd != self.cwd
+        self.safe = safe
+        await self.ready()
+
+    async def ready(self):
+        """Connects to a kernel just started (or restarted) and gives it
+        what the start did not."""
+        pid = getattr(getattr(self.km, "provisioner", None), "pid", None)
+        if pid:
+            # The OOM killer takes a kernel (and what its code started)
+            # before the server.
+            try:
+                with open(f"/proc/{pid}/oom_score_adj", "w") as f:
+                    f.write("1000")
+            except OSError:
+                pass
         self.kc = self.km.client()
         self.kc.start_channels()
         await self.kc.wait_for_ready(timeout=120)
+        if self.moved:
+            await self.run_quiet(f"Deno.chdir({json.dumps(self.cwd)})")
+        if self.safe and KERNELS[self.language] == "python3":
+            # -P kept the kernel's own start clean; a notebook imports
+            # modules from its directory, as Jupyter's do.
+            await self.run_quiet("import sys as __h_sys\nif '' not in __h_sys.path: __h_sys.path.insert(0, '')\ndel __h_sys")
 
     async def stop(self):
         try:
@@ -184,9 +275,7 @@ class Context:
     async def restart(self):
         self.kc.stop_channels()
         await self.km.restart_kernel(now=True)
-        self.kc = self.km.client()
-        self.kc.start_channels()
-        await self.kc.wait_for_ready(timeout=120)
+        await self.ready()
 
     async def ensure_alive(self):
         """Starts the kernel again if it died since the last execution."""
@@ -339,6 +428,21 @@ class Bound:
                 n = room
             self.text += n
             return out
+        if out["type"] == "error":
+            # An exception's text is output too (a 30 MB message must not
+            # take the server's memory): name, value and traceback share
+            # what is left of the text's bound, at least 64 KiB.
+            room = max(MAX_TEXT - self.text, 64 << 10)
+            for k in ("name", "value", "traceback"):
+                v = out.get(k) or ""
+                b = v.encode("utf-8", "replace")
+                if len(b) > room:
+                    self.dropped_text += len(b) - room
+                    v = b[:room].decode("utf-8", "ignore")
+                out[k] = v
+                room = max(room - len(v), 0)
+                self.text = min(MAX_TEXT, self.text + len(v))
+            return out
         if out["type"] == "result":
             n = len(json.dumps(out))
             if self.results + n > MAX_RESULTS:
@@ -394,6 +498,7 @@ class Server:
         self.defaults = {}  # language -> context id
         self.starting = {}  # language -> asyncio.Task making its default
         self.pending = 0  # contexts whose kernel is starting
+        self.max_contexts = max_contexts()
         self.ready = asyncio.Event()
 
     async def default_context(self, language):
@@ -410,7 +515,7 @@ class Server:
                 self.starting.pop(language, None)
 
     async def new_context(self, language, cwd, default=False):
-        if len(self.contexts) + self.pending >= MAX_CONTEXTS:
+        if len(self.contexts) + self.pending >= self.max_contexts:
             raise RequestError(429, f"this sandbox has {len(self.contexts) + self.pending} contexts, the most it may have: remove one first")
         ctx = Context(uuid.uuid4().hex if not default else language, language, cwd)
         self.pending += 1
@@ -440,7 +545,7 @@ class Server:
         return web.Response(text="OK")
 
     async def execute(self, request):
-        body = await json_body(request)
+        body = await json_body(request, MAX_EXECUTE_BODY)
         code = body.get("code")
         if not isinstance(code, str):
             raise RequestError(400, "code: a string is required")
@@ -503,11 +608,18 @@ class Server:
         return web.Response(status=204)
 
 
-async def json_body(request):
-    if not request.can_read_body:
+async def json_body(request, limit=MAX_BODY):
+    """The request's JSON object ({} for none), read to at most limit
+    bytes: a larger body is refused before it is read."""
+    if request.content_length is not None and request.content_length > limit:
+        raise RequestError(413, f"the request body is larger than {limit} bytes")
+    raw = await request.content.read(limit + 1)
+    if len(raw) > limit:
+        raise RequestError(413, f"the request body is larger than {limit} bytes")
+    if not raw.strip():
         return {}
     try:
-        body = await request.json()
+        body = json.loads(raw)
     except Exception:
         raise RequestError(400, "the request body is not JSON")
     if body is None:
@@ -538,7 +650,7 @@ def middleware(auth):
 async def main():
     logging.basicConfig(level=logging.INFO, format="code-interpreter: %(message)s")
     srv = Server()
-    app = web.Application(middlewares=[middleware(Auth())], client_max_size=64 << 20)
+    app = web.Application(middlewares=[middleware(Auth())], client_max_size=MAX_EXECUTE_BODY)
     app.add_routes([
         web.get("/health", srv.health),
         web.post("/execute", srv.execute),
@@ -551,7 +663,14 @@ async def main():
     # which is how a cell learns its client gave up.
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, "0.0.0.0", PORT).start()
+    fd = os.environ.get("HUTCH_CODE_INTERPRETER_FD")
+    if fd:
+        # The supervisor's listening socket (supervise.py): held for the
+        # sandbox's life, so the port is never free for another to take.
+        sock = socket.socket(fileno=int(fd))
+        await web.SockSite(runner, sock).start()
+    else:
+        await web.TCPSite(runner, "::", PORT).start()
     await srv.default_context("python")
     srv.ready.set()
     log.info("ready on port %d", PORT)
