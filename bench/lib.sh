@@ -79,6 +79,43 @@ serve_cleanup() {
 	trap 'exit 143' TERM
 }
 
+# fresh_data DIR...: each DIR made empty (0711), a killed earlier run's
+# sandboxes in it removed first.
+fresh_data() {
+	for d in "$@"; do
+		if [ -d "$d" ]; then
+			remove_sandboxes "$d"
+			rm -rf --one-file-system "$d" "$d.log"
+		fi
+		mkdir -p "$d"
+		chmod 0711 "$d"
+	done
+}
+
+# servers_cleanup DIR...: on exit (or INT, TERM) every server whose pid is
+# in $pids stops and the sandboxes left in each DIR are removed.
+servers_cleanup() {
+	cleanup_dirs="$*"
+	pids=""
+	trap 'stop_servers' EXIT
+	trap 'exit 130' INT
+	trap 'exit 143' TERM
+}
+
+# stop_servers: what servers_cleanup arranged, now.
+stop_servers() {
+	for pid in $pids; do
+		kill -TERM "$pid" 2>/dev/null || true
+	done
+	for pid in $pids; do
+		wait "$pid" 2>/dev/null || true
+	done
+	pids=""
+	for d in $cleanup_dirs; do
+		remove_sandboxes "$d"
+	done
+}
+
 # stop_serve: stops the server start_serve started, if it runs.
 stop_serve() {
 	if [ -n "$serve_pid" ]; then

@@ -46,32 +46,10 @@ COLD_DATA=$ROOT/serve
 WARM_DATA=$ROOT/serve-warm
 mkdir -p "$ROOT"
 chmod 0711 "$ROOT"
-# Fresh data directories: a killed earlier run's sandboxes removed first.
-for d in "$COLD_DATA" "$WARM_DATA"; do
-	if [ -d "$d" ]; then
-		remove_sandboxes "$d"
-		rm -rf "$d" "$d.log"
-	fi
-	mkdir -p "$d"
-	chmod 0711 "$d"
-done
-
-pids=""
-cleanup() {
-	for pid in $pids; do
-		kill -TERM "$pid" 2>/dev/null || true
-	done
-	for pid in $pids; do
-		wait "$pid" 2>/dev/null || true
-	done
-	pids=""
-	for d in "$COLD_DATA" "$WARM_DATA"; do
-		remove_sandboxes "$d"
-	done
-}
-trap 'cleanup' EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+# Fresh data directories (a killed earlier run's sandboxes removed first),
+# cleaned up again on exit.
+fresh_data "$COLD_DATA" "$WARM_DATA"
+servers_cleanup "$COLD_DATA" "$WARM_DATA"
 
 # A fresh key per run, given to the servers; it is in no file.
 E2B_API_KEY=e2b_$(od -An -N20 -tx1 /dev/urandom | tr -d ' \n')
