@@ -18,12 +18,22 @@ import {
 // Each test's own bound: nothing may hang the run.
 const opts = { timeout: 90_000 }
 
+// refused is the option of a runCode the server refuses (404, 400): the
+// SDK arms a timer of requestTimeoutMs (60 s by default) for the request
+// and clears it only once the response is accepted, so a refusal leaves
+// it armed and node would wait for it before exiting.
+const refused = { requestTimeoutMs: 5_000 }
+
 let sbx
 before(async () => {
+  const start = Date.now()
   sbx = await Sandbox.create({ timeoutMs: 600_000 })
+  console.log(`sandbox ${sbx.sandboxId} created in ${Date.now() - start} ms`)
 })
 after(async () => {
+  const start = Date.now()
   await sbx?.kill()
+  console.log(`sandbox killed in ${Date.now() - start} ms`)
 })
 
 // pngSize checks that b64 is a PNG and returns its width and height.
@@ -151,7 +161,7 @@ test('contexts', opts, async () => {
   await sbx.removeCodeContext(ctx.id)
   const after = await sbx.listCodeContexts()
   assert.ok(!after.some((c) => c.id === ctx.id), 'still listed: ' + JSON.stringify(after))
-  await assert.rejects(sbx.runCode('1', { context: ctx }), NotFoundError)
+  await assert.rejects(sbx.runCode('1', { context: ctx, ...refused }), NotFoundError)
 })
 
 test('javascript', opts, async () => {
@@ -199,7 +209,7 @@ test('context_and_language', opts, async () => {
 })
 
 test('unknown_language', opts, async () => {
-  await assert.rejects(sbx.runCode('1', { language: 'cobol' }), (err) => {
+  await assert.rejects(sbx.runCode('1', { language: 'cobol', ...refused }), (err) => {
     assert.ok(err instanceof SandboxError, `${err?.name}: ${err?.message}`)
     assert.ok(!(err instanceof TimeoutError) && !(err instanceof NotFoundError), `${err?.name}: ${err?.message}`)
     assert.match(err.message, /400/)
