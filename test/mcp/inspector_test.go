@@ -77,7 +77,10 @@ func checkToolList(t *testing.T, via string, result json.RawMessage) {
 	}
 }
 
-// allTools are the 27 tools of `hutch mcp` (as test/mcp/js/lib.mjs TOOLS).
+// allTools are 27 of the 29 tools of `hutch mcp` (as test/mcp/js/lib.mjs
+// TOOLS): the code interpreter's two, run_code and create_code_context,
+// need a code-interpreter-v1 sandbox and are driven by test/sdk
+// TestMCPRunCode.
 var allTools = []string{
 	"sandbox_create", "sandbox_connect", "sandbox_kill", "sandbox_get_info", "sandbox_list",
 	"sandbox_renew", "sandbox_healthcheck", "sandbox_get_metrics", "sandbox_get_endpoint",

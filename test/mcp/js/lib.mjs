@@ -5,7 +5,8 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StdioClientTransport, getDefaultEnvironment } from '@modelcontextprotocol/sdk/client/stdio.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 
-// The 27 tools of `hutch mcp`.
+// 27 of the 29 tools of `hutch mcp`: run_code and create_code_context need
+// a code-interpreter-v1 sandbox (test/sdk TestMCPRunCode drives them).
 export const TOOLS = [
   'sandbox_create', 'sandbox_connect', 'sandbox_kill', 'sandbox_get_info', 'sandbox_list',
   'sandbox_renew', 'sandbox_healthcheck', 'sandbox_get_metrics', 'sandbox_get_endpoint',
