@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/hutch-sandbox/hutch/internal/envd/envderr"
+	"github.com/hutch-sandbox/hutch/internal/envd/permissions"
 	"github.com/hutch-sandbox/hutch/internal/envdapi"
 	"github.com/hutch-sandbox/hutch/internal/splice"
 )
@@ -52,10 +53,10 @@ func (s *Server) tunnel(w http.ResponseWriter, r *http.Request) {
 		envderr.Write(w, http.StatusBadGateway, "port "+p+" is not open in the sandbox: "+err.Error())
 		return
 	}
-	if r.Header.Get(envdapi.HeaderPortOwner) == "root" {
-		if uid, found := listenerOwner(upstream); found && uid != 0 {
+	if owner := r.Header.Get(envdapi.HeaderPortOwner); owner != "" {
+		if uid, found := listenerOwner(upstream); found && !s.ownerAllowed(owner, uid) {
 			upstream.Close()
-			envderr.Write(w, http.StatusBadGateway, fmt.Sprintf("port %s is not open in the sandbox: its listener is uid %d's, not root's", p, uid))
+			envderr.Write(w, http.StatusBadGateway, fmt.Sprintf("port %s is not open in the sandbox: its listener is uid %d's, not %s's", p, uid, owner))
 			return
 		}
 	}
@@ -158,4 +159,18 @@ func procAddr(a *net.TCPAddr, v6 bool) string {
 	}
 	fmt.Fprintf(&sb, ":%04X", a.Port)
 	return sb.String()
+}
+
+// ownerAllowed reports whether uid may own the listener of a port whose
+// owner must be root or the user named owner (HeaderPortOwner). A name
+// the sandbox's /etc/passwd lacks allows root alone.
+func (s *Server) ownerAllowed(owner string, uid int) bool {
+	if uid == 0 {
+		return true
+	}
+	if owner == "root" {
+		return false
+	}
+	u, err := permissions.LookupIn(s.root, owner)
+	return err == nil && int(u.UID) == uid
 }

@@ -82,3 +82,35 @@ func listenAs(t *testing.T, network, addr string, uid int) net.Listener {
 	}
 	return ln
 }
+
+// TestOwnerAllowed: which listener owners a Hutch-Port-Owner value
+// admits: root always; the named user's uid from the sandbox's
+// /etc/passwd; nobody else, and for a name the file lacks, root alone.
+func TestOwnerAllowed(t *testing.T) {
+	root := t.TempDir()
+	if err := os.MkdirAll(root+"/etc", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(root+"/etc/passwd", []byte("root:x:0:0::/root:/bin/sh\nuser:x:1000:1000::/home/user:/bin/bash\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := New(Options{Root: root})
+	for _, tc := range []struct {
+		owner string
+		uid   int
+		want  bool
+	}{
+		{"root", 0, true},
+		{"root", 1000, false},
+		{"user", 0, true},
+		{"user", 1000, true},
+		{"user", 61000, false},
+		{"user", 65534, false},
+		{"nosuch", 1000, false},
+		{"nosuch", 0, true},
+	} {
+		if got := s.ownerAllowed(tc.owner, tc.uid); got != tc.want {
+			t.Errorf("owner %q, listener uid %d: allowed %v, want %v", tc.owner, tc.uid, got, tc.want)
+		}
+	}
+}

@@ -27,10 +27,12 @@ const Version = "0.6.4"
 // sandbox has one.
 const HeaderAccessToken = "X-Access-Token"
 
-// HeaderPortOwner, on the host's CONNECT to a port, set to "root", asks
-// envd to tunnel only to a listener the sandbox's root owns (the MCP
-// gateway's port: a server of the gateway's, another uid, that took the
-// port after the gateway died must not receive its clients' calls).
+// HeaderPortOwner, on the host's CONNECT to a port, asks envd to tunnel
+// only to a listener the sandbox's root owns, or one of the users it names
+// ("root", or a user name of the sandbox's /etc/passwd): the MCP gateway's
+// port must be root's, the code interpreter's root's or its user's, so
+// that another uid that took the port after their server died does not
+// receive their clients' calls (and the access token in them).
 const HeaderPortOwner = "Hutch-Port-Owner"
 
 // DefaultPath is a sandbox's PATH when its template sets none.

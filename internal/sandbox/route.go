@@ -49,7 +49,7 @@ type route struct {
 	token  string    // envd's access token, sent with each CONNECT
 	ports  list.List // of *portTransport, the one used most recently first
 	byPort map[int]*list.Element
-	root   *portTransport // rootTransport's, nil until asked for
+	owned  []ownedPort    // ownedTransport's, made when asked for
 }
 
 // maxPortTransports is the number of ports per sandbox whose connections
@@ -116,15 +116,27 @@ func (r *route) transport(port int) http.RoundTripper {
 	return *t
 }
 
-// rootTransport is transport(port) for a port whose listener must be
-// root's (RootTransport): one per route, kept for the route's life.
-func (r *route) rootTransport(port int) http.RoundTripper {
+// ownedTransport is transport(port) for a port whose listener must be
+// root's or owner's (OwnedTransport): one per route and port, kept for the
+// route's life (there are two such ports).
+func (r *route) ownedTransport(port int, owner string) http.RoundTripper {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.root == nil || r.root.port != port {
-		r.root = &portTransport{Transport: r.newTunnelTransport(port, "root"), port: port}
+	for _, t := range r.owned {
+		if t.port == port && t.owner == owner {
+			return t.portTransport
+		}
 	}
-	return *r.root
+	t := ownedPort{portTransport: portTransport{Transport: r.newTunnelTransport(port, owner), port: port}, owner: owner}
+	r.owned = append(r.owned, t)
+	return t.portTransport
+}
+
+// ownedPort is an ownedTransport: a port's transport whose listener must
+// be root's or owner's.
+type ownedPort struct {
+	portTransport
+	owner string
 }
 
 // newPortTransport returns a transport that tunnels to port through envd's
@@ -182,8 +194,8 @@ func (r *route) close() {
 	for e := r.ports.Front(); e != nil; e = e.Next() {
 		all = append(all, e.Value.(*portTransport).Transport)
 	}
-	if r.root != nil {
-		all = append(all, r.root.Transport)
+	for _, t := range r.owned {
+		all = append(all, t.Transport)
 	}
 	r.mu.Unlock()
 	for _, t := range all {
@@ -307,10 +319,11 @@ func (m *Manager) Transport(id string, port int) (http.RoundTripper, bool) {
 	return l.route.transport(port), true
 }
 
-// RootTransport is Transport for a port only the sandbox's root may serve
-// (the MCP gateway's): envd tunnels only to a listener root owns, so a
-// process of another uid that took the port gets none of its clients.
-func (m *Manager) RootTransport(id string, port int) (http.RoundTripper, bool) {
+// OwnedTransport is Transport for a port only the sandbox's root or the
+// user named owner ("root": root alone) may serve (the MCP gateway's, the
+// code interpreter's): envd tunnels only to a listener one of them owns,
+// so a process of another uid that took the port gets none of its clients.
+func (m *Manager) OwnedTransport(id string, port int, owner string) (http.RoundTripper, bool) {
 	if !ValidPort(port) || port == envdapi.Port {
 		return m.Transport(id, port)
 	}
@@ -320,7 +333,7 @@ func (m *Manager) RootTransport(id string, port int) (http.RoundTripper, bool) {
 	if l == nil || !l.routable() {
 		return nil, false
 	}
-	return l.route.rootTransport(port), true
+	return l.route.ownedTransport(port, owner), true
 }
 
 // Legacy reports whether a running sandbox predates envd's control socket:

@@ -43,6 +43,14 @@ import (
 // (internal/mcp/gateway.Port).
 const mcpGatewayPort = 50005
 
+// codeInterpreterPort is where E2B's code-interpreter SDKs send code (to
+// the code-interpreter-v1 template's server), and codeInterpreterUser the
+// user whose listener it must be, or root's.
+const (
+	codeInterpreterPort = 49999
+	codeInterpreterUser = "user"
+)
+
 // maxAuditBody is the most of a request body the edge reads before
 // forwarding it. A larger call to envd's process or filesystem service is
 // refused (413): it would run unrecorded. A larger MCP call is forwarded

@@ -73,11 +73,19 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id string, port i
 	// envd authenticates requests itself (access token); the routing only
 	// needs the sandbox to exist.
 	transportOf := s.mgr.Transport
-	if port == mcpGatewayPort {
+	switch port {
+	case mcpGatewayPort:
 		// The gateway runs as the sandbox's root and holds its token; its
 		// servers (untrusted code, other uids) must never stand in for it
 		// should it die (review 31, round 3).
-		transportOf = s.mgr.RootTransport
+		transportOf = func(id string, port int) (http.RoundTripper, bool) { return s.mgr.OwnedTransport(id, port, "root") }
+	case codeInterpreterPort:
+		// The SDKs send the sandbox's envd token to the code interpreter:
+		// only its server (the template's user's) or root may be sent it,
+		// not a process of another uid that took the port (review 32).
+		transportOf = func(id string, port int) (http.RoundTripper, bool) {
+			return s.mgr.OwnedTransport(id, port, codeInterpreterUser)
+		}
 	}
 	transport, ok := transportOf(id, port)
 	if !ok && mayWake(s.mgr, r, id, port) && s.mgr.Wake(r.Context(), id) {

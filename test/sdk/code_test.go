@@ -199,6 +199,116 @@ pd.DataFrame({"a": [1, 2], "b": [3, 4]})`, nil)
 		is(t, err, sdk.ErrInvalidArgument, "RunCode with a context and a language")
 	})
 
+	t.Run("code that kills its kernel", func(t *testing.T) {
+		c, err := sbx.CreateCodeContext(ctx, "python", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		runCode(t, sbx, "kept = 1", &sdk.RunCodeOptions{Context: c})
+		exec, err := sbx.RunCode(ctx, "import os\nos.kill(os.getpid(), 9)", &sdk.RunCodeOptions{Context: c})
+		if err != nil || exec.Error == nil || exec.Error.Name != "KernelDied" {
+			t.Fatalf("a cell that kills its kernel: %+v, %v; want the error KernelDied", exec, err)
+		}
+		// The next call runs, in a new kernel, and says the state is gone.
+		next, err := sbx.RunCode(ctx, "'kept' in globals()", &sdk.RunCodeOptions{Context: c})
+		if err != nil || next.Text() != "False" || !strings.Contains(strings.Join(next.Logs.Stderr, ""), "state is gone") {
+			t.Errorf("the call after: %+v, %v; want it run in a fresh kernel, saying so on stderr", next, err)
+		}
+	})
+
+	t.Run("a huge output is bounded with a note", func(t *testing.T) {
+		exec := runCode(t, sbx, "import sys\nfor _ in range(20):\n    sys.stdout.write('x' * (1 << 20))", nil)
+		out := strings.Join(exec.Logs.Stdout, "")
+		note := strings.Join(exec.Logs.Stderr, "")
+		if len(out) > 4<<20 || len(out) < 3<<20 || !strings.Contains(note, "output truncated") {
+			t.Errorf("20 MiB of stdout: %d bytes came, stderr %q; want at most 4 MiB and a note", len(out), note)
+		}
+		if got := runCode(t, sbx, "x", nil).Text(); got != "41" {
+			t.Errorf("x after the huge output = %q, want 41", got)
+		}
+	})
+
+	t.Run("two executions in one context run one after the other", func(t *testing.T) {
+		c, err := sbx.CreateCodeContext(ctx, "python", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		runCode(t, sbx, "import time\norder = []", &sdk.RunCodeOptions{Context: c})
+		errs := make(chan error, 2)
+		for _, code := range []string{"order.append('a1'); time.sleep(1); order.append('a2')", "order.append('b1'); time.sleep(1); order.append('b2')"} {
+			go func() {
+				_, err := sbx.RunCode(ctx, code, &sdk.RunCodeOptions{Context: c})
+				errs <- err
+			}()
+			time.Sleep(200 * time.Millisecond)
+		}
+		for range 2 {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := runCode(t, sbx, "','.join(order)", &sdk.RunCodeOptions{Context: c}).Text(); got != "'a1,a2,b1,b2'" {
+			t.Errorf("two cells sent at once ran as %s, want one after the other: 'a1,a2,b1,b2'", got)
+		}
+	})
+
+	t.Run("a directory others may write is not on the kernel's path", func(t *testing.T) {
+		// What a module planted in /tmp by another uid would be: imported
+		// from a context there only if the directory were on sys.path.
+		if _, err := sbx.Commands.Run(ctx, "printf 'import os\\nopen(\"/tmp/planted-ran\", \"w\").close()\\n' > /tmp/planted_mod.py", &sdk.RunOptions{User: "root"}); err != nil {
+			t.Fatal(err)
+		}
+		c, err := sbx.CreateCodeContext(ctx, "python", "/tmp")
+		if err != nil {
+			t.Fatal(err)
+		}
+		exec, err := sbx.RunCode(ctx, "import os\ntry:\n    import planted_mod\nexcept ImportError:\n    pass\nos.path.exists('/tmp/planted-ran')", &sdk.RunCodeOptions{Context: c})
+		if err != nil || exec.Text() != "False" {
+			t.Errorf("a module in /tmp (root's, in a world-writable directory) from a context there: %+v, %v; want it not imported", exec, err)
+		}
+		// The home is the user's own: modules there import, as in Jupyter.
+		if _, err := sbx.Commands.Run(ctx, "echo 'answer = 42' > /home/user/mine_mod.py", nil); err != nil {
+			t.Fatal(err)
+		}
+		if got := runCode(t, sbx, "import mine_mod\nmine_mod.answer", nil).Text(); got != "42" {
+			t.Errorf("a module in the home from the default context: %q, want 42", got)
+		}
+	})
+
+	t.Run("another uid that takes the port is sent nothing", func(t *testing.T) {
+		// The server and its supervisor gone (as the OOM killer can make
+		// them), nobody listens on 49999 and logs what it is sent: the
+		// edge must not tunnel the next RunCode, and its token, to it.
+		squat := `import http.server
+class H(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        open("/tmp/squat.log", "a").write(repr(dict(self.headers)) + "\\n")
+        self.send_response(200); self.end_headers()
+    do_GET = do_POST
+s = http.server.HTTPServer(("0.0.0.0", 49999), H)
+open("/tmp/squat.ready", "w").close()
+s.serve_forever()`
+		if _, err := sbx.Files.Write(ctx, "/tmp/squat.py", []byte(squat), &sdk.WriteOptions{User: "root"}); err != nil {
+			t.Fatal(err)
+		}
+		cmd := `pkill -9 -f 'code-interpreter/[s]upervise.py'; pkill -9 -f 'code-interpreter/[s]erver.py'; sleep 0.5
+chmod 644 /tmp/squat.py
+setsid setpriv --reuid 65534 --regid 65534 --clear-groups python3 /tmp/squat.py >/dev/null 2>&1 </dev/null &
+for i in $(seq 50); do [ -e /tmp/squat.ready ] && break; sleep 0.1; done; ls /tmp/squat.ready`
+		if r, err := sbx.Commands.Run(ctx, cmd, &sdk.RunOptions{User: "root"}); err != nil {
+			t.Fatalf("starting the squatter: %v %+v", err, r)
+		}
+		_, err := sbx.RunCode(ctx, "1 + 1", &sdk.RunCodeOptions{Timeout: 10 * time.Second})
+		if err == nil {
+			t.Fatal("RunCode reached a listener of uid 65534 on port 49999")
+		}
+		b, _ := sbx.Files.Read(ctx, "/tmp/squat.log", &sdk.FileOptions{User: "root"})
+		if len(b) != 0 {
+			t.Errorf("the squatter was sent: %s", b)
+		}
+		t.Logf("RunCode to the squatted port: %v", err)
+	})
+
 	t.Run("a sandbox without a code interpreter", func(t *testing.T) {
 		base := e.sandbox(t, sdk.CreateOptions{})
 		_, err := base.RunCode(ctx, "1", nil)

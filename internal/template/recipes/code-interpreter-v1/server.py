@@ -162,16 +162,14 @@ def owned_safely(path):
 
 
 def max_contexts():
-    """Contexts the sandbox's memory holds: ~80 MiB a kernel, one share
-    left for the server and the code, between 2 and 16."""
-    for f in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
-        try:
-            v = open(f).read().strip()
-        except OSError:
-            continue
-        if v.isdigit() and int(v) < 1 << 50:
-            return max(2, min(16, int(v) // (80 << 20) - 1))
-    return 16
+    """Contexts a sandbox may have: HUTCH_CODE_INTERPRETER_CONTEXTS, else 8.
+    The sandbox's memory limit is not visible inside it; a kernel holds
+    ~60 MiB (Python) to ~200 MiB (Deno), and past the limit the OOM killer
+    takes kernels (oom_score_adj 1000), not the server."""
+    v = os.environ.get("HUTCH_CODE_INTERPRETER_CONTEXTS", "")
+    if v.isdigit() and int(v) > 0:
+        return int(v)
+    return 8
 
 
 def language_of(name):
@@ -203,14 +201,21 @@ class Context:
         self.current = None  # msg_id of the last execution
         self.restore = None  # code putting back what env_vars changed
         self.moved = False  # started elsewhere than cwd (Deno, cwd not safe)
-        self.safe = True  # cwd is owned_safely
+        self.safe = True  # real is owned_safely
+        self.real = cwd  # the directory the kernel was started in
 
     def json(self):
         return {"id": self.id, "language": self.language, "cwd": self.cwd}
 
     async def start(self):
+        """Starts the context's kernel (again, after a restart): in the
+        directory its path resolves to now, checked now."""
         if not os.path.isdir(self.cwd):
             raise RequestError(400, f"cwd {self.cwd!r} is not a directory")
+        # Resolved once, and the kernel started there: a symbolic link
+        # someone else swaps between the check and the start (or before a
+        # restart) must not move the kernel to a directory they wrote.
+        real = os.path.realpath(self.cwd)
         kernel = KERNELS[self.language]
         self.km = AsyncKernelManager(kernel_name=kernel)
         # Python's and bash's kernels talk over unix sockets in the
@@ -229,16 +234,17 @@ class Context:
         # the kernel: Python then leaves it off sys.path, and Deno starts
         # in the home (it reads deno.json from where it starts), moving to
         # the directory afterwards.
-        safe = owned_safely(self.cwd)
+        safe = owned_safely(real)
         extra = []
-        start_cwd = self.cwd
+        start_cwd = real
         if not safe:
             if kernel == "python3":
                 extra.append("--IPKernelApp.ignore_cwd=True")
             elif kernel == "deno":
                 start_cwd = DEFAULT_CWD if owned_safely(DEFAULT_CWD) else "/"
         await self.km.start_kernel(cwd=start_cwd, env=env, extra_arguments=extra)
-        self.moved = start_cwd != self.cwd
+        self.moved = start_cwd != real
+        self.real = real
         self.safe = safe
         await self.ready()
 
@@ -258,7 +264,7 @@ class Context:
         self.kc.start_channels()
         await self.kc.wait_for_ready(timeout=120)
         if self.moved:
-            await self.run_quiet(f"Deno.chdir({json.dumps(self.cwd)})")
+            await self.run_quiet(f"Deno.chdir({json.dumps(self.real)})")
         if self.safe and KERNELS[self.language] == "python3":
             # -P kept the kernel's own start clean; a notebook imports
             # modules from its directory, as Jupyter's do.
@@ -274,9 +280,10 @@ class Context:
             log.warning("context %s: stop: %s", self.id, e)
 
     async def restart(self):
-        self.kc.stop_channels()
-        await self.km.restart_kernel(now=True)
-        await self.ready()
+        """A new kernel for the context, its directory checked again."""
+        await self.stop()
+        self.km = self.kc = None
+        await self.start()
 
     async def ensure_alive(self):
         """Starts the kernel again if it died since the last execution."""

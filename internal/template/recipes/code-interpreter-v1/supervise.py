@@ -51,7 +51,15 @@ def main():
     while True:
         started = time.monotonic()
         env = dict(os.environ, HUTCH_CODE_INTERPRETER_FD=str(sock.fileno()))
-        child = subprocess.Popen([sys.executable, os.path.join(HERE, "server.py")], env=env, pass_fds=(sock.fileno(),))
+        try:
+            child = subprocess.Popen([sys.executable, os.path.join(HERE, "server.py")], env=env, pass_fds=(sock.fileno(),))
+        except OSError as e:
+            # No process or memory to spare (EAGAIN, ENOMEM): the port
+            # stays held, and the start is tried again.
+            print(f"code-interpreter: cannot start the server: {e}", file=sys.stderr, flush=True)
+            backoff = min(backoff * 2, 5)
+            time.sleep(backoff)
+            continue
         code = child.wait()
         print(f"code-interpreter: the server exited ({code}); starting it again", file=sys.stderr, flush=True)
         # A server that keeps dying at once is started less often.
