@@ -49,7 +49,7 @@ type route struct {
 	token  string    // envd's access token, sent with each CONNECT
 	ports  list.List // of *portTransport, the one used most recently first
 	byPort map[int]*list.Element
-	owned  []ownedPort    // ownedTransport's, made when asked for
+	owned  []ownedPort // ownedTransport's, made when asked for
 }
 
 // maxPortTransports is the number of ports per sandbox whose connections
