@@ -48,13 +48,26 @@ func (s *Server) tunnel(w http.ResponseWriter, r *http.Request) {
 		envderr.Write(w, http.StatusForbidden, "CONNECT reaches the sandbox's loopback only, not "+host)
 		return
 	}
-	upstream, err := dialLoopback(r.Context(), port)
+	owner := r.Header.Get(envdapi.HeaderPortOwner)
+	// A port whose owner is checked is reached over IPv4 only: its
+	// server listens there (gVisor lists IPv4 sockets with their uid, but
+	// has no table of IPv6 ones), and a process of another uid that holds
+	// only the IPv6 port must not be fallen back to (review 32, round 3).
+	upstream, err := dialLoopback(r.Context(), port, owner == "")
 	if err != nil {
 		envderr.Write(w, http.StatusBadGateway, "port "+p+" is not open in the sandbox: "+err.Error())
 		return
 	}
-	if owner := r.Header.Get(envdapi.HeaderPortOwner); owner != "" {
-		if uid, found := listenerOwner(upstream); found && !s.ownerAllowed(owner, uid) {
+	if owner != "" {
+		uid, found := listenerOwner(upstream)
+		// Not found where the kernel lists every socket (both tables
+		// there): refused, not waved through.
+		if !found && tablesComplete() {
+			upstream.Close()
+			envderr.Write(w, http.StatusBadGateway, fmt.Sprintf("port %s is not open in the sandbox: its listener's owner cannot be told, and it must be %s's", p, owner))
+			return
+		}
+		if found && !s.ownerAllowed(owner, uid) {
 			upstream.Close()
 			envderr.Write(w, http.StatusBadGateway, fmt.Sprintf("port %s is not open in the sandbox: its listener is uid %d's, not %s's", p, uid, owner))
 			return
@@ -91,13 +104,14 @@ func (s *Server) tunnel(w http.ResponseWriter, r *http.Request) {
 }
 
 // dialLoopback connects to a port on the sandbox's loopback, IPv4 first:
-// a service may listen on 0.0.0.0, 127.0.0.1, :: or ::1.
-func dialLoopback(ctx context.Context, port int) (net.Conn, error) {
+// a service may listen on 0.0.0.0, 127.0.0.1, :: or ::1 (with v6, ::1 is
+// tried when IPv4 fails).
+func dialLoopback(ctx context.Context, port int, v6 bool) (net.Conn, error) {
 	d := net.Dialer{Timeout: 5 * time.Second}
 	p := strconv.Itoa(port)
 	conn, err := d.DialContext(ctx, "tcp4", net.JoinHostPort("127.0.0.1", p))
-	if err == nil {
-		return conn, nil
+	if err == nil || !v6 {
+		return conn, err
 	}
 	if conn, err6 := d.DialContext(ctx, "tcp6", net.JoinHostPort("::1", p)); err6 == nil {
 		return conn, nil
@@ -105,13 +119,21 @@ func dialLoopback(ctx context.Context, port int) (net.Conn, error) {
 	return nil, err
 }
 
+// tablesComplete reports whether the kernel lists every TCP socket, IPv4
+// and IPv6, in /proc/net/tcp and tcp6 (Linux does; gVisor has no tcp6, and
+// an IPv4 connection a dual-stack listener accepted is in neither there).
+func tablesComplete() bool {
+	_, err4 := os.Stat("/proc/net/tcp")
+	_, err6 := os.Stat("/proc/net/tcp6")
+	return err4 == nil && err6 == nil
+}
+
 // listenerOwner finds the uid that owns the far end of a loopback
 // connection (the socket the listener accepted, which is the listener's)
 // in the kernel's socket tables, /proc/net/tcp and tcp6, which name each
 // socket by its two addresses. found is false when the table has no such
-// socket (it closed already, or a kernel that does not list it): nothing
-// is sent on such a connection before its answer is read, so a caller may
-// go on. Written here: no library reads these tables by address.
+// socket (it closed already, or a kernel that does not list it: gVisor's
+// IPv6 sockets). Written here: no library reads these tables by address.
 func listenerOwner(c net.Conn) (uid int, found bool) {
 	local, ok1 := c.LocalAddr().(*net.TCPAddr)
 	remote, ok2 := c.RemoteAddr().(*net.TCPAddr)

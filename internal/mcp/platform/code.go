@@ -49,9 +49,9 @@ type CodeResult struct {
 	SVG          string            `json:"svg,omitempty"`
 	LaTeX        string            `json:"latex,omitempty"`
 	JavaScript   string            `json:"javascript,omitempty"`
-	JSON         any               `json:"json,omitempty"`
-	Data         any               `json:"data,omitempty" jsonschema:"a dataframe's data"`
-	Chart        any               `json:"chart,omitempty" jsonschema:"the chart extracted from a plot: type, title, axes, elements"`
+	JSON         map[string]any    `json:"json,omitempty" jsonschema:"a JSON object the code displayed (a JSON value that is no object is in extra, as application/json)"`
+	Data         map[string]any    `json:"data,omitempty" jsonschema:"a dataframe's data: its columns, each a list of values"`
+	Chart        map[string]any    `json:"chart,omitempty" jsonschema:"the chart extracted from a plot: type, title, axes, elements"`
 	Extra        map[string]any    `json:"extra,omitempty" jsonschema:"formats of other MIME types"`
 	Attached     map[string]string `json:"attached,omitempty" jsonschema:"binary formats (png, jpeg, pdf) and where they are: the index of the tool result's content item holding them"`
 }
@@ -188,9 +188,14 @@ func codeResult(exec *sdk.Execution, limit, lead int) (attached []mcp.Content, o
 	for i, r := range exec.Results {
 		cr := CodeResult{IsMainResult: r.IsMainResult, Formats: r.Formats(),
 			Text: cut(r.Text), HTML: cut(r.HTML), Markdown: cut(r.Markdown), SVG: cut(r.SVG), LaTeX: cut(r.LaTeX), JavaScript: cut(r.JavaScript),
-			JSON: rawValue(r.JSON), Data: rawValue(r.Data), Chart: rawValue(r.Chart)}
+			Data: object(r.Data), Chart: object(r.Chart)}
 		if cr.Formats == nil {
 			cr.Formats = []string{}
+		}
+		// Object-typed fields keep the tool's output schema typed (MCP
+		// clients check it); any other JSON value goes to extra.
+		if cr.JSON = object(r.JSON); cr.JSON == nil && len(r.JSON) > 0 {
+			cr.Extra = map[string]any{"application/json": rawValue(r.JSON)}
 		}
 		for k, v := range r.Extra {
 			if cr.Extra == nil {
@@ -232,6 +237,15 @@ func withExtra(m map[string]any, k string, v any) map[string]any {
 }
 
 // rawValue decodes JSON the interpreter sent; nil for none.
+// object is raw as a JSON object, nil when it is none.
+func object(raw json.RawMessage) map[string]any {
+	var m map[string]any
+	if len(raw) == 0 || json.Unmarshal(raw, &m) != nil {
+		return nil
+	}
+	return m
+}
+
 func rawValue(raw json.RawMessage) any {
 	if len(raw) == 0 {
 		return nil

@@ -138,27 +138,35 @@ class RequestError(Exception):
 RUNTIME = tempfile.mkdtemp(prefix="hutch-code-interpreter-")
 
 
-def owned_safely(path):
-    """Whether only the server's user (or root) can put files in path or
-    replace it: it and each directory above it are theirs, and none is
-    writable by others (but sticky ones above it, as /tmp, whose entries
-    only their owners may rename)."""
+def open_dir(path):
+    """Opens the directory path names, from / down, each component
+    without following a symbolic link (path is made canonical first), and
+    returns its canonical path, the open descriptor, and whether only the
+    server's user (or root) can put files in it or replace it: it and each
+    directory above it are theirs, and none is writable by others (but
+    sticky ones above it, as /tmp, whose entries only their owners may
+    rename). A component that changed into a link meanwhile is an error."""
+    real = os.path.realpath(path)
     me = os.getuid()
-    p = os.path.realpath(path)
-    first = True
-    while True:
-        try:
-            st = os.stat(p)
-        except OSError:
-            return False
-        if st.st_uid not in (me, 0):
-            return False
-        if st.st_mode & 0o022 and (first or not st.st_mode & stat.S_ISVTX):
-            return False
-        if p == "/":
-            return True
-        p = os.path.dirname(p)
-        first = False
+    safe = True
+    names = [n for n in real.split("/") if n]
+    fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for i in range(len(names) + 1):
+            if i > 0:
+                nfd = os.open(names[i - 1], os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+                os.close(fd)
+                fd = nfd
+            st = os.fstat(fd)
+            last = i == len(names)
+            if st.st_uid not in (me, 0):
+                safe = False
+            if st.st_mode & 0o022 and (last or not st.st_mode & stat.S_ISVTX):
+                safe = False
+    except OSError as e:
+        os.close(fd)
+        raise RequestError(400, f"cwd {path!r}: {e.strerror}")
+    return real, fd, safe
 
 
 def max_contexts():
@@ -201,8 +209,9 @@ class Context:
         self.current = None  # msg_id of the last execution
         self.restore = None  # code putting back what env_vars changed
         self.moved = False  # started elsewhere than cwd (Deno, cwd not safe)
-        self.safe = True  # real is owned_safely
+        self.safe = True  # real is only its user's (open_dir)
         self.real = cwd  # the directory the kernel was started in
+        self.dirfd = None  # that directory, open
 
     def json(self):
         return {"id": self.id, "language": self.language, "cwd": self.cwd}
@@ -210,12 +219,15 @@ class Context:
     async def start(self):
         """Starts the context's kernel (again, after a restart): in the
         directory its path resolves to now, checked now."""
-        if not os.path.isdir(self.cwd):
-            raise RequestError(400, f"cwd {self.cwd!r} is not a directory")
-        # Resolved once, and the kernel started there: a symbolic link
-        # someone else swaps between the check and the start (or before a
-        # restart) must not move the kernel to a directory they wrote.
-        real = os.path.realpath(self.cwd)
+        # Opened once, component by component without following links,
+        # judged on what was opened, and the kernel started in exactly that
+        # directory (through its descriptor): a link someone else swaps
+        # between the check and the start (or before a restart) must not
+        # move the kernel to a directory they wrote.
+        real, dirfd, safe = open_dir(self.cwd)
+        if self.dirfd is not None:
+            os.close(self.dirfd)
+        self.dirfd = dirfd
         kernel = KERNELS[self.language]
         self.km = AsyncKernelManager(kernel_name=kernel)
         # Python's and bash's kernels talk over unix sockets in the
@@ -234,16 +246,18 @@ class Context:
         # the kernel: Python then leaves it off sys.path, and Deno starts
         # in the home (it reads deno.json from where it starts), moving to
         # the directory afterwards.
-        safe = owned_safely(real)
         extra = []
-        start_cwd = real
+        start_cwd = f"/proc/{os.getpid()}/fd/{dirfd}"
+        self.moved = False
         if not safe:
             if kernel == "python3":
                 extra.append("--IPKernelApp.ignore_cwd=True")
             elif kernel == "deno":
-                start_cwd = DEFAULT_CWD if owned_safely(DEFAULT_CWD) else "/"
+                home, home_fd, home_safe = open_dir(DEFAULT_CWD)
+                os.close(home_fd)
+                start_cwd = home if home_safe else "/"
+                self.moved = True
         await self.km.start_kernel(cwd=start_cwd, env=env, extra_arguments=extra)
-        self.moved = start_cwd != real
         self.real = real
         self.safe = safe
         await self.ready()
@@ -271,6 +285,9 @@ class Context:
             await self.run_quiet("import sys as __h_sys\nif '' not in __h_sys.path: __h_sys.path.insert(0, '')\ndel __h_sys")
 
     async def stop(self):
+        if self.dirfd is not None:
+            os.close(self.dirfd)
+            self.dirfd = None
         try:
             if self.kc is not None:
                 self.kc.stop_channels()
@@ -671,12 +688,12 @@ async def main():
     # which is how a cell learns its client gave up.
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
     await runner.setup()
-    fd = os.environ.get("HUTCH_CODE_INTERPRETER_FD")
-    if fd:
-        # The supervisor's listening socket (supervise.py): held for the
+    fds = os.environ.get("HUTCH_CODE_INTERPRETER_FD")
+    if fds:
+        # The supervisor's listening sockets (supervise.py): held for the
         # sandbox's life, so the port is never free for another to take.
-        sock = socket.socket(fileno=int(fd))
-        await web.SockSite(runner, sock).start()
+        for fd in fds.split(","):
+            await web.SockSite(runner, socket.socket(fileno=int(fd))).start()
     else:
         await web.TCPSite(runner, "::", PORT).start()
     await srv.default_context("python")

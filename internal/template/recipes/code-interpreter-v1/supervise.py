@@ -1,6 +1,6 @@
-"""Supervisor of Hutch's code interpreter server: binds port 49999 (IPv6
-and IPv4) once, for the sandbox's life, and runs server.py with the
-listening socket, again whenever it exits.
+"""Supervisor of Hutch's code interpreter server: binds port 49999 (IPv4
+and IPv6) once, for the sandbox's life, and runs server.py with the
+listening sockets, again whenever it exits.
 
 While the server restarts (it was killed, or ran out of memory) the port
 stays taken, so no other process of the sandbox can listen there and be
@@ -23,17 +23,32 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def listen():
-    s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
-    s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+    """The port's listening sockets: IPv4 and, where the kernel has it,
+    IPv6 (V6ONLY), each its own. The edge reaches the server over IPv4,
+    whose sockets every runtime lists with their owner (gVisor has no table
+    of IPv6 ones); the IPv6 one is held so that no one else takes it."""
+    socks = []
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind(("::", PORT))
-    s.listen(512)
-    s.set_inheritable(True)
-    return s
+    s.bind(("0.0.0.0", PORT))
+    socks.append(s)
+    try:
+        s6 = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+        s6.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        s6.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s6.bind(("::", PORT))
+        socks.append(s6)
+    except OSError as e:
+        print(f"code-interpreter: no IPv6 listener: {e}", file=sys.stderr, flush=True)
+    for s in socks:
+        s.listen(512)
+        s.set_inheritable(True)
+    return socks
 
 
 def main():
-    sock = listen()
+    socks = listen()
+    fds = tuple(s.fileno() for s in socks)
     child = None
 
     def stop(signum, frame):
@@ -50,9 +65,9 @@ def main():
     backoff = 0.1
     while True:
         started = time.monotonic()
-        env = dict(os.environ, HUTCH_CODE_INTERPRETER_FD=str(sock.fileno()))
+        env = dict(os.environ, HUTCH_CODE_INTERPRETER_FD=",".join(map(str, fds)))
         try:
-            child = subprocess.Popen([sys.executable, os.path.join(HERE, "server.py")], env=env, pass_fds=(sock.fileno(),))
+            child = subprocess.Popen([sys.executable, os.path.join(HERE, "server.py")], env=env, pass_fds=fds)
         except OSError as e:
             # No process or memory to spare (EAGAIN, ENOMEM): the port
             # stays held, and the start is tried again.
