@@ -60,9 +60,17 @@ func (s *Server) tunnel(w http.ResponseWriter, r *http.Request) {
 	}
 	if owner != "" {
 		uid, found := listenerOwner(upstream)
-		// Not found where the kernel lists every socket (both tables
-		// there): refused, not waved through.
-		if !found && tablesComplete() {
+		if !found {
+			// gVisor lists no IPv6 socket, so an IPv4 connection a
+			// dual-stack listener accepted is in no table: its port's
+			// IPv4 listener, if any, is (review 32, round 4).
+			uid, found = portListener(port, func(uid int) bool { return s.ownerAllowed(owner, uid) })
+		}
+		// Not found where the kernel lists every socket (Linux: both
+		// tables), or for a user's port (the code interpreter's, which
+		// holds an IPv4 listener): refused, not waved through. Root's
+		// (the MCP gateway's, dual-stack) passes on gVisor unchecked.
+		if !found && (tablesComplete() || owner != "root") {
 			upstream.Close()
 			envderr.Write(w, http.StatusBadGateway, fmt.Sprintf("port %s is not open in the sandbox: its listener's owner cannot be told, and it must be %s's", p, owner))
 			return
@@ -165,6 +173,32 @@ func listenerOwner(c net.Conn) (uid int, found bool) {
 		}
 	}
 	return 0, false
+}
+
+// portListener finds the uids of the IPv4 sockets listening on port
+// (state 0A in /proc/net/tcp) and returns the first that allowed refuses,
+// else the last; found is false when there is none.
+func portListener(port int, allowed func(uid int) bool) (uid int, found bool) {
+	b, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		return 0, false
+	}
+	suffix := fmt.Sprintf(":%04X", port)
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 8 || f[3] != "0A" || !strings.HasSuffix(f[1], suffix) {
+			continue
+		}
+		n, err := strconv.Atoi(f[7])
+		if err != nil {
+			continue
+		}
+		uid, found = n, true
+		if !allowed(n) {
+			return n, true
+		}
+	}
+	return uid, found
 }
 
 // procAddr writes an address as /proc/net/tcp (v6: tcp6) does: the

@@ -279,13 +279,20 @@ pd.DataFrame({"a": [1, 2], "b": [3, 4]})`, nil)
 		// The server and its supervisor gone (as the OOM killer can make
 		// them), nobody listens on 49999 and logs what it is sent: the
 		// edge must not tunnel the next RunCode, and its token, to it.
-		squat := `import http.server
+		squat := `import http.server, socket
 class H(http.server.BaseHTTPRequestHandler):
     def do_POST(self):
         open("/tmp/squat.log", "a").write(repr(dict(self.headers)) + "\\n")
         self.send_response(200); self.end_headers()
     do_GET = do_POST
-s = http.server.HTTPServer(("0.0.0.0", 49999), H)
+class S(http.server.HTTPServer):
+    address_family = socket.AF_INET6
+    def server_bind(self):
+        # Dual-stack: IPv4 connections come as IPv4-mapped, on a socket
+        # gVisor lists in no table.
+        self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        super().server_bind()
+s = S(("::", 49999), H)
 open("/tmp/squat.ready", "w").close()
 s.serve_forever()`
 		if _, err := sbx.Files.Write(ctx, "/tmp/squat.py", []byte(squat), &sdk.WriteOptions{User: "root"}); err != nil {
