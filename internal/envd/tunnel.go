@@ -60,10 +60,12 @@ func (s *Server) tunnel(w http.ResponseWriter, r *http.Request) {
 	}
 	if owner != "" {
 		uid, found := listenerOwner(upstream)
-		if !found {
+		if !found && !tablesComplete() {
 			// gVisor lists no IPv6 socket, so an IPv4 connection a
 			// dual-stack listener accepted is in no table: its port's
-			// IPv4 listener, if any, is (review 32, round 4).
+			// IPv4 listener on 0.0.0.0 or 127.0.0.1, if any, is (review
+			// 32, rounds 4 and 5); no IPv6 socket can hold 127.0.0.1's
+			// port beside it.
 			uid, found = portListener(port, func(uid int) bool { return s.ownerAllowed(owner, uid) })
 		}
 		// Not found where the kernel lists every socket (Linux: both
@@ -165,7 +167,9 @@ func listenerOwner(c net.Conn) (uid int, found bool) {
 		}
 		for _, line := range strings.Split(string(b), "\n") {
 			f := strings.Fields(line)
-			if len(f) < 8 || f[1]+" "+f[2] != want {
+			// The accepted socket is established (or, with deferred
+			// accept, SYN_RECV); a closed one's TIME_WAIT row has uid 0.
+			if len(f) < 8 || f[1]+" "+f[2] != want || (f[3] != "01" && f[3] != "03") {
 				continue
 			}
 			n, err := strconv.Atoi(f[7])
@@ -175,18 +179,21 @@ func listenerOwner(c net.Conn) (uid int, found bool) {
 	return 0, false
 }
 
-// portListener finds the uids of the IPv4 sockets listening on port
-// (state 0A in /proc/net/tcp) and returns the first that allowed refuses,
-// else the last; found is false when there is none.
+// portListener finds the uids of the IPv4 sockets listening on port at
+// 0.0.0.0 or 127.0.0.1 (state 0A in /proc/net/tcp) and returns the first
+// that allowed refuses, else the last; found is false when there is none.
 func portListener(port int, allowed func(uid int) bool) (uid int, found bool) {
 	b, err := os.ReadFile("/proc/net/tcp")
 	if err != nil {
 		return 0, false
 	}
-	suffix := fmt.Sprintf(":%04X", port)
+	wildcard, loopback := fmt.Sprintf("00000000:%04X", port), fmt.Sprintf("0100007F:%04X", port)
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
-		if len(f) < 8 || f[3] != "0A" || !strings.HasSuffix(f[1], suffix) {
+		// Only a listener that could have accepted a connection to
+		// 127.0.0.1: one on another address (127.0.0.2, the sandbox's
+		// own) says nothing of who did.
+		if len(f) < 8 || f[3] != "0A" || (f[1] != wildcard && f[1] != loopback) {
 			continue
 		}
 		n, err := strconv.Atoi(f[7])
