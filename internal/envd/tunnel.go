@@ -60,18 +60,13 @@ func (s *Server) tunnel(w http.ResponseWriter, r *http.Request) {
 	}
 	if owner != "" {
 		uid, found := listenerOwner(upstream)
-		if !found && !tablesComplete() {
-			// gVisor lists no IPv6 socket, so an IPv4 connection a
-			// dual-stack listener accepted is in no table: its port's
-			// IPv4 listener on 0.0.0.0 or 127.0.0.1, if any, is (review
-			// 32, rounds 4 and 5); no IPv6 socket can hold 127.0.0.1's
-			// port beside it.
-			uid, found = portListener(port, func(uid int) bool { return s.ownerAllowed(owner, uid) })
-		}
 		// Not found where the kernel lists every socket (Linux: both
-		// tables), or for a user's port (the code interpreter's, which
-		// holds an IPv4 listener): refused, not waved through. Root's
-		// (the MCP gateway's, dual-stack) passes on gVisor unchecked.
+		// tables), or for a user's port (the code interpreter's, whose
+		// IPv4 listener gVisor lists too): refused, not waved through.
+		// On gVisor, which lists no IPv6 socket, not found means one
+		// accepted the connection, whatever IPv4 listener the port also
+		// has (review 32, rounds 4 to 6). Root's port (the MCP gateway's,
+		// dual-stack) passes there unchecked.
 		if !found && (tablesComplete() || owner != "root") {
 			upstream.Close()
 			envderr.Write(w, http.StatusBadGateway, fmt.Sprintf("port %s is not open in the sandbox: its listener's owner cannot be told, and it must be %s's", p, owner))
@@ -177,35 +172,6 @@ func listenerOwner(c net.Conn) (uid int, found bool) {
 		}
 	}
 	return 0, false
-}
-
-// portListener finds the uids of the IPv4 sockets listening on port at
-// 0.0.0.0 or 127.0.0.1 (state 0A in /proc/net/tcp) and returns the first
-// that allowed refuses, else the last; found is false when there is none.
-func portListener(port int, allowed func(uid int) bool) (uid int, found bool) {
-	b, err := os.ReadFile("/proc/net/tcp")
-	if err != nil {
-		return 0, false
-	}
-	wildcard, loopback := fmt.Sprintf("00000000:%04X", port), fmt.Sprintf("0100007F:%04X", port)
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		// Only a listener that could have accepted a connection to
-		// 127.0.0.1: one on another address (127.0.0.2, the sandbox's
-		// own) says nothing of who did.
-		if len(f) < 8 || f[3] != "0A" || (f[1] != wildcard && f[1] != loopback) {
-			continue
-		}
-		n, err := strconv.Atoi(f[7])
-		if err != nil {
-			continue
-		}
-		uid, found = n, true
-		if !allowed(n) {
-			return n, true
-		}
-	}
-	return uid, found
 }
 
 // procAddr writes an address as /proc/net/tcp (v6: tcp6) does: the

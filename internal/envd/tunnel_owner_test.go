@@ -114,25 +114,3 @@ func TestOwnerAllowed(t *testing.T) {
 		}
 	}
 }
-
-// TestPortListener: the IPv4 listener of a port is found with its uid in
-// /proc/net/tcp (what gVisor lists when it cannot show the accepted
-// socket), and a refused uid among several listeners is what is returned.
-func TestPortListener(t *testing.T) {
-	ln := listenAs(t, "tcp4", "127.0.0.1:0", os.Geteuid())
-	defer ln.Close()
-	port := ln.Addr().(*net.TCPAddr).Port
-	uid, found := portListener(port, func(int) bool { return true })
-	if !found || uid != os.Geteuid() {
-		t.Fatalf("the listener of port %d: uid %d found %v, want uid %d", port, uid, found, os.Geteuid())
-	}
-	if uid, found := portListener(port, func(int) bool { return false }); !found || uid != os.Geteuid() {
-		t.Errorf("refused listener: uid %d found %v", uid, found)
-	}
-	other := listenAs(t, "tcp4", "127.0.0.1:0", os.Geteuid())
-	otherPort := other.Addr().(*net.TCPAddr).Port
-	other.Close()
-	if _, found := portListener(otherPort, func(int) bool { return true }); found {
-		t.Errorf("a port nobody listens on (%d) has a listener", otherPort)
-	}
-}
